@@ -1,0 +1,27 @@
+//! mnemo-core: the domain of mnemo — what a message, a session, an event and a profile are, when a
+//! conversation closes into a session (the trigger), how extraction output changes a profile, and
+//! the `Service` façade that every front end (HTTP, MCP, CLI) calls.
+//!
+//! It must not know HTTP, SQL or any model runtime: stores, extractors and embedders are traits
+//! here ([`Store`], [`Extractor`]) implemented in other crates and chosen once at the composition
+//! root. Rules that must hold for every store (trigger evaluation, profile merging) are pure
+//! functions here that a store calls inside its own transaction, so all stores behave alike.
+
+pub mod clock;
+pub mod error;
+pub mod extract;
+pub mod model;
+pub mod profile;
+pub mod service;
+pub mod store;
+pub mod tokens;
+pub mod trigger;
+
+pub use clock::{Clock, SystemClock};
+pub use error::{CoreError, StoreError};
+pub use extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractor};
+pub use model::*;
+pub use service::{Service, ServiceConfig};
+pub use store::Store;
+pub use tokens::TokenCounter;
+pub use trigger::{ExtractTrigger, TriggerReason};

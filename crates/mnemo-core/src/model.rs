@@ -1,0 +1,530 @@
+//! Domain records. These are not the wire format: front ends convert to and from their own DTOs.
+//! Times are milliseconds since the Unix epoch; ids are opaque strings with a kind prefix.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub type Millis = i64;
+pub type CollectionId = i64;
+
+pub const DEFAULT_PROJECT: &str = "default";
+pub const EVENT_V1: &str = "event_v1";
+pub const PROFILE_V1: &str = "profile_v1";
+
+/// A new id: a prefix and a time-ordered UUIDv7, e.g. `evt_0193…`.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "system" => Role::System,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// A message as accepted from a client, already validated and token-counted.
+#[derive(Clone, Debug)]
+pub struct NewMessage {
+    pub role: Role,
+    pub content: String,
+    pub name: Option<String>,
+    pub time: Millis,
+    pub tokens: u64,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StoredMessage {
+    pub message_id: i64,
+    pub conversation_id: String,
+    pub session_id: Option<String>,
+    pub role: Role,
+    pub name: Option<String>,
+    pub content: String,
+    pub time: Millis,
+    pub tokens: u64,
+}
+
+/// Who a conversation is about: the well-known keys of `metadata`, plus the free ones.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConversationMeta {
+    pub user_id: Option<String>,
+    pub assistant_id: Option<String>,
+    pub group_id: Option<String>,
+    pub scope: Option<String>,
+    /// Every key the client sent (including the well-known ones).
+    pub extra: Map<String, Value>,
+}
+
+impl ConversationMeta {
+    /// Later writes win key by key; absent keys keep their old value.
+    pub fn merge(&mut self, newer: &ConversationMeta) {
+        for (k, v) in &newer.extra {
+            self.extra.insert(k.clone(), v.clone());
+        }
+        if newer.user_id.is_some() {
+            self.user_id.clone_from(&newer.user_id);
+        }
+        if newer.assistant_id.is_some() {
+            self.assistant_id.clone_from(&newer.assistant_id);
+        }
+        if newer.group_id.is_some() {
+            self.group_id.clone_from(&newer.group_id);
+        }
+        if newer.scope.is_some() {
+            self.scope.clone_from(&newer.scope);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collections and schema
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    String,
+    Int,
+    Float,
+    Bool,
+    Enum,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FieldDef {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub field_type: FieldType,
+    #[serde(default)]
+    pub description: String,
+    /// Allowed values of an `enum` field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    #[serde(default)]
+    pub required: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventTypeDef {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub fields: Vec<FieldDef>,
+    /// Importance in [0,1] used by `custom_weight` ranking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    /// A numeric field whose value (clamped to [0,1]) is the importance instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_field: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileUpdateMode {
+    #[default]
+    Overwrite,
+    KeepHistory,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ProfileTypeDef {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub fields: Vec<FieldDef>,
+    #[serde(default)]
+    pub update_mode: ProfileUpdateMode,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CollectionSchema {
+    pub event_types: Vec<EventTypeDef>,
+    pub profile_types: Vec<ProfileTypeDef>,
+}
+
+impl CollectionSchema {
+    pub fn builtin_event_v1() -> EventTypeDef {
+        EventTypeDef {
+            name: EVENT_V1.into(),
+            description: "Something the user did, said, decided or asked about, in one sentence or two.".into(),
+            fields: vec![FieldDef {
+                name: "summary".into(),
+                field_type: FieldType::String,
+                description: "a short summary (about 200 characters at most)".into(),
+                values: vec![],
+                required: true,
+            }],
+            weight: None,
+            weight_field: None,
+        }
+    }
+
+    pub fn builtin_profile_v1() -> ProfileTypeDef {
+        ProfileTypeDef {
+            name: PROFILE_V1.into(),
+            description: "Stable facts about the user: who they are, where they live, what they like.".into(),
+            fields: vec![
+                FieldDef {
+                    name: "content".into(),
+                    field_type: FieldType::String,
+                    description: "a short description of the user".into(),
+                    values: vec![],
+                    required: false,
+                },
+                FieldDef {
+                    name: "attributes".into(),
+                    field_type: FieldType::String,
+                    description: "name → value".into(),
+                    values: vec![],
+                    required: false,
+                },
+            ],
+            update_mode: ProfileUpdateMode::Overwrite,
+        }
+    }
+
+    /// The built-in schema; custom types are added beside the built-ins, which always exist.
+    pub fn with_builtins(mut event_types: Vec<EventTypeDef>, mut profile_types: Vec<ProfileTypeDef>) -> Self {
+        if !event_types.iter().any(|t| t.name == EVENT_V1) {
+            event_types.insert(0, Self::builtin_event_v1());
+        }
+        if !profile_types.iter().any(|t| t.name == PROFILE_V1) {
+            profile_types.insert(0, Self::builtin_profile_v1());
+        }
+        Self { event_types, profile_types }
+    }
+
+    pub fn event_type(&self, name: &str) -> Option<&EventTypeDef> {
+        self.event_types.iter().find(|t| t.name == name)
+    }
+
+    pub fn profile_type(&self, name: &str) -> Option<&ProfileTypeDef> {
+        self.profile_types.iter().find(|t| t.name == name)
+    }
+}
+
+impl Default for CollectionSchema {
+    fn default() -> Self {
+        Self::with_builtins(vec![], vec![])
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Collection {
+    pub id: CollectionId,
+    pub project_name: String,
+    pub collection_name: String,
+    pub description: String,
+    pub schema: CollectionSchema,
+    pub created_at: Millis,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewCollection {
+    pub project_name: String,
+    pub collection_name: String,
+    pub description: String,
+    pub schema: CollectionSchema,
+    pub created_at: Millis,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write path
+
+#[derive(Clone, Debug)]
+pub struct AppendRequest {
+    pub collection_id: CollectionId,
+    pub conversation_id: String,
+    pub meta: ConversationMeta,
+    pub messages: Vec<NewMessage>,
+    pub trigger: crate::ExtractTrigger,
+    pub now: Millis,
+    pub max_job_attempts: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AppendOutcome {
+    /// Messages stored by this call (retries with a known idempotency key are not stored again).
+    pub accepted: u64,
+    pub duplicates: u64,
+    pub pending_messages: u64,
+    pub pending_tokens: u64,
+    pub closed: Option<SessionClosed>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionClosed {
+    pub session_id: String,
+    pub job_id: String,
+    pub conversation_id: String,
+    pub reason: crate::TriggerReason,
+    pub message_count: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub conversation_id: String,
+    pub reason: String,
+    pub state: String,
+    pub message_count: u64,
+    pub token_count: u64,
+    pub user_id: Option<String>,
+    pub assistant_id: Option<String>,
+    pub created_at: Millis,
+    pub extracted_at: Option<Millis>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ConversationInfo {
+    pub conversation_id: String,
+    pub meta: ConversationMeta,
+    /// Pending (not yet extracted) messages, oldest first: the short-term memory.
+    pub short_term: Vec<StoredMessage>,
+    pub open_messages: u64,
+    pub open_tokens: u64,
+    /// When the conversation closes on its own if no message arrives.
+    pub idle_deadline: Option<Millis>,
+    pub sessions: Vec<SessionSummary>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionDetail {
+    pub session: SessionSummary,
+    pub messages: Vec<StoredMessage>,
+    pub events: Vec<Event>,
+    pub job: Option<Job>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Running,
+    Done,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => JobState::Queued,
+            "running" => JobState::Running,
+            "done" => JobState::Done,
+            "failed" => JobState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Job {
+    pub job_id: String,
+    pub kind: String,
+    pub state: JobState,
+    pub conversation_id: Option<String>,
+    pub session_id: Option<String>,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub last_error: Option<String>,
+    pub run_after: Millis,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    pub state: Option<JobState>,
+    pub conversation_id: Option<String>,
+    pub session_id: Option<String>,
+    pub limit: u32,
+}
+
+/// A job handed to a worker, with everything extraction needs.
+#[derive(Clone, Debug)]
+pub struct ClaimedJob {
+    pub job: Job,
+    pub collection: Collection,
+    pub session: SessionSummary,
+    pub meta: ConversationMeta,
+    pub messages: Vec<StoredMessage>,
+    pub profile: Option<Profile>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events and profiles
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    pub id: String,
+    pub memory_type: String,
+    pub user_id: Vec<String>,
+    pub assistant_id: Vec<String>,
+    pub group_id: Option<String>,
+    pub session_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub scope: Option<String>,
+    pub class: String,
+    pub status: String,
+    pub time: Millis,
+    pub memory_info: Map<String, Value>,
+    /// Provenance: the stored message ids the event was extracted from.
+    pub source_message_ids: Vec<i64>,
+    pub hit_count: u64,
+    pub last_hit_at: Option<Millis>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+impl Event {
+    /// The text that represents the event in search and context: its summary, or its fields.
+    pub fn text(&self) -> String {
+        if let Some(Value::String(s)) = self.memory_info.get("summary") {
+            return s.clone();
+        }
+        self.memory_info
+            .iter()
+            .filter(|(k, _)| k.as_str() != "original_messages")
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}: {s}"),
+                other => format!("{k}: {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    pub collection_id: CollectionId,
+    pub memory_type: String,
+    pub user_id: Vec<String>,
+    pub assistant_id: Vec<String>,
+    pub group_id: Option<String>,
+    pub session_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub scope: Option<String>,
+    pub class: String,
+    pub time: Millis,
+    pub memory_info: Map<String, Value>,
+    pub source_message_ids: Vec<i64>,
+    pub now: Millis,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct EventPatch {
+    pub memory_info: Option<Map<String, Value>>,
+    pub time: Option<Millis>,
+    pub group_id: Option<Option<String>>,
+    pub scope: Option<Option<String>>,
+    pub class: Option<String>,
+    pub status: Option<String>,
+}
+
+/// A filter over events; empty lists mean "any".
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    pub user_id: Vec<String>,
+    pub assistant_id: Vec<String>,
+    pub memory_type: Vec<String>,
+    pub group_id: Vec<String>,
+    pub session_id: Vec<String>,
+    pub conversation_id: Vec<String>,
+    pub scope: Vec<String>,
+    pub start_time: Option<Millis>,
+    pub end_time: Option<Millis>,
+}
+
+impl EventFilter {
+    pub fn is_empty(&self) -> bool {
+        self.user_id.is_empty()
+            && self.assistant_id.is_empty()
+            && self.memory_type.is_empty()
+            && self.group_id.is_empty()
+            && self.session_id.is_empty()
+            && self.conversation_id.is_empty()
+            && self.scope.is_empty()
+            && self.start_time.is_none()
+            && self.end_time.is_none()
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Profile {
+    pub id: String,
+    pub profile_type: String,
+    pub user_id: String,
+    pub assistant_id: Option<String>,
+    pub content: String,
+    pub attributes: Map<String, Value>,
+    /// Provenance: sessions whose extraction changed this profile, oldest first (bounded).
+    pub source_session_ids: Vec<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewProfile {
+    pub collection_id: CollectionId,
+    pub profile_type: String,
+    pub user_id: String,
+    pub assistant_id: Option<String>,
+    pub content: String,
+    pub attributes: Map<String, Value>,
+    pub now: Millis,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ProfilePatch {
+    pub content: Option<String>,
+    /// Keys to set; a `null` value removes the key.
+    pub attributes: Option<Map<String, Value>>,
+    /// Replace all attributes instead of merging.
+    pub replace_attributes: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ProfileFilter {
+    pub user_id: Vec<String>,
+    pub assistant_id: Vec<String>,
+    pub profile_type: Vec<String>,
+}

@@ -1,0 +1,99 @@
+//! How profile changes apply to a profile's attributes. Pure, so every store applies them alike
+//! inside its own transaction: attributes change in place and lists never hold duplicates.
+
+use crate::extract::ProfileChange;
+use serde_json::{Map, Value};
+
+/// Applies `changes` in order. Returns whether anything changed.
+pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChange]) -> bool {
+    let before = attributes.clone();
+    for change in changes {
+        match change {
+            ProfileChange::Set { key, value } => {
+                attributes.insert(key.clone(), value.clone());
+            }
+            ProfileChange::Remove { key } => {
+                attributes.remove(key);
+            }
+            ProfileChange::Append { key, items } => {
+                let list = attributes.entry(key.clone()).or_insert_with(|| Value::Array(vec![]));
+                if !list.is_array() {
+                    // A scalar becomes the first item of the list.
+                    *list = Value::Array(vec![list.clone()]);
+                }
+                let arr = list.as_array_mut().expect("made an array above");
+                for item in items {
+                    if !arr.iter().any(|v| v.as_str().is_some_and(|s| same_item(s, item))) {
+                        arr.push(Value::String(item.clone()));
+                    }
+                }
+            }
+            ProfileChange::RemoveItems { key, items } => {
+                if let Some(Value::Array(arr)) = attributes.get_mut(key) {
+                    arr.retain(|v| !v.as_str().is_some_and(|s| items.iter().any(|i| same_item(s, i))));
+                    if arr.is_empty() {
+                        attributes.remove(key);
+                    }
+                }
+            }
+        }
+    }
+    *attributes != before
+}
+
+fn same_item(a: &str, b: &str) -> bool {
+    a.trim().to_lowercase() == b.trim().to_lowercase()
+}
+
+/// A one-line description of the attributes, used as `content` when no one wrote one.
+pub fn describe(attributes: &Map<String, Value>) -> String {
+    attributes
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}: {s}"),
+            Value::Array(items) => format!(
+                "{k}: {}",
+                items.iter().map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string())).collect::<Vec<_>>().join(", ")
+            ),
+            other => format!("{k}: {other}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(k: &str, v: Value) -> ProfileChange {
+        ProfileChange::Set { key: k.into(), value: v }
+    }
+
+    #[test]
+    fn set_overwrites_in_place() {
+        let mut a = Map::new();
+        assert!(apply_changes(&mut a, &[set("city", json!("北京"))]));
+        assert!(apply_changes(&mut a, &[set("city", json!("上海"))]));
+        assert_eq!(Value::Object(a.clone()), json!({"city": "上海"}));
+        assert!(!apply_changes(&mut a, &[set("city", json!("上海"))]), "same value is no change");
+    }
+
+    #[test]
+    fn lists_stay_free_of_duplicates() {
+        let mut a = Map::new();
+        let add = |items: &[&str]| ProfileChange::Append { key: "likes".into(), items: items.iter().map(|s| s.to_string()).collect() };
+        apply_changes(&mut a, &[add(&["coffee", "tea"]), add(&["Coffee ", "jazz"])]);
+        assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "tea", "jazz"]}));
+        apply_changes(&mut a, &[ProfileChange::RemoveItems { key: "likes".into(), items: vec!["TEA".into()] }]);
+        assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "jazz"]}));
+        apply_changes(&mut a, &[ProfileChange::Remove { key: "likes".into() }]);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn describe_is_readable() {
+        let a = json!({"city": "上海", "likes": ["coffee", "jazz"]});
+        assert_eq!(describe(a.as_object().unwrap()), "city: 上海; likes: coffee, jazz");
+    }
+}

@@ -1,0 +1,95 @@
+//! The storage contract every backend implements (embedded SQLite, PostgreSQL).
+//!
+//! Each method is one transaction: when it returns `Ok`, its effect is durable. Rules shared by
+//! all backends (trigger evaluation, profile merging) are called from inside these transactions
+//! through the pure functions of this crate, never re-implemented per store.
+
+use crate::error::StoreError;
+use crate::extract::ExtractionOutput;
+use crate::model::*;
+use async_trait::async_trait;
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A short name for logs and `healthz`, e.g. `sqlite`.
+    fn engine(&self) -> &'static str;
+
+    // --- collections
+    /// Conflict if a collection of that name exists in the project.
+    async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection>;
+    async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>>;
+    /// Returns the collection, creating it with the default schema if it does not exist.
+    async fn ensure_collection(&self, project: &str, name: &str, now: Millis) -> StoreResult<Collection>;
+    async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>>;
+    /// Deletes the collection and everything in it. Returns whether it existed.
+    async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool>;
+
+    // --- write path
+    /// Stores the messages, merges metadata, moves the idle deadline and evaluates the trigger;
+    /// closes a session and queues its job in the same transaction when the trigger fires.
+    async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome>;
+    /// Stores the messages as one closed session with its job queued (`session/add`).
+    async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed>;
+    /// Closes the conversation's open messages into a session now, if it has any.
+    async fn flush_conversation(
+        &self,
+        collection_id: CollectionId,
+        conversation_id: &str,
+        now: Millis,
+        max_job_attempts: u32,
+    ) -> StoreResult<Option<SessionClosed>>;
+    /// Closes up to `limit` conversations whose idle deadline is at or before `now`.
+    async fn close_idle_conversations(
+        &self,
+        now: Millis,
+        limit: u32,
+        max_job_attempts: u32,
+    ) -> StoreResult<Vec<SessionClosed>>;
+    /// The earliest idle deadline of any conversation with open messages.
+    async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>>;
+    async fn conversation_info(
+        &self,
+        collection_id: CollectionId,
+        conversation_id: &str,
+    ) -> StoreResult<Option<ConversationInfo>>;
+    async fn session_info(&self, collection_id: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>>;
+
+    // --- jobs
+    /// Takes the oldest runnable job (queued and due, or running with an expired lease).
+    async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>>;
+    /// Stores the extraction's events and profile changes, marks the session extracted (its
+    /// messages leave short-term memory) and the job done — all in one transaction.
+    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>>;
+    /// Records a failed attempt: queued again at `retry_at`, or `failed` when `None`.
+    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()>;
+    async fn list_jobs(&self, collection_id: CollectionId, filter: JobFilter) -> StoreResult<Vec<Job>>;
+    /// The earliest `run_after` of a queued job (to sleep until then).
+    async fn next_job_due(&self) -> StoreResult<Option<Millis>>;
+
+    // --- events
+    async fn insert_event(&self, e: NewEvent) -> StoreResult<Event>;
+    async fn get_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<Event>>;
+    async fn update_event(&self, collection_id: CollectionId, id: &str, patch: EventPatch, now: Millis)
+    -> StoreResult<Event>;
+    async fn delete_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<bool>;
+    /// Deletes every event matching the (non-empty) filter; returns how many.
+    async fn batch_delete_events(&self, collection_id: CollectionId, filter: EventFilter) -> StoreResult<u64>;
+    /// Events matching the filter, newest first.
+    async fn list_events(&self, collection_id: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>>;
+
+    // --- profiles
+    /// Conflict if the user already has a profile of that type (and assistant).
+    async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile>;
+    async fn update_profile(&self, collection_id: CollectionId, id: &str, patch: ProfilePatch, now: Millis)
+    -> StoreResult<Profile>;
+    async fn delete_profile(&self, collection_id: CollectionId, id: &str) -> StoreResult<bool>;
+    /// Profiles matching the filter, most recently updated first.
+    async fn list_profiles(
+        &self,
+        collection_id: CollectionId,
+        filter: ProfileFilter,
+        limit: u32,
+    ) -> StoreResult<Vec<Profile>>;
+}

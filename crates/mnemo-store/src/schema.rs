@@ -1,0 +1,147 @@
+//! The on-disk schema and its migrations. `PRAGMA user_version` records the version; each
+//! migration runs once, in order, in one transaction, so old data directories keep opening.
+
+use rusqlite::Connection;
+
+/// Each entry upgrades the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // v1: the foundation.
+    r#"
+    CREATE TABLE collections(
+        id INTEGER PRIMARY KEY,
+        project_name TEXT NOT NULL,
+        collection_name TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        schema_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE(project_name, collection_name)
+    );
+    CREATE TABLE conversations(
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        meta_json TEXT NOT NULL,
+        open_messages INTEGER NOT NULL DEFAULT 0,
+        open_tokens INTEGER NOT NULL DEFAULT 0,
+        wait_timeout_ms INTEGER NOT NULL,
+        last_write_at INTEGER NOT NULL,
+        idle_deadline INTEGER,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY(collection_id, conversation_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX conversations_deadline ON conversations(idle_deadline) WHERE idle_deadline IS NOT NULL;
+    CREATE TABLE messages(
+        id INTEGER PRIMARY KEY,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        session_id TEXT,
+        role TEXT NOT NULL,
+        name TEXT,
+        content TEXT NOT NULL,
+        time INTEGER NOT NULL,
+        tokens INTEGER NOT NULL,
+        idempotency_key TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX messages_conversation ON messages(collection_id, conversation_id, id);
+    CREATE INDEX messages_session ON messages(session_id) WHERE session_id IS NOT NULL;
+    CREATE UNIQUE INDEX messages_idempotency ON messages(collection_id, conversation_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE TABLE sessions(
+        session_id TEXT PRIMARY KEY,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        state TEXT NOT NULL,
+        message_count INTEGER NOT NULL,
+        token_count INTEGER NOT NULL,
+        meta_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        extracted_at INTEGER
+    );
+    CREATE INDEX sessions_conversation ON sessions(collection_id, conversation_id, created_at);
+    CREATE TABLE jobs(
+        job_id TEXT PRIMARY KEY,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        conversation_id TEXT,
+        session_id TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        last_error TEXT,
+        run_after INTEGER NOT NULL,
+        lease_until INTEGER,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX jobs_runnable ON jobs(state, run_after);
+    CREATE INDEX jobs_collection ON jobs(collection_id, created_at);
+    CREATE INDEX jobs_session ON jobs(session_id);
+    CREATE TABLE events(
+        id TEXT PRIMARY KEY,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        memory_type TEXT NOT NULL,
+        user_ids TEXT NOT NULL,
+        assistant_ids TEXT NOT NULL,
+        group_id TEXT,
+        session_id TEXT,
+        conversation_id TEXT,
+        scope TEXT,
+        class TEXT NOT NULL,
+        status TEXT NOT NULL,
+        time INTEGER NOT NULL,
+        memory_info TEXT NOT NULL,
+        source_message_ids TEXT NOT NULL,
+        hit_count INTEGER NOT NULL DEFAULT 0,
+        last_hit_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX events_collection_time ON events(collection_id, time);
+    CREATE INDEX events_session ON events(session_id) WHERE session_id IS NOT NULL;
+    -- Who an event is about, one row per user or assistant id, so filters use an index.
+    CREATE TABLE event_subjects(
+        collection_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,            -- 'u' user, 'a' assistant
+        subject_id TEXT NOT NULL,
+        event_id TEXT NOT NULL REFERENCES events(id) ON DELETE CASCADE,
+        PRIMARY KEY(collection_id, kind, subject_id, event_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX event_subjects_event ON event_subjects(event_id);
+    CREATE TABLE profiles(
+        id TEXT PRIMARY KEY,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        profile_type TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        assistant_id TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL,
+        attributes TEXT NOT NULL,
+        source_sessions TEXT NOT NULL DEFAULT '[]',
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE(collection_id, profile_type, user_id, assistant_id)
+    );
+    "#,
+];
+
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database up to [`SCHEMA_VERSION`]. Refuses a database written by a newer mnemo.
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<(), String>> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > SCHEMA_VERSION {
+        return Ok(Err(format!(
+            "the data directory has schema version {current}, newer than this mnemo understands ({SCHEMA_VERSION}); upgrade mnemo"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+        tracing::info!(version = i + 1, "applied store migration");
+    }
+    Ok(Ok(()))
+}
