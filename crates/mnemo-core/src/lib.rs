@@ -12,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod model;
 pub mod profile;
+pub mod ranking;
 pub mod service;
 pub mod store;
 pub mod tokens;

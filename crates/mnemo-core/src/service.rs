@@ -7,6 +7,7 @@ use crate::clock::Clock;
 use crate::error::{CoreError, CoreResult};
 use crate::extract::{ExtractError, ExtractionInput, Extractor};
 use crate::model::*;
+use crate::ranking::{self, Scores, TimeDecay};
 use crate::store::Store;
 use crate::tokens::TokenCounter;
 use crate::trigger::ExtractTrigger;
@@ -94,6 +95,24 @@ pub struct AddEventRequest {
     pub class: Option<String>,
     pub time: Option<Millis>,
     pub memory_info: Map<String, Value>,
+}
+
+pub const MAX_QUERY_CHARS: usize = 4000;
+
+#[derive(Clone, Debug)]
+pub struct EventSearch {
+    pub target: Target,
+    pub query: Option<String>,
+    pub filter: EventFilter,
+    pub limit: u32,
+    pub decay: TimeDecay,
+    pub custom_weight: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ScoredEvent {
+    pub event: Event,
+    pub scores: Scores,
 }
 
 pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
@@ -512,6 +531,36 @@ impl Service {
         validate_time_range(&filter)?;
         let c = self.collection_for_read(t).await?;
         Ok(self.store.list_events(c.id, filter, limit).await?)
+    }
+
+    /// `event/search`: with a query, ranked by relevance, time and custom weight; without one,
+    /// the newest first (scores still reported).
+    pub async fn search_events(&self, req: EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+        if req.filter.user_id.is_empty() && req.filter.assistant_id.is_empty() {
+            return Err(CoreError::invalid("filter.user_id", "at least one of filter.user_id and filter.assistant_id is required"));
+        }
+        if let Some(q) = &req.query {
+            let n = q.chars().count();
+            if n > MAX_QUERY_CHARS {
+                return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters, got {n}")));
+            }
+        }
+        validate_time_range(&req.filter)?;
+        let c = self.collection_for_read(&req.target).await?;
+        let now = self.now();
+        match req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+            None => {
+                let events = self.store.list_events(c.id, req.filter, req.limit).await?;
+                Ok(events
+                    .into_iter()
+                    .map(|e| {
+                        let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
+                        ScoredEvent { event: e, scores }
+                    })
+                    .collect())
+            }
+            Some(_) => Err(CoreError::invalid("query", "semantic search is not available in this build yet; omit query to list newest first")),
+        }
     }
 
     // ------------------------------------------------------------------ profiles

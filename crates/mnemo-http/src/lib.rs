@@ -1,1 +1,204 @@
-//! placeholder
+//! mnemo-http: the HTTP edge. axum routes under `/api/memory/…` (SPEC §2), the wire DTOs and
+//! their conversion into core requests, bearer-key auth per project, request ids, load shedding
+//! and the error → status mapping. Handlers only translate; all behaviour lives in
+//! `mnemo_core::Service`. This crate must not know SQL or any concrete store or provider.
+
+mod dto;
+mod error;
+mod json;
+mod routes;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use mnemo_core::Service;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub use error::{ApiError, ApiOk};
+
+/// An API key and the projects it may use (`*` = all).
+#[derive(Clone, Debug)]
+pub struct ApiKey {
+    pub key: String,
+    pub projects: Vec<String>,
+}
+
+/// Who is calling: anyone (loopback without keys), or the holder of a key.
+#[derive(Clone, Debug)]
+pub enum Principal {
+    Open,
+    Key { projects: Arc<Vec<String>> },
+}
+
+impl Principal {
+    pub fn check_project(&self, project: &str) -> Result<(), String> {
+        match self {
+            Principal::Open => Ok(()),
+            Principal::Key { projects } if projects.iter().any(|p| p == "*" || p == project) => Ok(()),
+            Principal::Key { projects } => Err(format!(
+                "project_name: this API key may not use project \"{project}\" (allowed: {})",
+                projects.join(", ")
+            )),
+        }
+    }
+}
+
+/// Per-request context the middleware puts in the request's extensions.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    pub request_id: String,
+    pub principal: Principal,
+}
+
+#[derive(Clone)]
+pub struct HttpConfig {
+    pub api_keys: Vec<ApiKey>,
+    pub max_body_bytes: usize,
+    /// Requests in flight above which new ones get 429 instead of queueing without bound.
+    pub max_in_flight: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self { api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    keys: Arc<Vec<ApiKey>>,
+    max_body_bytes: usize,
+    max_in_flight: usize,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Builds the router for `service`.
+pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
+    let state = AppState {
+        service,
+        keys: Arc::new(config.api_keys),
+        max_body_bytes: config.max_body_bytes,
+        max_in_flight: config.max_in_flight,
+        in_flight: Arc::new(AtomicUsize::new(0)),
+    };
+    let api = routes::api_routes()
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .nest("/api/memory", api)
+        .fallback(not_found_plain)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
+        .with_state(state)
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+/// Assigns the request id, authenticates, sheds load, and tags the response with the id.
+async fn auth_and_context(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
+        .map(str::to_string)
+        .unwrap_or_else(new_request_id);
+    let principal = if state.keys.is_empty() {
+        Principal::Open
+    } else {
+        let bearer = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        match bearer {
+            None => {
+                return with_id(
+                    ApiError::new(StatusCode::UNAUTHORIZED, &request_id, "Authorization: a `Bearer <key>` header is required").into_response(),
+                    &request_id,
+                );
+            }
+            Some(k) => match state.keys.iter().find(|key| constant_time_eq(key.key.as_bytes(), k.as_bytes())) {
+                Some(key) => Principal::Key { projects: Arc::new(key.projects.clone()) },
+                None => {
+                    return with_id(
+                        ApiError::new(StatusCode::UNAUTHORIZED, &request_id, "Authorization: unknown API key").into_response(),
+                        &request_id,
+                    );
+                }
+            },
+        }
+    };
+    let in_flight = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    let _guard = InFlight(state.in_flight.clone());
+    if in_flight > state.max_in_flight {
+        return with_id(
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, &request_id, format!("server busy: more than {} requests in flight; retry with backoff", state.max_in_flight))
+                .into_response(),
+            &request_id,
+        );
+    }
+    req.extensions_mut().insert(Ctx { request_id: request_id.clone(), principal });
+    let resp = next.run(req).await;
+    with_id(resp, &request_id)
+}
+
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn with_id(mut resp: Response, request_id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found(req: Request) -> Response {
+    let rid = req.extensions().get::<Ctx>().map(|c| c.request_id.clone()).unwrap_or_else(new_request_id);
+    let msg = if req.method() != axum::http::Method::POST {
+        return ApiError::new(StatusCode::METHOD_NOT_ALLOWED, &rid, format!("method: {} is not allowed; API endpoints take POST with a JSON body", req.method()))
+            .into_response();
+    } else {
+        format!("path: no endpoint {}", req.uri().path())
+    };
+    ApiError::new(StatusCode::NOT_FOUND, &rid, msg).into_response()
+}
+
+async fn not_found_plain(req: Request) -> Response {
+    ApiError::new(StatusCode::NOT_FOUND, &new_request_id(), format!("path: no endpoint {}", req.uri().path())).into_response()
+}
+
+fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "", "internal error").into_response()
+}
+
+/// Registers POST routes.
+pub(crate) fn post_routes(routes: &[(&'static str, axum::routing::MethodRouter<AppState>)]) -> Router<AppState> {
+    routes.iter().fold(Router::new(), |r, (path, h)| r.route(path, h.clone()))
+}
+
+pub(crate) fn p<H, T>(h: H) -> axum::routing::MethodRouter<AppState>
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    post(h)
+}

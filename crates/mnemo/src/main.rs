@@ -1,1 +1,84 @@
-fn main() {}
+//! `mnemo`: the one binary. A thin command-line layer over the library crates: it parses flags,
+//! loads the layered config and hands over to the composition root (`app`).
+
+mod app;
+mod bench;
+mod config;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use config::Config;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "mnemo", version, about = "mnemo — a memory service for LLM applications")]
+struct Cli {
+    /// YAML config file (every key optional; see mnemo.example.yaml).
+    #[arg(long, global = true, env = "MNEMO_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP server.
+    Serve {
+        /// Address to listen on (default 127.0.0.1:8600). Non-loopback addresses require API keys.
+        #[arg(long)]
+        bind: Option<String>,
+        /// Data directory (default ./mnemo-data).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Concurrent streaming_write clients: messages/s and ack latency, against GET /healthz as baseline.
+    Write {
+        /// A running server; default: an in-process server on a temporary data directory.
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long, env = "MNEMO_API_KEY")]
+        key: Option<String>,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Seconds per measured run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Command::Serve { bind, data } => {
+            if let Some(b) = bind {
+                cfg.server.bind = b;
+            }
+            if let Some(d) = data {
+                cfg.store.path = d;
+            }
+            rt.block_on(app::serve(cfg))
+        }
+        Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs } } => {
+            rt.block_on(bench::run(bench::WriteBench { url, key, concurrency: concurrency.max(1), seconds: seconds.max(1), runs: runs.max(1) }, cfg))
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! Wire DTOs: what clients send and receive. Conversion to core types is explicit here, so the
+//! core's records never become the JSON contract by accident.
+
+use crate::json::Scoped;
+use mnemo_core::model::*;
+use mnemo_core::service::{IncomingMessage, Target};
+use mnemo_core::{CoreError, ExtractTrigger};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value, json};
+
+fn default_project() -> String {
+    DEFAULT_PROJECT.to_string()
+}
+
+/// A string or a list of strings (the seed API accepts both for ids and types).
+#[derive(Clone, Debug, Default)]
+pub struct StrOrList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for StrOrList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            One(String),
+            Many(Vec<String>),
+        }
+        match Either::deserialize(d) {
+            Ok(Either::One(s)) => Ok(StrOrList(vec![s])),
+            Ok(Either::Many(v)) => Ok(StrOrList(v)),
+            Err(_) => Err(serde::de::Error::custom("must be a string or a list of strings")),
+        }
+    }
+}
+
+impl StrOrList {
+    pub fn into_checked(self, field: &str) -> Result<Vec<String>, CoreError> {
+        if self.0.len() > 100 {
+            return Err(CoreError::invalid(field, format!("must list at most 100 values, got {}", self.0.len())));
+        }
+        for v in &self.0 {
+            if v.is_empty() || v.chars().count() > 256 {
+                return Err(CoreError::invalid(field, "each value must be 1..=256 characters"));
+            }
+        }
+        Ok(self.0)
+    }
+}
+
+macro_rules! scoped {
+    ($($t:ty),*) => {$(
+        impl Scoped for $t {
+            fn project(&self) -> &str {
+                &self.project_name
+            }
+        }
+    )*};
+}
+
+/// The collection a request addresses.
+#[derive(Deserialize)]
+pub struct CollectionRef {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+}
+
+impl CollectionRef {
+    pub fn target(&self) -> Target {
+        Target { project: self.project_name.clone(), collection: self.collection_name.clone() }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ProjectOnly {
+    #[serde(default = "default_project")]
+    pub project_name: String,
+}
+
+// ------------------------------------------------------------------------- collections
+
+#[derive(Deserialize)]
+pub struct CollectionCreate {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub event_types: Vec<EventTypeDef>,
+    #[serde(default)]
+    pub profile_types: Vec<ProfileTypeDef>,
+}
+
+pub fn collection_json(c: &Collection) -> Value {
+    json!({
+        "collection_name": c.collection_name,
+        "project_name": c.project_name,
+        "description": c.description,
+        "event_types": c.schema.event_types,
+        "profile_types": c.schema.profile_types,
+        "created_at": c.created_at,
+    })
+}
+
+// ------------------------------------------------------------------------- write path
+
+#[derive(Deserialize)]
+pub struct MessageDto {
+    pub role: String,
+    pub content: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub time: Option<i64>,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct TriggerDto {
+    pub token_count: Option<i64>,
+    pub message_count: Option<i64>,
+    pub wait_timeout: Option<i64>,
+}
+
+#[derive(Deserialize)]
+pub struct WriteBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub conversation_id: String,
+    pub messages: Vec<MessageDto>,
+    #[serde(default)]
+    pub extract_trigger: Option<TriggerDto>,
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl WriteBody {
+    pub fn into_request(self, default_trigger: ExtractTrigger) -> Result<mnemo_core::service::WriteRequest, CoreError> {
+        let t = self.extract_trigger.unwrap_or_default();
+        let trigger = ExtractTrigger::from_parts(t.token_count, t.message_count, t.wait_timeout, default_trigger)?;
+        let mut messages = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.into_iter().enumerate() {
+            let role = Role::parse(&m.role).ok_or_else(|| {
+                CoreError::invalid(format!("messages[{i}].role"), format!("must be one of user, assistant, system, tool; got {:?}", m.role))
+            })?;
+            messages.push(IncomingMessage { role, content: m.content, name: m.name, time: m.time, idempotency_key: m.idempotency_key });
+        }
+        Ok(mnemo_core::service::WriteRequest {
+            project: self.project_name,
+            collection: self.collection_name,
+            conversation_id: self.conversation_id,
+            messages,
+            trigger,
+            meta: parse_metadata(self.metadata.unwrap_or_default())?,
+        })
+    }
+}
+
+fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> {
+    let get = |k: &str| -> Result<Option<String>, CoreError> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(other) => Err(CoreError::invalid(format!("metadata.{k}"), format!("must be a string, got {other}"))),
+        }
+    };
+    Ok(ConversationMeta {
+        user_id: get("user_id")?,
+        assistant_id: get("assistant_id")?,
+        group_id: get("group_id")?,
+        scope: get("scope")?,
+        extra: m,
+    })
+}
+
+#[derive(Deserialize)]
+pub struct ConversationBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub conversation_id: String,
+}
+
+#[derive(Deserialize)]
+pub struct SessionInfoBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub conversation_id: Option<String>,
+    pub session_id: Option<String>,
+}
+
+pub fn message_json(m: &StoredMessage) -> Value {
+    json!({
+        "message_id": m.message_id,
+        "role": m.role.as_str(),
+        "name": m.name,
+        "content": m.content,
+        "time": m.time,
+        "tokens": m.tokens,
+        "session_id": m.session_id,
+    })
+}
+
+pub fn job_json(j: &Job) -> Value {
+    json!({
+        "job_id": j.job_id,
+        "kind": j.kind,
+        "state": j.state.as_str(),
+        "conversation_id": j.conversation_id,
+        "session_id": j.session_id,
+        "attempts": j.attempts,
+        "max_attempts": j.max_attempts,
+        "last_error": j.last_error,
+        "run_after": j.run_after,
+        "token_usage": {"prompt_tokens": j.prompt_tokens, "completion_tokens": j.completion_tokens},
+        "created_at": j.created_at,
+        "updated_at": j.updated_at,
+    })
+}
+
+// ------------------------------------------------------------------------- events
+
+#[derive(Deserialize, Default)]
+pub struct EventFilterDto {
+    #[serde(default)]
+    pub user_id: Option<StrOrList>,
+    #[serde(default)]
+    pub assistant_id: Option<StrOrList>,
+    #[serde(default)]
+    pub memory_type: Option<StrOrList>,
+    /// `batch_delete_event` names the type `event_type`.
+    #[serde(default)]
+    pub event_type: Option<StrOrList>,
+    #[serde(default)]
+    pub group_id: Option<StrOrList>,
+    #[serde(default)]
+    pub session_id: Option<StrOrList>,
+    #[serde(default)]
+    pub conversation_id: Option<StrOrList>,
+    #[serde(default)]
+    pub scope: Option<StrOrList>,
+    #[serde(default)]
+    pub start_time: Option<i64>,
+    #[serde(default)]
+    pub end_time: Option<i64>,
+}
+
+impl EventFilterDto {
+    pub fn into_filter(self) -> Result<EventFilter, CoreError> {
+        let list = |v: Option<StrOrList>, f: &str| v.unwrap_or_default().into_checked(&format!("filter.{f}"));
+        let mut memory_type = list(self.memory_type, "memory_type")?;
+        memory_type.extend(list(self.event_type, "event_type")?);
+        Ok(EventFilter {
+            user_id: list(self.user_id, "user_id")?,
+            assistant_id: list(self.assistant_id, "assistant_id")?,
+            memory_type,
+            group_id: list(self.group_id, "group_id")?,
+            session_id: list(self.session_id, "session_id")?,
+            conversation_id: list(self.conversation_id, "conversation_id")?,
+            scope: list(self.scope, "scope")?,
+            start_time: self.start_time,
+            end_time: self.end_time,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub struct TimeDecayDto {
+    pub weight: f64,
+    #[serde(default)]
+    pub no_decay_period: Option<f64>,
+}
+
+#[derive(Deserialize)]
+pub struct EventSearchBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub filter: EventFilterDto,
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub time_decay_config: Option<TimeDecayDto>,
+    #[serde(default)]
+    pub custom_weight: Option<f64>,
+}
+
+#[derive(Deserialize)]
+pub struct EventAddBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(alias = "memory_type")]
+    pub event_type: String,
+    #[serde(default)]
+    pub user_id: Option<StrOrList>,
+    #[serde(default)]
+    pub assistant_id: Option<StrOrList>,
+    pub memory_info: Map<String, Value>,
+    #[serde(default)]
+    pub time: Option<i64>,
+    #[serde(default)]
+    pub group_id: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub class: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct EventUpdateBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub event_id: String,
+    #[serde(default)]
+    pub memory_info: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub time: Option<i64>,
+    #[serde(default, deserialize_with = "some_nullable")]
+    pub group_id: Option<Option<String>>,
+    #[serde(default, deserialize_with = "some_nullable")]
+    pub scope: Option<Option<String>>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// Distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
+fn some_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+pub struct EventIdBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub event_id: String,
+}
+
+#[derive(Deserialize)]
+pub struct BatchDeleteBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub filter: EventFilterDto,
+    #[serde(default)]
+    pub delete_type: Option<String>,
+}
+
+/// Scores attached to an event in a search result.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Scores {
+    pub score: f64,
+    pub origin_score: f64,
+    pub time_score: f64,
+    pub custom_weight_score: f64,
+}
+
+pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
+    let mut v = json!({
+        "id": e.id,
+        "event_id": e.id,
+        "memory_type": e.memory_type,
+        "user_id": e.user_id,
+        "assistant_id": e.assistant_id,
+        "session_id": e.session_id,
+        "conversation_id": e.conversation_id,
+        "group_id": e.group_id,
+        "scope": e.scope,
+        "class": e.class,
+        "time": e.time,
+        "status": e.status,
+        "labels": "",
+        "memory_info": e.memory_info,
+        "source_message_ids": e.source_message_ids,
+        "hit_count": e.hit_count,
+        "last_hit_at": e.last_hit_at,
+        "created_at": e.created_at,
+        "updated_at": e.updated_at,
+    });
+    if let Some(s) = s {
+        let o = v.as_object_mut().expect("object");
+        o.insert("score".into(), json!(s.score));
+        o.insert("origin_score".into(), json!(s.origin_score));
+        o.insert("time_score".into(), json!(s.time_score));
+        o.insert("custom_weight_score".into(), json!(s.custom_weight_score));
+    }
+    v
+}
+
+// ------------------------------------------------------------------------- profiles
+
+#[derive(Deserialize, Default)]
+pub struct ProfileFilterDto {
+    #[serde(default)]
+    pub user_id: Option<StrOrList>,
+    #[serde(default)]
+    pub assistant_id: Option<StrOrList>,
+    #[serde(default, alias = "memory_type")]
+    pub profile_type: Option<StrOrList>,
+}
+
+#[derive(Deserialize)]
+pub struct ProfileSearchBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub filter: ProfileFilterDto,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Deserialize)]
+pub struct ProfileAddBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default, alias = "memory_type")]
+    pub profile_type: Option<String>,
+    pub user_id: String,
+    #[serde(default)]
+    pub assistant_id: Option<String>,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub attributes: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+pub struct ProfileUpdateBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub profile_id: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub attributes: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub replace_attributes: bool,
+}
+
+#[derive(Deserialize)]
+pub struct ProfileIdBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub profile_id: String,
+}
+
+pub fn profile_json(p: &Profile) -> Value {
+    json!({
+        "id": p.id,
+        "profile_id": p.id,
+        "memory_type": p.profile_type,
+        "profile_type": p.profile_type,
+        "user_id": p.user_id,
+        "assistant_id": p.assistant_id,
+        "memory_info": {"content": p.content, "attributes": p.attributes},
+        "content": p.content,
+        "attributes": p.attributes,
+        "source_session_ids": p.source_session_ids,
+        "created_at": p.created_at,
+        "updated_at": p.updated_at,
+    })
+}
+
+// ------------------------------------------------------------------------- jobs
+
+#[derive(Deserialize)]
+pub struct JobListBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+scoped!(
+    CollectionRef, ProjectOnly, CollectionCreate, WriteBody, ConversationBody, SessionInfoBody, EventSearchBody,
+    EventAddBody, EventUpdateBody, EventIdBody, BatchDeleteBody, ProfileSearchBody, ProfileAddBody, ProfileUpdateBody,
+    ProfileIdBody, JobListBody
+);
+
+/// Checks `limit` against 1..=5000 (SPEC §2.3), with a default.
+pub fn limit(v: Option<i64>, default: u32) -> Result<u32, CoreError> {
+    let (lo, hi) = mnemo_core::service::LIMIT_RANGE;
+    match v {
+        None => Ok(default),
+        Some(n) if (lo..=hi).contains(&n) => Ok(n as u32),
+        Some(n) => Err(CoreError::invalid("limit", format!("must be an integer in {lo}..={hi}, got {n}"))),
+    }
+}

@@ -1,0 +1,55 @@
+//! `ApiJson<T>`: reads the body under the size limit, parses it with the failing field's path in
+//! the error (`messages[3].role: unknown variant …`), and checks that the caller's key may use the
+//! request's project. Every `/api/memory` handler takes its input through it.
+
+use crate::error::ApiError;
+use crate::{AppState, Ctx};
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+/// A request body that names the project it acts on.
+pub trait Scoped {
+    fn project(&self) -> &str;
+}
+
+pub struct ApiJson<T> {
+    pub ctx: Ctx,
+    pub body: T,
+}
+
+impl<T> FromRequest<AppState> for ApiJson<T>
+where
+    T: DeserializeOwned + Scoped + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let ctx = req.extensions().get::<Ctx>().cloned().expect("the auth layer runs first");
+        let rid = ctx.request_id.clone();
+        let limit = state.max_body_bytes;
+        let bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, &rid, format!("body: must be at most {limit} bytes"))
+        })?;
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request(&rid, "body: a JSON object is required"));
+        }
+        let de = &mut serde_json::Deserializer::from_slice(&bytes);
+        let body: T = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let msg = inner.to_string();
+            // serde_json appends " at line L column C"; the field path says more.
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            if inner.is_syntax() || inner.is_eof() {
+                ApiError::bad_request(&rid, format!("body: malformed JSON: {inner}"))
+            } else if path == "." {
+                ApiError::bad_request(&rid, format!("body: {msg}"))
+            } else {
+                ApiError::bad_request(&rid, format!("{path}: {msg}"))
+            }
+        })?;
+        ctx.principal.check_project(body.project()).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
+        Ok(ApiJson { ctx, body })
+    }
+}

@@ -1,0 +1,152 @@
+//! The composition root: builds the store, providers and `Service` from config, and runs the
+//! HTTP server until a shutdown signal. The only place that names concrete implementations.
+
+use crate::config::Config;
+use anyhow::{Context, Result, bail};
+use mnemo_core::service::ServiceConfig;
+use mnemo_core::{Clock, Extractor, Service, Store, SystemClock};
+use mnemo_providers::{FaultInjectingExtractor, RulesConfig, RulesExtractor};
+use mnemo_store::{Durability, SqliteOptions, SqliteStore};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
+    let store: Arc<dyn Store> = match cfg.store.engine.as_str() {
+        "sqlite" => {
+            let durability = match cfg.store.durability.as_str() {
+                "process" => Durability::Process,
+                "power_loss" => Durability::PowerLoss,
+                other => bail!("store.durability: must be process or power_loss, got {other:?}"),
+            };
+            let opts = SqliteOptions { durability, cache_mib: cfg.store.cache_mib, ..Default::default() };
+            Arc::new(
+                SqliteStore::open(&cfg.store.path, opts)
+                    .with_context(|| format!("opening the store in {}", cfg.store.path.display()))?,
+            )
+        }
+        other => bail!("store.engine: {other:?} is not available in this build (use sqlite)"),
+    };
+    let extractor: Arc<dyn Extractor> = match cfg.extraction.provider.as_str() {
+        "rules" => Arc::new(RulesExtractor::new(RulesConfig {
+            ignore_system: cfg.session.ignore_system,
+            ignore_tools: cfg.session.ignore_tools,
+            ..Default::default()
+        })),
+        other => bail!("extraction.provider: {other:?} is not available in this build (use rules)"),
+    };
+    let extractor: Arc<dyn Extractor> = match cfg.extraction.fault_injection.fail_first_attempts {
+        0 => extractor,
+        n => {
+            tracing::warn!(n, "fault injection is on: the first {n} extraction attempts will fail");
+            Arc::new(FaultInjectingExtractor::new(extractor, n))
+        }
+    };
+    let s = &cfg.session;
+    let default_trigger = mnemo_core::ExtractTrigger::from_parts(
+        Some(s.token_count as i64),
+        Some(s.message_count as i64),
+        Some(s.wait_timeout as i64),
+        Default::default(),
+    )
+    .map_err(|e| anyhow::anyhow!("session.{e}"))?;
+    let e = &cfg.extraction;
+    let config = ServiceConfig {
+        default_trigger,
+        auto_create_collections: s.auto_create_collections,
+        max_job_attempts: e.max_attempts.max(1),
+        retry_base: Duration::from_millis(e.retry_base_ms),
+        retry_max: Duration::from_millis(e.retry_max_ms),
+        job_lease: Duration::from_secs(e.timeout_secs.saturating_mul(2).max(30)),
+        extraction_timeout: Duration::from_secs(e.timeout_secs.max(1)),
+        workers: e.workers.max(1),
+        poll_interval: Duration::from_millis(s.poll_interval_ms.clamp(10, 60_000)),
+    };
+    Ok(Service::new(store, extractor, clock, config))
+}
+
+/// Refuses a non-loopback bind without API keys (secure by default).
+pub fn check_bind_security(addr: &SocketAddr, keys: &[mnemo_http::ApiKey]) -> Result<()> {
+    if !addr.ip().is_loopback() && keys.is_empty() {
+        bail!(
+            "refusing to listen on {addr} without API keys: anyone on the network could read and write memories.\n\
+             Add server.api_keys (e.g. `api_keys: [{{key_env: MNEMO_KEY_A, projects: [default]}}]`) or bind to 127.0.0.1."
+        );
+    }
+    Ok(())
+}
+
+/// A running server: where it listens, and how to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish, stops the background loops.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.server).await;
+        for h in self.background {
+            let _ = tokio::time::timeout(Duration::from_secs(10), h).await;
+        }
+    }
+}
+
+/// Binds and starts serving in the background (used by `serve`, `bench` and tests).
+pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
+    let keys = cfg.api_keys()?;
+    check_bind_security(&bind, &keys)?;
+    let service = build_service(cfg, Arc::new(SystemClock))?;
+    let router = mnemo_http::router(
+        service.clone(),
+        mnemo_http::HttpConfig { api_keys: keys, max_body_bytes: cfg.server.max_body_bytes, max_in_flight: cfg.server.max_in_flight },
+    );
+    let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
+    let addr = listener.local_addr()?;
+    let (stop, stop_rx) = watch::channel(false);
+    let background = service.spawn_background(stop_rx.clone());
+    let mut server_stop = stop_rx;
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    Ok(Running { addr, stop, server, background })
+}
+
+/// `mnemo serve`: runs until SIGTERM or Ctrl-C.
+pub async fn serve(cfg: Config) -> Result<()> {
+    let bind = cfg.bind_addr()?;
+    let running = start(&cfg, bind).await?;
+    println!("mnemo listening on http://{} (data: {})", running.addr, cfg.store.path.display());
+    use std::io::Write;
+    std::io::stdout().flush().ok();
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    println!("mnemo stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

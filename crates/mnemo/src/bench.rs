@@ -1,0 +1,160 @@
+//! `mnemo bench write`: concurrent `streaming_write` clients against a server (an in-process one
+//! on a temporary data directory unless `--url` is given), reporting messages/s and the ack
+//! latency distribution. As a baseline it first drives `GET /healthz` with the same clients in the
+//! same process: the HTTP floor, so the write path's own cost is the difference.
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+pub struct WriteBench {
+    pub url: Option<String>,
+    pub key: Option<String>,
+    pub concurrency: usize,
+    pub seconds: u64,
+    pub runs: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Figures {
+    pub requests: usize,
+    pub errors: usize,
+    pub per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(&v, 0.5)
+}
+
+async fn drive(client: &reqwest::Client, base: &str, key: Option<&str>, concurrency: usize, dur: Duration, write: bool, run: usize) -> Figures {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let client = client.clone();
+        let base = base.to_string();
+        let key = key.map(str::to_string);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            let mut i = 0u64;
+            while start.elapsed() < dur {
+                let t0 = Instant::now();
+                let ok = if write {
+                    let body = json!({
+                        "collection_name": "bench",
+                        "conversation_id": format!("bench-r{run}-w{w}"),
+                        "messages": [{"role": if i % 2 == 0 {"user"} else {"assistant"},
+                                      "content": format!("Message {i} from writer {w}: 我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？")}],
+                        "metadata": {"user_id": format!("user-{w}")}
+                    });
+                    let mut req = client.post(format!("{base}/api/memory/session/streaming_write")).json(&body);
+                    if let Some(k) = &key {
+                        req = req.bearer_auth(k);
+                    }
+                    matches!(req.send().await, Ok(r) if r.status().is_success())
+                } else {
+                    matches!(client.get(format!("{base}/healthz")).send().await, Ok(r) if r.status().is_success())
+                };
+                lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+                if !ok {
+                    errors += 1;
+                }
+                i += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.expect("bench task");
+        all.extend(l);
+        errors += e;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.sort_by(|a, b| a.total_cmp(b));
+    Figures {
+        requests: all.len(),
+        errors,
+        per_sec: all.len() as f64 / elapsed,
+        p50_ms: percentile(&all, 0.5),
+        p99_ms: percentile(&all, 0.99),
+    }
+}
+
+pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
+    let _tmp;
+    let mut running = None;
+    let base = match &b.url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None => {
+            let dir = tempfile::tempdir().context("temp dir")?;
+            let mut cfg = cfg;
+            cfg.store.path = dir.path().to_path_buf();
+            cfg.server.max_in_flight = 100_000;
+            _tmp = dir;
+            let r = crate::app::start(&cfg, "127.0.0.1:0".parse()?).await?;
+            let base = format!("http://{}", r.addr);
+            running = Some(r);
+            base
+        }
+    };
+    let client = reqwest::Client::builder().pool_max_idle_per_host(b.concurrency * 2).build()?;
+    let dur = Duration::from_secs(b.seconds);
+    println!(
+        "write benchmark: {} clients, {} s per run, {} runs, server {}",
+        b.concurrency,
+        b.seconds,
+        b.runs,
+        if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
+    );
+    // Warm-up: connections, tokenizer, SQLite caches.
+    drive(&client, &base, b.key.as_deref(), b.concurrency, Duration::from_secs(1), true, 999).await;
+    let (mut hz, mut wr) = (Vec::new(), Vec::new());
+    for run in 0..b.runs {
+        let h = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, false, run).await;
+        let w = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, true, run).await;
+        println!(
+            "run {run}: healthz {:>8.0} req/s p50 {:.2} ms p99 {:.2} ms | streaming_write {:>8.0} msg/s p50 {:.2} ms p99 {:.2} ms errors {}",
+            h.per_sec, h.p50_ms, h.p99_ms, w.per_sec, w.p50_ms, w.p99_ms, w.errors
+        );
+        hz.push(h);
+        wr.push(w);
+    }
+    let m = |v: &[Figures], f: fn(&Figures) -> f64| median(v.iter().map(f).collect());
+    println!("median of {} runs:", b.runs);
+    println!(
+        "  baseline GET /healthz:     {:>8.0} req/s  p50 {:.2} ms  p99 {:.2} ms",
+        m(&hz, |f| f.per_sec),
+        m(&hz, |f| f.p50_ms),
+        m(&hz, |f| f.p99_ms)
+    );
+    println!(
+        "  session/streaming_write:   {:>8.0} msg/s  p50 {:.2} ms  p99 {:.2} ms  errors {}",
+        m(&wr, |f| f.per_sec),
+        m(&wr, |f| f.p50_ms),
+        m(&wr, |f| f.p99_ms),
+        wr.iter().map(|f| f.errors).sum::<usize>()
+    );
+    println!(
+        "  ratio write/baseline: throughput {:.2}×, p50 {:.2}×, p99 {:.2}×",
+        m(&wr, |f| f.per_sec) / m(&hz, |f| f.per_sec),
+        m(&wr, |f| f.p50_ms) / m(&hz, |f| f.p50_ms),
+        m(&wr, |f| f.p99_ms) / m(&hz, |f| f.p99_ms)
+    );
+    if let Some(r) = running {
+        r.shutdown().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! The configuration: documented defaults < YAML file (`--config`) < `MNEMO_<SECTION>__<KEY>`
+//! environment variables < command-line flags. Every key is optional; `mnemo.example.yaml` at the
+//! repository root lists them all with their defaults.
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub extraction: ExtractionConfig,
+    pub session: SessionConfig,
+    pub inject: InjectConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub bind: String,
+    pub api_keys: Vec<ApiKeyConfig>,
+    pub max_body_bytes: usize,
+    pub max_in_flight: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self { bind: "127.0.0.1:8600".into(), api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Name of the environment variable holding the key (preferred).
+    pub key_env: Option<String>,
+    /// The key itself (for local use).
+    pub key: Option<String>,
+    #[serde(default = "all_projects")]
+    pub projects: Vec<String>,
+}
+
+fn all_projects() -> Vec<String> {
+    vec!["*".into()]
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub engine: String,
+    pub path: PathBuf,
+    /// `process` (survives kill -9) or `power_loss` (fsync on every group commit).
+    pub durability: String,
+    pub cache_mib: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { engine: "sqlite".into(), path: PathBuf::from("./mnemo-data"), durability: "process".into(), cache_mib: 64 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExtractionConfig {
+    pub provider: String,
+    pub workers: usize,
+    pub max_attempts: u32,
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    pub timeout_secs: u64,
+    pub fault_injection: FaultInjectionConfig,
+}
+
+impl Default for ExtractionConfig {
+    fn default() -> Self {
+        Self {
+            provider: "rules".into(),
+            workers: 2,
+            max_attempts: 10,
+            retry_base_ms: 2000,
+            retry_max_ms: 600_000,
+            timeout_secs: 120,
+            fault_injection: FaultInjectionConfig::default(),
+        }
+    }
+}
+
+/// For resilience tests and drills only: make the first N extraction attempts fail.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultInjectionConfig {
+    pub fail_first_attempts: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionConfig {
+    pub ignore_tools: bool,
+    pub ignore_system: bool,
+    pub auto_create_collections: bool,
+    pub token_count: u64,
+    pub message_count: u64,
+    pub wait_timeout: u64,
+    /// How often (at most) the background loops look for due work, ms.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            ignore_tools: true,
+            ignore_system: true,
+            auto_create_collections: true,
+            token_count: 1000,
+            message_count: 20,
+            wait_timeout: 604_800,
+            poll_interval_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InjectConfig {
+    pub max_tokens: u32,
+}
+
+impl Default for InjectConfig {
+    fn default() -> Self {
+        Self { max_tokens: 1200 }
+    }
+}
+
+impl Config {
+    /// Loads the layers: file (if given), then `MNEMO_*` variables from `env`.
+    pub fn load(file: Option<&Path>, env: impl Iterator<Item = (String, String)>) -> Result<Self> {
+        let mut tree: Value = match file {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading config file {}", p.display()))?;
+                if text.trim().is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    serde_norway::from_str(&text).with_context(|| format!("parsing config file {}", p.display()))?
+                }
+            }
+            None => Value::Object(Default::default()),
+        };
+        if tree.is_null() {
+            tree = Value::Object(Default::default());
+        }
+        for (k, v) in env {
+            let Some(rest) = k.strip_prefix("MNEMO_") else { continue };
+            if !rest.contains("__") {
+                continue; // e.g. MNEMO_KEY_A: a key referenced by key_env, not an override
+            }
+            let path: Vec<String> = rest.split("__").map(|s| s.to_lowercase()).collect();
+            let value: Value = serde_norway::from_str(&v).unwrap_or(Value::String(v.clone()));
+            set_path(&mut tree, &path, value).with_context(|| format!("applying {k}"))?;
+        }
+        serde_json::from_value(tree).context("invalid configuration (see mnemo.example.yaml for every key)")
+    }
+
+    /// Resolves API keys from their environment variables.
+    pub fn api_keys(&self) -> Result<Vec<mnemo_http::ApiKey>> {
+        let mut out = Vec::new();
+        for (i, k) in self.server.api_keys.iter().enumerate() {
+            let key = match (&k.key_env, &k.key) {
+                (Some(var), _) => std::env::var(var)
+                    .with_context(|| format!("server.api_keys[{i}].key_env: environment variable {var} is not set"))?,
+                (None, Some(key)) => key.clone(),
+                (None, None) => bail!("server.api_keys[{i}]: give key_env (preferred) or key"),
+            };
+            if key.len() < 16 {
+                bail!("server.api_keys[{i}]: a key must be at least 16 characters");
+            }
+            out.push(mnemo_http::ApiKey { key, projects: k.projects.clone() });
+        }
+        Ok(out)
+    }
+
+    pub fn bind_addr(&self) -> Result<SocketAddr> {
+        self.server.bind.parse().with_context(|| format!("server.bind: {:?} is not an address like 127.0.0.1:8600", self.server.bind))
+    }
+}
+
+fn set_path(tree: &mut Value, path: &[String], value: Value) -> Result<()> {
+    let mut node = tree;
+    for (i, key) in path.iter().enumerate() {
+        if !node.is_object() {
+            bail!("{} is not a section", path[..i].join("."));
+        }
+        let obj = node.as_object_mut().expect("checked above");
+        if i + 1 == path.len() {
+            obj.insert(key.clone(), value);
+            return Ok(());
+        }
+        node = obj.entry(key.clone()).or_insert_with(|| Value::Object(Default::default()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.yaml");
+        std::fs::write(&f, "server:\n  bind: 127.0.0.1:9000\ninject: {max_tokens: 800}\n").unwrap();
+        let env = vec![
+            ("MNEMO_INJECT__MAX_TOKENS".to_string(), "900".to_string()),
+            ("MNEMO_EXTRACTION__PROVIDER".to_string(), "rules".to_string()),
+            ("MNEMO_KEY_A".to_string(), "not an override".to_string()),
+        ];
+        let c = Config::load(Some(&f), env.into_iter()).unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:9000");
+        assert_eq!(c.inject.max_tokens, 900);
+        assert_eq!(c.session.message_count, 20);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let env = vec![("MNEMO_SERVER__BINDD".to_string(), "x".to_string())];
+        let err = Config::load(None, env.into_iter()).unwrap_err();
+        assert!(format!("{err:#}").contains("bindd"), "{err:#}");
+    }
+}
