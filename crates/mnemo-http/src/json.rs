@@ -31,8 +31,8 @@ where
         let bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, &rid, format!("body: must be at most {limit} bytes"))
         })?;
-        if bytes.is_empty() {
-            return Err(ApiError::bad_request(&rid, "body: a JSON object is required"));
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::bad_request(&rid, "body: must be a JSON object"));
         }
         let de = &mut serde_json::Deserializer::from_slice(&bytes);
         let body: T = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -43,6 +43,9 @@ where
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             if inner.is_syntax() || inner.is_eof() {
                 ApiError::bad_request(&rid, format!("body: malformed JSON: {inner}"))
+            } else if let Some(field) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
+                let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
+                ApiError::bad_request(&rid, format!("{full}: is required"))
             } else if path == "." {
                 ApiError::bad_request(&rid, format!("body: {msg}"))
             } else {

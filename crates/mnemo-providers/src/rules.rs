@@ -322,7 +322,7 @@ static RULES: LazyLock<Vec<(Regex, Op)>> = LazyLock::new(|| {
 fn clean_value(v: &str) -> Option<String> {
     let v = v.trim().trim_end_matches(['了', '的', '啊', '呢', '吧', '呀', '哦']).trim();
     let v = v.strip_prefix("the ").unwrap_or(v);
-    let v = [" anymore", " any more", " very much", " so much", " a lot", " too", " either"]
+    let v = [" anymore", " any more", " very much", " so much", " a lot", " too", " either", " now", " currently", " these days", " nowadays", " at the moment"]
         .iter()
         .fold(v, |v, tail| v.strip_suffix(tail).unwrap_or(v))
         .trim();

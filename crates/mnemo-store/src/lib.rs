@@ -88,7 +88,11 @@ impl SqliteStore {
                 Some(c) => c,
                 None => open_conn(&path, &options, true).map_err(backend)?,
             };
+            // One snapshot for the whole read: a read made of several queries must not see a
+            // commit land between them (e.g. a job `done` without its events).
+            conn.execute_batch("BEGIN").map_err(backend)?;
             let out = f(&conn);
+            let _ = conn.execute_batch("COMMIT");
             let mut pool = pool.lock().expect("reader pool");
             if pool.len() < options.readers {
                 pool.push(conn);

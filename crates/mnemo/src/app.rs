@@ -125,14 +125,20 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
 pub async fn serve(cfg: Config) -> Result<()> {
     let bind = cfg.bind_addr()?;
     let running = start(&cfg, bind).await?;
-    println!("mnemo listening on http://{} (data: {})", running.addr, cfg.store.path.display());
-    use std::io::Write;
-    std::io::stdout().flush().ok();
+    // Written without println!: a closed stdout (a supervisor that stopped reading) must not panic.
+    say(&format!("mnemo listening on http://{} (data: {})", running.addr, cfg.store.path.display()));
     wait_for_signal().await;
     tracing::info!("shutting down");
     running.shutdown().await;
-    println!("mnemo stopped");
+    say("mnemo stopped");
     Ok(())
+}
+
+fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 async fn wait_for_signal() {

@@ -126,8 +126,8 @@ pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
         let h = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, false, run).await;
         let w = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, true, run).await;
         println!(
-            "run {run}: healthz {:>8.0} req/s p50 {:.2} ms p99 {:.2} ms | streaming_write {:>8.0} msg/s p50 {:.2} ms p99 {:.2} ms errors {}",
-            h.per_sec, h.p50_ms, h.p99_ms, w.per_sec, w.p50_ms, w.p99_ms, w.errors
+            "run {run}: healthz {:>8.0} req/s p50 {:.2} ms p99 {:.2} ms | streaming_write {:>8.0} msg/s ({} acks) p50 {:.2} ms p99 {:.2} ms errors {}",
+            h.per_sec, h.p50_ms, h.p99_ms, w.per_sec, w.requests, w.p50_ms, w.p99_ms, w.errors
         );
         hz.push(h);
         wr.push(w);

@@ -1,0 +1,53 @@
+//! Security by default: open on loopback without keys, refuses other binds without keys, bearer
+//! keys scoped to projects, body size limit.
+
+use crate::harness::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn non_loopback_bind_without_keys_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("m.yaml");
+    std::fs::write(&cfg, "").unwrap();
+    let err = Server::spawn(&cfg, &dir.path().join("d"), "0.0.0.0:0", &[]).err().expect("must refuse");
+    assert!(err.contains("without API keys"), "{err}");
+}
+
+#[tokio::test]
+async fn keys_are_required_and_scoped_to_projects() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("m.yaml");
+    std::fs::write(
+        &cfg,
+        "server:\n  api_keys:\n    - {key_env: TEST_KEY_A, projects: [default]}\n    - {key: bbbbbbbbbbbbbbbbbbbbbbbb, projects: [other]}\n",
+    )
+    .unwrap();
+    let mut s = Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &[("TEST_KEY_A", "aaaaaaaaaaaaaaaaaaaaaaaa")]).unwrap();
+    let body = json!({"collection_name": "c", "conversation_id": "x", "messages": [{"role": "user", "content": "hi"}]});
+    let (st, v) = s.post("session/streaming_write", body.clone()).await;
+    assert_eq!((st, v["code"].clone()), (401, json!(40100)), "{v}");
+    s.key = Some("wrong-key-wrong-key".into());
+    assert_eq!(s.post("session/streaming_write", body.clone()).await.0, 401);
+    s.key = Some("bbbbbbbbbbbbbbbbbbbbbbbb".into());
+    let (st, v) = s.post("session/streaming_write", body.clone()).await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("project_name:"));
+    s.key = Some("aaaaaaaaaaaaaaaaaaaaaaaa".into());
+    assert_eq!(s.post("session/streaming_write", body).await.0, 200);
+    // healthz stays open for load balancers.
+    let r = reqwest::get(format!("{}/healthz", s.base)).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413() {
+    let s = Server::start("server:\n  max_body_bytes: 10000\n");
+    let big = "x".repeat(20_000);
+    let (st, v) = s
+        .post("session/streaming_write", json!({"collection_name": "c", "conversation_id": "big", "messages": [{"role": "user", "content": big}]}))
+        .await;
+    assert_eq!((st, v["code"].clone()), (413, json!(41300)), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("10000"));
+    let (st, _) = s.post("session/info", json!({"collection_name": "c", "conversation_id": "big"})).await;
+    assert_eq!(st, 404, "nothing was stored");
+}

@@ -1,0 +1,170 @@
+//! Starting, stopping and talking to a real `mnemo serve` process.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_mnemo");
+
+/// Config every test server gets unless it overrides: fast background polling.
+const BASE_CONFIG: &str = "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 200\n";
+
+pub struct Server {
+    child: Option<Child>,
+    pub base: String,
+    pub data: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+    config: PathBuf,
+    pub client: reqwest::Client,
+    pub key: Option<String>,
+}
+
+impl Server {
+    /// Starts a server with `extra` YAML appended to the base config, on a fresh data directory.
+    pub fn start(extra: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let config = dir.path().join("mnemo.yaml");
+        std::fs::write(&config, format!("{BASE_CONFIG}{extra}")).unwrap();
+        let mut s = Server::spawn(&config, &data, "127.0.0.1:0", &[]).expect("server starts");
+        s._dir = Some(dir);
+        s
+    }
+
+    /// Spawns `mnemo serve`; returns the error output if it exits instead of listening.
+    pub fn spawn(config: &Path, data: &Path, bind: &str, env: &[(&str, &str)]) -> Result<Server, String> {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--config"]).arg(config).args(["--bind", bind, "--data"]).arg(data);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.env("MNEMO_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn mnemo");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let Some(addr) = line.trim().strip_prefix("mnemo listening on ").and_then(|r| r.split(' ').next()) else {
+            let out = child.wait_with_output().unwrap();
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        };
+        Ok(Server {
+            base: addr.to_string(),
+            child: Some(child),
+            data: data.to_path_buf(),
+            _dir: None,
+            config: config.to_path_buf(),
+            client: reqwest::Client::new(),
+            key: None,
+        })
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        Command::new("kill").args(["-TERM", &c.id().to_string()]).status().unwrap();
+        c.wait().unwrap()
+    }
+
+    /// Starts a new process on the same data directory and config.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let dir = self._dir.take();
+        let mut s = Server::spawn(&self.config, &self.data, "127.0.0.1:0", &[]).expect("restart");
+        s._dir = dir;
+        s.key = self.key.take();
+        *self = s;
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let mut req = self.client.post(format!("{}/api/memory/{path}", self.base)).json(&body);
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: non-JSON body {text:?}"));
+        (status, v)
+    }
+
+    /// POSTs and asserts success; returns `data`.
+    pub async fn ok(&self, path: &str, body: Value) -> Value {
+        let (status, v) = self.post(path, body.clone()).await;
+        assert_eq!(status, 200, "{path} {body} -> {v}");
+        assert_eq!(v["code"], 0, "{path} -> {v}");
+        assert!(v["request_id"].as_str().is_some_and(|s| !s.is_empty()));
+        v["data"].clone()
+    }
+
+    pub async fn write(&self, conv: &str, messages: Value, trigger: Value, user: &str) -> Value {
+        self.ok(
+            "session/streaming_write",
+            json!({"collection_name": "c", "conversation_id": conv, "messages": messages,
+                   "extract_trigger": trigger, "metadata": {"user_id": user}}),
+        )
+        .await
+    }
+
+    /// Every message of a conversation, pending or closed, oldest first (by message id).
+    pub async fn all_messages(&self, conv: &str) -> Vec<Value> {
+        let info = self.ok("session/info", json!({"collection_name": "c", "conversation_id": conv})).await;
+        let mut out: Vec<Value> = info["messages"].as_array().unwrap().clone();
+        for s in info["sessions"].as_array().unwrap() {
+            let d = self.ok("session/info", json!({"collection_name": "c", "session_id": s["session_id"]})).await;
+            for m in d["messages"].as_array().unwrap() {
+                if !out.iter().any(|o| o["message_id"] == m["message_id"]) {
+                    out.push(m.clone());
+                }
+            }
+        }
+        out.sort_by_key(|m| m["message_id"].as_i64().unwrap());
+        out
+    }
+
+    pub async fn jobs(&self) -> Vec<Value> {
+        self.ok("job/list", json!({"collection_name": "c", "limit": 5000})).await["jobs"].as_array().unwrap().clone()
+    }
+
+    pub async fn events(&self, user: &str) -> Vec<Value> {
+        self.ok("event/search", json!({"collection_name": "c", "filter": {"user_id": user}, "limit": 5000})).await["result_list"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics after `secs` seconds.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn msgs(pairs: &[(&str, &str)]) -> Value {
+    Value::Array(pairs.iter().map(|(r, c)| json!({"role": r, "content": c})).collect())
+}

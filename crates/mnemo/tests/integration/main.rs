@@ -1,0 +1,11 @@
+//! Integration tests: every test starts the real `mnemo` binary on port 0 with a temporary data
+//! directory and talks to it over HTTP on loopback, exactly as a client would.
+
+mod harness;
+
+mod auth;
+mod bad_input;
+mod crash;
+mod crud;
+mod extraction;
+mod write_path;
