@@ -171,7 +171,9 @@ impl CollectionSchema {
     pub fn builtin_event_v1() -> EventTypeDef {
         EventTypeDef {
             name: EVENT_V1.into(),
-            description: "Something the user did, said, decided or asked about, in one sentence or two.".into(),
+            description:
+                "Something the user did, said, decided or asked about, in one sentence or two."
+                    .into(),
             fields: vec![FieldDef {
                 name: "summary".into(),
                 field_type: FieldType::String,
@@ -187,7 +189,8 @@ impl CollectionSchema {
     pub fn builtin_profile_v1() -> ProfileTypeDef {
         ProfileTypeDef {
             name: PROFILE_V1.into(),
-            description: "Stable facts about the user: who they are, where they live, what they like.".into(),
+            description:
+                "Stable facts about the user: who they are, where they live, what they like.".into(),
             fields: vec![
                 FieldDef {
                     name: "content".into(),
@@ -209,14 +212,20 @@ impl CollectionSchema {
     }
 
     /// The built-in schema; custom types are added beside the built-ins, which always exist.
-    pub fn with_builtins(mut event_types: Vec<EventTypeDef>, mut profile_types: Vec<ProfileTypeDef>) -> Self {
+    pub fn with_builtins(
+        mut event_types: Vec<EventTypeDef>,
+        mut profile_types: Vec<ProfileTypeDef>,
+    ) -> Self {
         if !event_types.iter().any(|t| t.name == EVENT_V1) {
             event_types.insert(0, Self::builtin_event_v1());
         }
         if !profile_types.iter().any(|t| t.name == PROFILE_V1) {
             profile_types.insert(0, Self::builtin_profile_v1());
         }
-        Self { event_types, profile_types }
+        Self {
+            event_types,
+            profile_types,
+        }
     }
 
     pub fn event_type(&self, name: &str) -> Option<&EventTypeDef> {

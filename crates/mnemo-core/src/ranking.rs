@@ -24,11 +24,22 @@ pub struct TimeDecay {
 }
 
 impl TimeDecay {
-    pub const NONE: TimeDecay = TimeDecay { weight: 0.0, no_decay_period_days: 0.0, half_life_days: 30.0 };
+    pub const NONE: TimeDecay = TimeDecay {
+        weight: 0.0,
+        no_decay_period_days: 0.0,
+        half_life_days: 30.0,
+    };
 
-    pub fn new(weight: f64, no_decay_period_days: Option<f64>, half_life_days: f64) -> Result<Self, CoreError> {
+    pub fn new(
+        weight: f64,
+        no_decay_period_days: Option<f64>,
+        half_life_days: f64,
+    ) -> Result<Self, CoreError> {
         if !(0.0..1.0).contains(&weight) {
-            return Err(CoreError::invalid("time_decay_config.weight", format!("must be in [0,1), got {weight}")));
+            return Err(CoreError::invalid(
+                "time_decay_config.weight",
+                format!("must be in [0,1), got {weight}"),
+            ));
         }
         let nd = no_decay_period_days.unwrap_or(0.0);
         if !(0.0..=10_000.0).contains(&nd) {
@@ -37,7 +48,11 @@ impl TimeDecay {
                 format!("must be a number of days in [0,10000], got {nd}"),
             ));
         }
-        Ok(Self { weight, no_decay_period_days: nd, half_life_days })
+        Ok(Self {
+            weight,
+            no_decay_period_days: nd,
+            half_life_days,
+        })
     }
 }
 
@@ -45,7 +60,10 @@ pub fn check_custom_weight(c: Option<f64>) -> Result<f64, CoreError> {
     match c {
         None => Ok(0.0),
         Some(c) if (0.0..1.0).contains(&c) => Ok(c),
-        Some(c) => Err(CoreError::invalid("custom_weight", format!("must be in [0,1), got {c}"))),
+        Some(c) => Err(CoreError::invalid(
+            "custom_weight",
+            format!("must be in [0,1), got {c}"),
+        )),
     }
 }
 
@@ -63,20 +81,38 @@ pub fn time_score(event_time: Millis, now: Millis, d: &TimeDecay) -> f64 {
 }
 
 pub fn custom_weight_score(e: &Event, schema: &CollectionSchema) -> f64 {
-    let Some(def) = schema.event_type(&e.memory_type) else { return 0.5 };
+    let Some(def) = schema.event_type(&e.memory_type) else {
+        return 0.5;
+    };
     if let Some(f) = &def.weight_field
         && let Some(v) = e.memory_info.get(f).and_then(|v| v.as_f64())
     {
-        return if v > 1.0 { (v / 10.0).clamp(0.0, 1.0) } else { v.max(0.0) };
+        return if v > 1.0 {
+            (v / 10.0).clamp(0.0, 1.0)
+        } else {
+            v.max(0.0)
+        };
     }
     def.weight.unwrap_or(0.5)
 }
 
-pub fn score(origin: f64, e: &Event, schema: &CollectionSchema, now: Millis, decay: &TimeDecay, custom: f64) -> Scores {
+pub fn score(
+    origin: f64,
+    e: &Event,
+    schema: &CollectionSchema,
+    now: Millis,
+    decay: &TimeDecay,
+    custom: f64,
+) -> Scores {
     let t = time_score(e.time, now, decay);
     let cw = custom_weight_score(e, schema);
     let s = origin * (1.0 - decay.weight + decay.weight * t) * (1.0 - custom + custom * cw);
-    Scores { score: s, origin_score: origin, time_score: t, custom_weight_score: cw }
+    Scores {
+        score: s,
+        origin_score: origin,
+        time_score: t,
+        custom_weight_score: cw,
+    }
 }
 
 #[cfg(test)]
@@ -110,7 +146,10 @@ mod tests {
         let s = CollectionSchema::default();
         let now = 1_000 * DAY_MS as i64;
         let d = TimeDecay::new(0.0, None, 30.0).unwrap();
-        assert_eq!(score(0.8, &ev(now), &s, now, &d, 0.0).score, score(0.8, &ev(0), &s, now, &d, 0.0).score);
+        assert_eq!(
+            score(0.8, &ev(now), &s, now, &d, 0.0).score,
+            score(0.8, &ev(0), &s, now, &d, 0.0).score
+        );
     }
 
     #[test]
@@ -120,7 +159,10 @@ mod tests {
         assert_eq!(time_score(now - 2 * DAY_MS as i64, now, &d), 1.0);
         assert!((time_score(now - 33 * DAY_MS as i64, now, &d) - 0.5).abs() < 1e-9);
         let s = CollectionSchema::default();
-        assert!(score(1.0, &ev(now), &s, now, &d, 0.0).score > score(1.0, &ev(now - 60 * DAY_MS as i64), &s, now, &d, 0.0).score);
+        assert!(
+            score(1.0, &ev(now), &s, now, &d, 0.0).score
+                > score(1.0, &ev(now - 60 * DAY_MS as i64), &s, now, &d, 0.0).score
+        );
     }
 
     #[test]

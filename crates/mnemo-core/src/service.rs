@@ -134,7 +134,13 @@ impl Service {
         config: ServiceConfig,
     ) -> Arc<Self> {
         TokenCounter::warm();
-        Arc::new(Self { store, extractor, clock, config, job_queued: Notify::new() })
+        Arc::new(Self {
+            store,
+            extractor,
+            clock,
+            config,
+            job_queued: Notify::new(),
+        })
     }
 
     pub fn config(&self) -> &ServiceConfig {
@@ -159,7 +165,10 @@ impl Service {
     pub async fn collection_for_write(&self, t: &Target) -> CoreResult<Collection> {
         validate_names(t)?;
         if self.config.auto_create_collections {
-            Ok(self.store.ensure_collection(&t.project, &t.collection, self.now()).await?)
+            Ok(self
+                .store
+                .ensure_collection(&t.project, &t.collection, self.now())
+                .await?)
         } else {
             self.collection_for_read(t).await
         }
@@ -227,24 +236,43 @@ impl Service {
         Ok(closed)
     }
 
-    pub async fn flush(&self, t: &Target, conversation_id: &str) -> CoreResult<Option<SessionClosed>> {
+    pub async fn flush(
+        &self,
+        t: &Target,
+        conversation_id: &str,
+    ) -> CoreResult<Option<SessionClosed>> {
         validate_conversation_id(conversation_id)?;
         let c = self.collection_for_read(t).await?;
-        let closed =
-            self.store.flush_conversation(c.id, conversation_id, self.now(), self.config.max_job_attempts).await?;
+        let closed = self
+            .store
+            .flush_conversation(
+                c.id,
+                conversation_id,
+                self.now(),
+                self.config.max_job_attempts,
+            )
+            .await?;
         if closed.is_some() {
             self.job_queued.notify_waiters();
         }
         Ok(closed)
     }
 
-    pub async fn conversation_info(&self, t: &Target, conversation_id: &str) -> CoreResult<ConversationInfo> {
+    pub async fn conversation_info(
+        &self,
+        t: &Target,
+        conversation_id: &str,
+    ) -> CoreResult<ConversationInfo> {
         validate_conversation_id(conversation_id)?;
         let c = self.collection_for_read(t).await?;
         self.store
             .conversation_info(c.id, conversation_id)
             .await?
-            .ok_or_else(|| CoreError::NotFound(format!("conversation_id: no conversation \"{conversation_id}\"")))
+            .ok_or_else(|| {
+                CoreError::NotFound(format!(
+                    "conversation_id: no conversation \"{conversation_id}\""
+                ))
+            })
     }
 
     pub async fn session_info(&self, t: &Target, session_id: &str) -> CoreResult<SessionDetail> {
@@ -261,14 +289,20 @@ impl Service {
         if req.messages.is_empty() || req.messages.len() > MAX_MESSAGES_PER_WRITE {
             return Err(CoreError::invalid(
                 "messages",
-                format!("must hold 1..={MAX_MESSAGES_PER_WRITE} messages, got {}", req.messages.len()),
+                format!(
+                    "must hold 1..={MAX_MESSAGES_PER_WRITE} messages, got {}",
+                    req.messages.len()
+                ),
             ));
         }
         let now = self.now();
         let mut messages = Vec::with_capacity(req.messages.len());
         for (i, m) in req.messages.into_iter().enumerate() {
             if m.content.trim().is_empty() {
-                return Err(CoreError::invalid(format!("messages[{i}].content"), "must not be empty"));
+                return Err(CoreError::invalid(
+                    format!("messages[{i}].content"),
+                    "must not be empty",
+                ));
             }
             let chars = m.content.chars().count();
             if chars > MAX_CONTENT_CHARS {
@@ -281,7 +315,12 @@ impl Service {
                 check_len(&format!("messages[{i}].name"), name, 1, MAX_NAME_CHARS)?;
             }
             if let Some(key) = &m.idempotency_key {
-                check_len(&format!("messages[{i}].idempotency_key"), key, 1, MAX_ID_CHARS)?;
+                check_len(
+                    &format!("messages[{i}].idempotency_key"),
+                    key,
+                    1,
+                    MAX_ID_CHARS,
+                )?;
             }
             if let Some(t) = m.time {
                 check_time(&format!("messages[{i}].time"), t)?;
@@ -297,7 +336,12 @@ impl Service {
             });
         }
         validate_meta(&req.meta)?;
-        let collection = self.collection_for_write(&Target { project: req.project, collection: req.collection }).await?;
+        let collection = self
+            .collection_for_write(&Target {
+                project: req.project,
+                collection: req.collection,
+            })
+            .await?;
         let append = AppendRequest {
             collection_id: collection.id,
             conversation_id: req.conversation_id,
@@ -334,7 +378,12 @@ impl Service {
             profile: claimed.profile,
             now,
         };
-        let result = match tokio::time::timeout(self.config.extraction_timeout, self.extractor.extract(input)).await {
+        let result = match tokio::time::timeout(
+            self.config.extraction_timeout,
+            self.extractor.extract(input),
+        )
+        .await
+        {
             Ok(r) => r,
             Err(_) => Err(ExtractError::Transient(format!(
                 "extraction timed out after {} s",
@@ -355,7 +404,9 @@ impl Service {
                     _ => None,
                 };
                 tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
-                self.store.fail_job(&job_id, &e.to_string(), retry_at, self.now()).await?;
+                self.store
+                    .fail_job(&job_id, &e.to_string(), retry_at, self.now())
+                    .await?;
             }
         }
         Ok(true)
@@ -363,15 +414,23 @@ impl Service {
 
     /// Exponential backoff: base · 2^(attempt-1), capped.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
-        self.config.retry_base.saturating_mul(factor).min(self.config.retry_max)
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1).min(20))
+            .unwrap_or(u32::MAX);
+        self.config
+            .retry_base
+            .saturating_mul(factor)
+            .min(self.config.retry_max)
     }
 
     /// Closes every conversation whose idle deadline has passed. Returns how many.
     pub async fn close_idle_once(&self) -> CoreResult<usize> {
         let mut total = 0;
         loop {
-            let closed = self.store.close_idle_conversations(self.now(), 100, self.config.max_job_attempts).await?;
+            let closed = self
+                .store
+                .close_idle_conversations(self.now(), 100, self.config.max_job_attempts)
+                .await?;
             total += closed.len();
             if !closed.is_empty() {
                 self.job_queued.notify_waiters();
@@ -383,7 +442,10 @@ impl Service {
     }
 
     /// Spawns the extraction workers and the idle scheduler; they stop when `shutdown` turns true.
-    pub fn spawn_background(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    pub fn spawn_background(
+        self: &Arc<Self>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut handles = Vec::new();
         for worker in 0..self.config.workers.max(1) {
             let svc = self.clone();
@@ -396,7 +458,9 @@ impl Service {
                     match svc.try_run_one().await {
                         Ok(true) => continue,
                         Ok(false) => {}
-                        Err(e) => tracing::error!(worker, error = %e, "extraction worker step failed"),
+                        Err(e) => {
+                            tracing::error!(worker, error = %e, "extraction worker step failed")
+                        }
                     }
                     let wait = svc.sleep_until_due(svc.store.next_job_due().await.ok().flatten());
                     tokio::select! {
@@ -430,7 +494,9 @@ impl Service {
     fn sleep_until_due(&self, due: Option<Millis>) -> Duration {
         let cap = self.config.poll_interval;
         match due {
-            Some(t) => Duration::from_millis((t - self.now()).clamp(0, cap.as_millis() as i64) as u64),
+            Some(t) => {
+                Duration::from_millis((t - self.now()).clamp(0, cap.as_millis() as i64) as u64)
+            }
             None => cap,
         }
     }
@@ -445,14 +511,25 @@ impl Service {
                 format!(
                     "unknown event type \"{}\"; this collection has: {}",
                     req.memory_type,
-                    c.schema.event_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                    c.schema
+                        .event_types
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )
         })?;
         if req.user_id.is_empty() && req.assistant_id.is_empty() {
-            return Err(CoreError::invalid("user_id", "at least one of user_id and assistant_id is required"));
+            return Err(CoreError::invalid(
+                "user_id",
+                "at least one of user_id and assistant_id is required",
+            ));
         }
-        for (field, ids) in [("user_id", &req.user_id), ("assistant_id", &req.assistant_id)] {
+        for (field, ids) in [
+            ("user_id", &req.user_id),
+            ("assistant_id", &req.assistant_id),
+        ] {
             for id in ids {
                 check_len(field, id, 1, MAX_ID_CHARS)?;
             }
@@ -493,14 +570,20 @@ impl Service {
             .ok_or_else(|| CoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
         if let Some(info) = &patch.memory_info {
             let def = c.schema.event_type(&existing.memory_type).ok_or_else(|| {
-                CoreError::Conflict(format!("event type \"{}\" is no longer in the schema", existing.memory_type))
+                CoreError::Conflict(format!(
+                    "event type \"{}\" is no longer in the schema",
+                    existing.memory_type
+                ))
             })?;
             validate_memory_info(def, info, "memory_info", false)?;
         }
         if let Some(t) = patch.time {
             check_time("time", t)?;
         }
-        let patch = EventPatch { class: patch.class.map(|c| validate_class(Some(c))).transpose()?, ..patch };
+        let patch = EventPatch {
+            class: patch.class.map(|c| validate_class(Some(c))).transpose()?,
+            ..patch
+        };
         Ok(self.store.update_event(c.id, id, patch, self.now()).await?)
     }
 
@@ -527,7 +610,12 @@ impl Service {
     }
 
     /// Events matching the filter, newest first (the no-query form of `event/search`).
-    pub async fn list_events(&self, t: &Target, filter: EventFilter, limit: u32) -> CoreResult<Vec<Event>> {
+    pub async fn list_events(
+        &self,
+        t: &Target,
+        filter: EventFilter,
+        limit: u32,
+    ) -> CoreResult<Vec<Event>> {
         validate_time_range(&filter)?;
         let c = self.collection_for_read(t).await?;
         Ok(self.store.list_events(c.id, filter, limit).await?)
@@ -537,29 +625,44 @@ impl Service {
     /// the newest first (scores still reported).
     pub async fn search_events(&self, req: EventSearch) -> CoreResult<Vec<ScoredEvent>> {
         if req.filter.user_id.is_empty() && req.filter.assistant_id.is_empty() {
-            return Err(CoreError::invalid("filter.user_id", "at least one of filter.user_id and filter.assistant_id is required"));
+            return Err(CoreError::invalid(
+                "filter.user_id",
+                "at least one of filter.user_id and filter.assistant_id is required",
+            ));
         }
         if let Some(q) = &req.query {
             let n = q.chars().count();
             if n > MAX_QUERY_CHARS {
-                return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters, got {n}")));
+                return Err(CoreError::invalid(
+                    "query",
+                    format!("must be at most {MAX_QUERY_CHARS} characters, got {n}"),
+                ));
             }
         }
         validate_time_range(&req.filter)?;
         let c = self.collection_for_read(&req.target).await?;
         let now = self.now();
-        match req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+        match req
+            .query
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+        {
             None => {
                 let events = self.store.list_events(c.id, req.filter, req.limit).await?;
                 Ok(events
                     .into_iter()
                     .map(|e| {
-                        let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
+                        let scores =
+                            ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
                         ScoredEvent { event: e, scores }
                     })
                     .collect())
             }
-            Some(_) => Err(CoreError::invalid("query", "semantic search is not available in this build yet; omit query to list newest first")),
+            Some(_) => Err(CoreError::invalid(
+                "query",
+                "semantic search is not available in this build yet; omit query to list newest first",
+            )),
         }
     }
 
@@ -581,7 +684,12 @@ impl Service {
                 "profile_type",
                 format!(
                     "unknown profile type \"{profile_type}\"; this collection has: {}",
-                    c.schema.profile_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                    c.schema
+                        .profile_types
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
@@ -600,10 +708,18 @@ impl Service {
             .await?)
     }
 
-    pub async fn update_profile(&self, t: &Target, id: &str, patch: ProfilePatch) -> CoreResult<Profile> {
+    pub async fn update_profile(
+        &self,
+        t: &Target,
+        id: &str,
+        patch: ProfilePatch,
+    ) -> CoreResult<Profile> {
         validate_id("profile_id", id)?;
         let c = self.collection_for_read(t).await?;
-        Ok(self.store.update_profile(c.id, id, patch, self.now()).await?)
+        Ok(self
+            .store
+            .update_profile(c.id, id, patch, self.now())
+            .await?)
     }
 
     pub async fn delete_profile(&self, t: &Target, id: &str) -> CoreResult<()> {
@@ -612,11 +728,18 @@ impl Service {
         if self.store.delete_profile(c.id, id).await? {
             Ok(())
         } else {
-            Err(CoreError::NotFound(format!("profile_id: no profile \"{id}\"")))
+            Err(CoreError::NotFound(format!(
+                "profile_id: no profile \"{id}\""
+            )))
         }
     }
 
-    pub async fn list_profiles(&self, t: &Target, filter: ProfileFilter, limit: u32) -> CoreResult<Vec<Profile>> {
+    pub async fn list_profiles(
+        &self,
+        t: &Target,
+        filter: ProfileFilter,
+        limit: u32,
+    ) -> CoreResult<Vec<Profile>> {
         let c = self.collection_for_read(t).await?;
         Ok(self.store.list_profiles(c.id, filter, limit).await?)
     }
@@ -627,7 +750,10 @@ impl Service {
 fn check_len(field: &str, v: &str, min: usize, max: usize) -> CoreResult<()> {
     let n = v.chars().count();
     if n < min || n > max || (min > 0 && v.trim().is_empty()) {
-        return Err(CoreError::invalid(field, format!("must be {min}..={max} characters and not blank, got {n}")));
+        return Err(CoreError::invalid(
+            field,
+            format!("must be {min}..={max} characters and not blank, got {n}"),
+        ));
     }
     Ok(())
 }
@@ -636,16 +762,23 @@ fn check_time(field: &str, t: Millis) -> CoreResult<()> {
     // 0 ..= year 9999: anything else is almost surely seconds-vs-ms confusion or garbage.
     const MAX: Millis = 253_402_300_799_999;
     if !(0..=MAX).contains(&t) {
-        return Err(CoreError::invalid(field, format!("must be milliseconds since the Unix epoch in 0..={MAX}, got {t}")));
+        return Err(CoreError::invalid(
+            field,
+            format!("must be milliseconds since the Unix epoch in 0..={MAX}, got {t}"),
+        ));
     }
     Ok(())
 }
 
 fn validate_names(t: &Target) -> CoreResult<()> {
-    for (field, v) in [("project_name", &t.project), ("collection_name", &t.collection)] {
+    for (field, v) in [
+        ("project_name", &t.project),
+        ("collection_name", &t.collection),
+    ] {
         let ok = !v.is_empty()
             && v.len() <= 128
-            && v.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
+            && v.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
         if !ok {
             return Err(CoreError::invalid(
                 field,
@@ -682,7 +815,10 @@ fn validate_class(class: Option<String>) -> CoreResult<String> {
     match class {
         None => Ok("conclusion".into()),
         Some(c) if EVENT_CLASSES.contains(&c.as_str()) => Ok(c),
-        Some(c) => Err(CoreError::invalid("class", format!("must be one of {EVENT_CLASSES:?}, got {c:?}"))),
+        Some(c) => Err(CoreError::invalid(
+            "class",
+            format!("must be one of {EVENT_CLASSES:?}, got {c:?}"),
+        )),
     }
 }
 
@@ -690,24 +826,38 @@ fn validate_time_range(f: &EventFilter) -> CoreResult<()> {
     if let (Some(s), Some(e)) = (f.start_time, f.end_time)
         && s > e
     {
-        return Err(CoreError::invalid("filter.start_time", format!("must be <= filter.end_time ({s} > {e})")));
+        return Err(CoreError::invalid(
+            "filter.start_time",
+            format!("must be <= filter.end_time ({s} > {e})"),
+        ));
     }
     Ok(())
 }
 
 fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> CoreResult<()> {
-    let name_ok = |s: &str| !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let name_ok = |s: &str| {
+        !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
     for (i, t) in events.iter().enumerate() {
         if !name_ok(&t.name) {
-            return Err(CoreError::invalid(format!("event_types[{i}].name"), "must be 1..=64 of [A-Za-z0-9_]"));
+            return Err(CoreError::invalid(
+                format!("event_types[{i}].name"),
+                "must be 1..=64 of [A-Za-z0-9_]",
+            ));
         }
         if t.fields.is_empty() {
-            return Err(CoreError::invalid(format!("event_types[{i}].fields"), "must list at least one field"));
+            return Err(CoreError::invalid(
+                format!("event_types[{i}].fields"),
+                "must list at least one field",
+            ));
         }
         if let Some(w) = t.weight
             && !(0.0..=1.0).contains(&w)
         {
-            return Err(CoreError::invalid(format!("event_types[{i}].weight"), format!("must be in [0,1], got {w}")));
+            return Err(CoreError::invalid(
+                format!("event_types[{i}].weight"),
+                format!("must be in [0,1], got {w}"),
+            ));
         }
         for (j, f) in t.fields.iter().enumerate() {
             if !name_ok(&f.name) || f.name == "original_messages" {
@@ -717,11 +867,17 @@ fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> Core
                 ));
             }
             if f.field_type == FieldType::Enum && f.values.is_empty() {
-                return Err(CoreError::invalid(format!("event_types[{i}].fields[{j}].values"), "an enum field needs values"));
+                return Err(CoreError::invalid(
+                    format!("event_types[{i}].fields[{j}].values"),
+                    "an enum field needs values",
+                ));
             }
         }
         if let Some(wf) = &t.weight_field
-            && !t.fields.iter().any(|f| &f.name == wf && matches!(f.field_type, FieldType::Int | FieldType::Float))
+            && !t
+                .fields
+                .iter()
+                .any(|f| &f.name == wf && matches!(f.field_type, FieldType::Int | FieldType::Float))
         {
             return Err(CoreError::invalid(
                 format!("event_types[{i}].weight_field"),
@@ -731,18 +887,29 @@ fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> Core
     }
     for (i, t) in profiles.iter().enumerate() {
         if !name_ok(&t.name) {
-            return Err(CoreError::invalid(format!("profile_types[{i}].name"), "must be 1..=64 of [A-Za-z0-9_]"));
+            return Err(CoreError::invalid(
+                format!("profile_types[{i}].name"),
+                "must be 1..=64 of [A-Za-z0-9_]",
+            ));
         }
     }
     Ok(())
 }
 
 /// Checks `info` against an event type's fields. `full` requires every required field.
-pub fn validate_memory_info(def: &EventTypeDef, info: &Map<String, Value>, path: &str, full: bool) -> CoreResult<()> {
+pub fn validate_memory_info(
+    def: &EventTypeDef,
+    info: &Map<String, Value>,
+    path: &str,
+    full: bool,
+) -> CoreResult<()> {
     for (k, v) in info {
         if k == "original_messages" {
             if !v.is_string() {
-                return Err(CoreError::invalid(format!("{path}.original_messages"), "must be a string"));
+                return Err(CoreError::invalid(
+                    format!("{path}.original_messages"),
+                    "must be a string",
+                ));
             }
             continue;
         }
@@ -752,12 +919,18 @@ pub fn validate_memory_info(def: &EventTypeDef, info: &Map<String, Value>, path:
                 format!(
                     "is not a field of event type \"{}\" (fields: {})",
                     def.name,
-                    def.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")
+                    def.fields
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         };
         let ok = match f.field_type {
-            FieldType::String => v.as_str().is_some_and(|s| s.chars().count() <= MAX_CONTENT_CHARS),
+            FieldType::String => v
+                .as_str()
+                .is_some_and(|s| s.chars().count() <= MAX_CONTENT_CHARS),
             FieldType::Int => v.as_i64().is_some(),
             FieldType::Float => v.as_f64().is_some(),
             FieldType::Bool => v.is_boolean(),
@@ -768,15 +941,26 @@ pub fn validate_memory_info(def: &EventTypeDef, info: &Map<String, Value>, path:
                 FieldType::Enum => format!("one of {:?}", f.values),
                 other => format!("a {other:?}").to_lowercase(),
             };
-            return Err(CoreError::invalid(format!("{path}.{k}"), format!("must be {want}, got {v}")));
+            return Err(CoreError::invalid(
+                format!("{path}.{k}"),
+                format!("must be {want}, got {v}"),
+            ));
         }
     }
     if full {
         for f in def.fields.iter().filter(|f| f.required) {
             match info.get(&f.name) {
-                None => return Err(CoreError::invalid(format!("{path}.{}", f.name), "is required")),
+                None => {
+                    return Err(CoreError::invalid(
+                        format!("{path}.{}", f.name),
+                        "is required",
+                    ));
+                }
                 Some(Value::String(s)) if s.trim().is_empty() => {
-                    return Err(CoreError::invalid(format!("{path}.{}", f.name), "must not be empty"));
+                    return Err(CoreError::invalid(
+                        format!("{path}.{}", f.name),
+                        "must not be empty",
+                    ));
                 }
                 _ => {}
             }
@@ -814,15 +998,51 @@ mod tests {
             name: "lesson".into(),
             description: String::new(),
             fields: vec![
-                FieldDef { name: "rating".into(), field_type: FieldType::Enum, description: String::new(), values: vec!["good".into(), "bad".into()], required: true },
-                FieldDef { name: "score".into(), field_type: FieldType::Int, description: String::new(), values: vec![], required: false },
+                FieldDef {
+                    name: "rating".into(),
+                    field_type: FieldType::Enum,
+                    description: String::new(),
+                    values: vec!["good".into(), "bad".into()],
+                    required: true,
+                },
+                FieldDef {
+                    name: "score".into(),
+                    field_type: FieldType::Int,
+                    description: String::new(),
+                    values: vec![],
+                    required: false,
+                },
             ],
             weight: None,
             weight_field: Some("score".into()),
         };
-        assert!(validate_memory_info(&def, json!({"rating": "good", "score": 7}).as_object().unwrap(), "m", true).is_ok());
-        assert!(validate_memory_info(&def, json!({"rating": "meh"}).as_object().unwrap(), "m", true).is_err());
-        assert!(validate_memory_info(&def, json!({"rating": "bad", "score": 1.5}).as_object().unwrap(), "m", true).is_err());
+        assert!(
+            validate_memory_info(
+                &def,
+                json!({"rating": "good", "score": 7}).as_object().unwrap(),
+                "m",
+                true
+            )
+            .is_ok()
+        );
+        assert!(
+            validate_memory_info(
+                &def,
+                json!({"rating": "meh"}).as_object().unwrap(),
+                "m",
+                true
+            )
+            .is_err()
+        );
+        assert!(
+            validate_memory_info(
+                &def,
+                json!({"rating": "bad", "score": 1.5}).as_object().unwrap(),
+                "m",
+                true
+            )
+            .is_err()
+        );
         assert!(validate_schema(&[def], &[]).is_ok());
     }
 }

@@ -21,7 +21,12 @@ pub trait Store: Send + Sync + 'static {
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection>;
     async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>>;
     /// Returns the collection, creating it with the default schema if it does not exist.
-    async fn ensure_collection(&self, project: &str, name: &str, now: Millis) -> StoreResult<Collection>;
+    async fn ensure_collection(
+        &self,
+        project: &str,
+        name: &str,
+        now: Millis,
+    ) -> StoreResult<Collection>;
     async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>>;
     /// Deletes the collection and everything in it. Returns whether it existed.
     async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool>;
@@ -54,36 +59,74 @@ pub trait Store: Send + Sync + 'static {
         collection_id: CollectionId,
         conversation_id: &str,
     ) -> StoreResult<Option<ConversationInfo>>;
-    async fn session_info(&self, collection_id: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>>;
+    async fn session_info(
+        &self,
+        collection_id: CollectionId,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionDetail>>;
 
     // --- jobs
     /// Takes the oldest runnable job (queued and due, or running with an expired lease).
     async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>>;
     /// Stores the extraction's events and profile changes, marks the session extracted (its
     /// messages leave short-term memory) and the job done — all in one transaction.
-    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>>;
+    async fn complete_job(
+        &self,
+        job_id: &str,
+        output: ExtractionOutput,
+        now: Millis,
+    ) -> StoreResult<Vec<String>>;
     /// Records a failed attempt: queued again at `retry_at`, or `failed` when `None`.
-    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()>;
-    async fn list_jobs(&self, collection_id: CollectionId, filter: JobFilter) -> StoreResult<Vec<Job>>;
+    async fn fail_job(
+        &self,
+        job_id: &str,
+        error: &str,
+        retry_at: Option<Millis>,
+        now: Millis,
+    ) -> StoreResult<()>;
+    async fn list_jobs(
+        &self,
+        collection_id: CollectionId,
+        filter: JobFilter,
+    ) -> StoreResult<Vec<Job>>;
     /// The earliest `run_after` of a queued job (to sleep until then).
     async fn next_job_due(&self) -> StoreResult<Option<Millis>>;
 
     // --- events
     async fn insert_event(&self, e: NewEvent) -> StoreResult<Event>;
     async fn get_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<Event>>;
-    async fn update_event(&self, collection_id: CollectionId, id: &str, patch: EventPatch, now: Millis)
-    -> StoreResult<Event>;
+    async fn update_event(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        patch: EventPatch,
+        now: Millis,
+    ) -> StoreResult<Event>;
     async fn delete_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<bool>;
     /// Deletes every event matching the (non-empty) filter; returns how many.
-    async fn batch_delete_events(&self, collection_id: CollectionId, filter: EventFilter) -> StoreResult<u64>;
+    async fn batch_delete_events(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+    ) -> StoreResult<u64>;
     /// Events matching the filter, newest first.
-    async fn list_events(&self, collection_id: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>>;
+    async fn list_events(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        limit: u32,
+    ) -> StoreResult<Vec<Event>>;
 
     // --- profiles
     /// Conflict if the user already has a profile of that type (and assistant).
     async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile>;
-    async fn update_profile(&self, collection_id: CollectionId, id: &str, patch: ProfilePatch, now: Millis)
-    -> StoreResult<Profile>;
+    async fn update_profile(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        patch: ProfilePatch,
+        now: Millis,
+    ) -> StoreResult<Profile>;
     async fn delete_profile(&self, collection_id: CollectionId, id: &str) -> StoreResult<bool>;
     /// Profiles matching the filter, most recently updated first.
     async fn list_profiles(

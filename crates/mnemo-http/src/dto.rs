@@ -27,7 +27,9 @@ impl<'de> Deserialize<'de> for StrOrList {
         match Either::deserialize(d) {
             Ok(Either::One(s)) => Ok(StrOrList(vec![s])),
             Ok(Either::Many(v)) => Ok(StrOrList(v)),
-            Err(_) => Err(serde::de::Error::custom("must be a string or a list of strings")),
+            Err(_) => Err(serde::de::Error::custom(
+                "must be a string or a list of strings",
+            )),
         }
     }
 }
@@ -35,11 +37,17 @@ impl<'de> Deserialize<'de> for StrOrList {
 impl StrOrList {
     pub fn into_checked(self, field: &str) -> Result<Vec<String>, CoreError> {
         if self.0.len() > 100 {
-            return Err(CoreError::invalid(field, format!("must list at most 100 values, got {}", self.0.len())));
+            return Err(CoreError::invalid(
+                field,
+                format!("must list at most 100 values, got {}", self.0.len()),
+            ));
         }
         for v in &self.0 {
             if v.is_empty() || v.chars().count() > 256 {
-                return Err(CoreError::invalid(field, "each value must be 1..=256 characters"));
+                return Err(CoreError::invalid(
+                    field,
+                    "each value must be 1..=256 characters",
+                ));
             }
         }
         Ok(self.0)
@@ -66,7 +74,10 @@ pub struct CollectionRef {
 
 impl CollectionRef {
     pub fn target(&self) -> Target {
-        Target { project: self.project_name.clone(), collection: self.collection_name.clone() }
+        Target {
+            project: self.project_name.clone(),
+            collection: self.collection_name.clone(),
+        }
     }
 }
 
@@ -137,15 +148,35 @@ pub struct WriteBody {
 }
 
 impl WriteBody {
-    pub fn into_request(self, default_trigger: ExtractTrigger) -> Result<mnemo_core::service::WriteRequest, CoreError> {
+    pub fn into_request(
+        self,
+        default_trigger: ExtractTrigger,
+    ) -> Result<mnemo_core::service::WriteRequest, CoreError> {
         let t = self.extract_trigger.unwrap_or_default();
-        let trigger = ExtractTrigger::from_parts(t.token_count, t.message_count, t.wait_timeout, default_trigger)?;
+        let trigger = ExtractTrigger::from_parts(
+            t.token_count,
+            t.message_count,
+            t.wait_timeout,
+            default_trigger,
+        )?;
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, m) in self.messages.into_iter().enumerate() {
             let role = Role::parse(&m.role).ok_or_else(|| {
-                CoreError::invalid(format!("messages[{i}].role"), format!("must be one of user, assistant, system, tool; got {:?}", m.role))
+                CoreError::invalid(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "must be one of user, assistant, system, tool; got {:?}",
+                        m.role
+                    ),
+                )
             })?;
-            messages.push(IncomingMessage { role, content: m.content, name: m.name, time: m.time, idempotency_key: m.idempotency_key });
+            messages.push(IncomingMessage {
+                role,
+                content: m.content,
+                name: m.name,
+                time: m.time,
+                idempotency_key: m.idempotency_key,
+            });
         }
         Ok(mnemo_core::service::WriteRequest {
             project: self.project_name,
@@ -164,7 +195,10 @@ fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> 
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(Value::Number(n)) => Ok(Some(n.to_string())),
-            Some(other) => Err(CoreError::invalid(format!("metadata.{k}"), format!("must be a string, got {other}"))),
+            Some(other) => Err(CoreError::invalid(
+                format!("metadata.{k}"),
+                format!("must be a string, got {other}"),
+            )),
         }
     };
     Ok(ConversationMeta {
@@ -251,7 +285,9 @@ pub struct EventFilterDto {
 
 impl EventFilterDto {
     pub fn into_filter(self) -> Result<EventFilter, CoreError> {
-        let list = |v: Option<StrOrList>, f: &str| v.unwrap_or_default().into_checked(&format!("filter.{f}"));
+        let list = |v: Option<StrOrList>, f: &str| {
+            v.unwrap_or_default().into_checked(&format!("filter.{f}"))
+        };
         let mut memory_type = list(self.memory_type, "memory_type")?;
         memory_type.extend(list(self.event_type, "event_type")?);
         Ok(EventFilter {
@@ -500,9 +536,22 @@ pub struct JobListBody {
 }
 
 scoped!(
-    CollectionRef, ProjectOnly, CollectionCreate, WriteBody, ConversationBody, SessionInfoBody, EventSearchBody,
-    EventAddBody, EventUpdateBody, EventIdBody, BatchDeleteBody, ProfileSearchBody, ProfileAddBody, ProfileUpdateBody,
-    ProfileIdBody, JobListBody
+    CollectionRef,
+    ProjectOnly,
+    CollectionCreate,
+    WriteBody,
+    ConversationBody,
+    SessionInfoBody,
+    EventSearchBody,
+    EventAddBody,
+    EventUpdateBody,
+    EventIdBody,
+    BatchDeleteBody,
+    ProfileSearchBody,
+    ProfileAddBody,
+    ProfileUpdateBody,
+    ProfileIdBody,
+    JobListBody
 );
 
 /// Checks `limit` against 1..=5000 (SPEC §2.3), with a default.
@@ -511,6 +560,9 @@ pub fn limit(v: Option<i64>, default: u32) -> Result<u32, CoreError> {
     match v {
         None => Ok(default),
         Some(n) if (lo..=hi).contains(&n) => Ok(n as u32),
-        Some(n) => Err(CoreError::invalid("limit", format!("must be an integer in {lo}..={hi}, got {n}"))),
+        Some(n) => Err(CoreError::invalid(
+            "limit",
+            format!("must be an integer in {lo}..={hi}, got {n}"),
+        )),
     }
 }

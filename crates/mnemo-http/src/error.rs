@@ -16,13 +16,17 @@ pub struct ApiOk {
 
 impl ApiOk {
     pub fn new(request_id: &str, data: impl Serialize) -> Self {
-        Self { request_id: request_id.to_string(), data: serde_json::to_value(data).expect("response data serializes") }
+        Self {
+            request_id: request_id.to_string(),
+            data: serde_json::to_value(data).expect("response data serializes"),
+        }
     }
 }
 
 impl IntoResponse for ApiOk {
     fn into_response(self) -> Response {
-        Json(json!({"code": 0, "message": "ok", "request_id": self.request_id, "data": self.data})).into_response()
+        Json(json!({"code": 0, "message": "ok", "request_id": self.request_id, "data": self.data}))
+            .into_response()
     }
 }
 
@@ -36,7 +40,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, request_id: &str, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), request_id: request_id.to_string() }
+        Self {
+            status,
+            message: message.into(),
+            request_id: request_id.to_string(),
+        }
     }
 
     pub fn bad_request(request_id: &str, message: impl Into<String>) -> Self {
@@ -51,7 +59,11 @@ impl ApiError {
             CoreError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             CoreError::Internal(cause) => {
                 tracing::error!(request_id, cause, "internal error");
-                return Self::new(StatusCode::INTERNAL_SERVER_ERROR, request_id, "internal error; see the server log for this request_id");
+                return Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    request_id,
+                    "internal error; see the server log for this request_id",
+                );
             }
         };
         Self::new(status, request_id, e.to_string())

@@ -44,7 +44,11 @@ pub struct SqliteOptions {
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self { durability: Durability::Process, cache_mib: 64, readers: 4 }
+        Self {
+            durability: Durability::Process,
+            cache_mib: 64,
+            readers: 4,
+        }
     }
 }
 
@@ -60,14 +64,29 @@ pub const DB_FILE: &str = "mnemo.db";
 impl SqliteStore {
     /// Opens (creating if needed) the store in `dir`, migrating it to the current schema.
     pub fn open(dir: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Backend(format!("cannot create data directory {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Backend(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
+        })?;
         let path = dir.join(DB_FILE);
         let mut conn = open_conn(&path, &options, false).map_err(backend)?;
-        schema::migrate(&mut conn).map_err(backend)?.map_err(StoreError::Backend)?;
+        schema::migrate(&mut conn)
+            .map_err(backend)?
+            .map_err(StoreError::Backend)?;
         // Jobs left `running` by a previous process of this single-process store resume now.
-        conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
-        Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options })
+        conn.execute(
+            "UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'",
+            [],
+        )
+        .map_err(backend)?;
+        Ok(Self {
+            path,
+            writer: Writer::spawn(conn),
+            readers: Arc::new(Mutex::new(Vec::new())),
+            options,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -108,7 +127,9 @@ fn open_conn(path: &Path, o: &SqliteOptions, read_only: bool) -> rusqlite::Resul
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -133,9 +154,15 @@ pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
 // ---------------------------------------------------------------------------------------------
 // Transaction bodies (run on the writer connection, inside the writer's transaction)
 
-fn collection_by_name(conn: &Connection, project: &str, name: &str) -> StoreResult<Option<Collection>> {
+fn collection_by_name(
+    conn: &Connection,
+    project: &str,
+    name: &str,
+) -> StoreResult<Option<Collection>> {
     conn.query_row(
-        &format!("SELECT {COLLECTION_COLS} FROM collections WHERE project_name=?1 AND collection_name=?2"),
+        &format!(
+            "SELECT {COLLECTION_COLS} FROM collections WHERE project_name=?1 AND collection_name=?2"
+        ),
         params![project, name],
         collection_from_row,
     )
@@ -144,8 +171,12 @@ fn collection_by_name(conn: &Connection, project: &str, name: &str) -> StoreResu
 }
 
 fn collection_by_id(conn: &Connection, id: CollectionId) -> StoreResult<Collection> {
-    conn.query_row(&format!("SELECT {COLLECTION_COLS} FROM collections WHERE id=?1"), [id], collection_from_row)
-        .map_err(backend)
+    conn.query_row(
+        &format!("SELECT {COLLECTION_COLS} FROM collections WHERE id=?1"),
+        [id],
+        collection_from_row,
+    )
+    .map_err(backend)
 }
 
 fn insert_collection(conn: &Connection, c: &NewCollection) -> StoreResult<Collection> {
@@ -164,7 +195,11 @@ struct ConversationRow {
     open_tokens: u64,
 }
 
-fn load_conversation(conn: &Connection, cid: CollectionId, conv: &str) -> StoreResult<Option<ConversationRow>> {
+fn load_conversation(
+    conn: &Connection,
+    cid: CollectionId,
+    conv: &str,
+) -> StoreResult<Option<ConversationRow>> {
     conn.query_row(
         "SELECT meta_json, open_messages, open_tokens FROM conversations WHERE collection_id=?1 AND conversation_id=?2",
         params![cid, conv],
@@ -182,8 +217,13 @@ fn load_conversation(conn: &Connection, cid: CollectionId, conv: &str) -> StoreR
 
 /// Creates or updates the conversation row with merged metadata; returns the merged state.
 fn upsert_conversation(conn: &Connection, req: &AppendRequest) -> StoreResult<ConversationRow> {
-    let mut row = load_conversation(conn, req.collection_id, &req.conversation_id)?
-        .unwrap_or(ConversationRow { meta: ConversationMeta::default(), open_messages: 0, open_tokens: 0 });
+    let mut row = load_conversation(conn, req.collection_id, &req.conversation_id)?.unwrap_or(
+        ConversationRow {
+            meta: ConversationMeta::default(),
+            open_messages: 0,
+            open_tokens: 0,
+        },
+    );
     row.meta.merge(&req.meta);
     conn.execute(
         "INSERT INTO conversations(collection_id, conversation_id, meta_json, wait_timeout_ms, last_write_at, created_at)
@@ -197,7 +237,11 @@ fn upsert_conversation(conn: &Connection, req: &AppendRequest) -> StoreResult<Co
 }
 
 /// Inserts the messages; returns (stored, duplicates, stored tokens, largest stored message).
-fn insert_messages(conn: &Connection, req: &AppendRequest, session_id: Option<&str>) -> StoreResult<(u64, u64, u64, u64)> {
+fn insert_messages(
+    conn: &Connection,
+    req: &AppendRequest,
+    session_id: Option<&str>,
+) -> StoreResult<(u64, u64, u64, u64)> {
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO messages(collection_id, conversation_id, session_id, role, name, content, time, tokens, idempotency_key, created_at)
@@ -231,6 +275,7 @@ fn insert_messages(conn: &Connection, req: &AppendRequest, session_id: Option<&s
     Ok((stored, dup, tokens, largest))
 }
 
+#[allow(clippy::too_many_arguments)] // one row's worth of columns; a struct would only rename them
 fn insert_session_and_job(
     conn: &Connection,
     cid: CollectionId,
@@ -256,7 +301,13 @@ fn insert_session_and_job(
         params![job_id, cid, conv, session_id, max_attempts, now],
     )
     .map_err(backend)?;
-    Ok(SessionClosed { session_id, job_id, conversation_id: conv.to_string(), reason, message_count: messages })
+    Ok(SessionClosed {
+        session_id,
+        job_id,
+        conversation_id: conv.to_string(),
+        reason,
+        message_count: messages,
+    })
 }
 
 /// Closes the conversation's open messages into a session with a queued job.
@@ -268,12 +319,23 @@ fn close_open_messages(
     now: Millis,
     max_attempts: u32,
 ) -> StoreResult<Option<SessionClosed>> {
-    let Some(row) = load_conversation(conn, cid, conv)? else { return Ok(None) };
+    let Some(row) = load_conversation(conn, cid, conv)? else {
+        return Ok(None);
+    };
     if row.open_messages == 0 {
         return Ok(None);
     }
-    let closed =
-        insert_session_and_job(conn, cid, conv, &row.meta, reason, row.open_messages, row.open_tokens, now, max_attempts)?;
+    let closed = insert_session_and_job(
+        conn,
+        cid,
+        conv,
+        &row.meta,
+        reason,
+        row.open_messages,
+        row.open_tokens,
+        now,
+        max_attempts,
+    )?;
     let moved = conn
         .execute(
             "UPDATE messages SET session_id=?1 WHERE collection_id=?2 AND conversation_id=?3 AND session_id IS NULL",
@@ -289,23 +351,52 @@ fn close_open_messages(
     Ok(Some(closed))
 }
 
-fn messages_where(conn: &Connection, where_sql: &str, args: &[SqlValue]) -> StoreResult<Vec<StoredMessage>> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT {MESSAGE_COLS} FROM messages m WHERE {where_sql} ORDER BY m.id")).map_err(backend)?;
-    let rows = stmt.query_map(params_from_iter(args.iter()), message_from_row).map_err(backend)?;
+fn messages_where(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[SqlValue],
+) -> StoreResult<Vec<StoredMessage>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {MESSAGE_COLS} FROM messages m WHERE {where_sql} ORDER BY m.id"
+        ))
+        .map_err(backend)?;
+    let rows = stmt
+        .query_map(params_from_iter(args.iter()), message_from_row)
+        .map_err(backend)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(backend)
 }
 
-fn session_summary(conn: &Connection, session_id: &str) -> StoreResult<Option<(CollectionId, SessionSummary, ConversationMeta)>> {
-    conn.query_row(&format!("SELECT {SESSION_COLS} FROM sessions WHERE session_id=?1"), [session_id], session_from_row)
-        .optional()
-        .map_err(backend)
+fn session_summary(
+    conn: &Connection,
+    session_id: &str,
+) -> StoreResult<Option<(CollectionId, SessionSummary, ConversationMeta)>> {
+    conn.query_row(
+        &format!("SELECT {SESSION_COLS} FROM sessions WHERE session_id=?1"),
+        [session_id],
+        session_from_row,
+    )
+    .optional()
+    .map_err(backend)
 }
 
 fn job_by_id(conn: &Connection, job_id: &str) -> StoreResult<Option<(CollectionId, Job)>> {
-    conn.query_row(&format!("SELECT {JOB_COLS} FROM jobs WHERE job_id=?1"), [job_id], job_from_row).optional().map_err(backend)
+    conn.query_row(
+        &format!("SELECT {JOB_COLS} FROM jobs WHERE job_id=?1"),
+        [job_id],
+        job_from_row,
+    )
+    .optional()
+    .map_err(backend)
 }
 
-fn profile_for(conn: &Connection, cid: CollectionId, ptype: &str, user: &str, assistant: &str) -> StoreResult<Option<Profile>> {
+fn profile_for(
+    conn: &Connection,
+    cid: CollectionId,
+    ptype: &str,
+    user: &str,
+    assistant: &str,
+) -> StoreResult<Option<Profile>> {
     conn.query_row(
         &format!("SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1 AND profile_type=?2 AND user_id=?3 AND assistant_id=?4"),
         params![cid, ptype, user, assistant],
@@ -316,15 +407,23 @@ fn profile_for(conn: &Connection, cid: CollectionId, ptype: &str, user: &str, as
 }
 
 fn profile_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Profile>> {
-    conn.query_row(&format!("SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1 AND id=?2"), params![cid, id], profile_from_row)
-        .optional()
-        .map_err(backend)
+    conn.query_row(
+        &format!("SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1 AND id=?2"),
+        params![cid, id],
+        profile_from_row,
+    )
+    .optional()
+    .map_err(backend)
 }
 
 fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
-    conn.query_row(&format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id=?2"), params![cid, id], event_from_row)
-        .optional()
-        .map_err(backend)
+    conn.query_row(
+        &format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id=?2"),
+        params![cid, id],
+        event_from_row,
+    )
+    .optional()
+    .map_err(backend)
 }
 
 fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
@@ -356,10 +455,12 @@ fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
         .prepare_cached("INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (?1,?2,?3,?4)")
         .map_err(backend)?;
     for u in &e.user_id {
-        subj.execute(params![e.collection_id, "u", u, id]).map_err(backend)?;
+        subj.execute(params![e.collection_id, "u", u, id])
+            .map_err(backend)?;
     }
     for a in &e.assistant_id {
-        subj.execute(params![e.collection_id, "a", a, id]).map_err(backend)?;
+        subj.execute(params![e.collection_id, "a", a, id])
+            .map_err(backend)?;
     }
     Ok(id)
 }
@@ -380,12 +481,27 @@ fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue
         sql.push_str(" AND ");
         sql.push_str(&template.replace("{}", &marks.join(",")));
     };
-    list(&mut sql, &mut args, "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({}))", &f.user_id);
-    list(&mut sql, &mut args, "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({}))", &f.assistant_id);
+    list(
+        &mut sql,
+        &mut args,
+        "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({}))",
+        &f.user_id,
+    );
+    list(
+        &mut sql,
+        &mut args,
+        "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({}))",
+        &f.assistant_id,
+    );
     list(&mut sql, &mut args, "memory_type IN ({})", &f.memory_type);
     list(&mut sql, &mut args, "group_id IN ({})", &f.group_id);
     list(&mut sql, &mut args, "session_id IN ({})", &f.session_id);
-    list(&mut sql, &mut args, "conversation_id IN ({})", &f.conversation_id);
+    list(
+        &mut sql,
+        &mut args,
+        "conversation_id IN ({})",
+        &f.conversation_id,
+    );
     list(&mut sql, &mut args, "scope IN ({})", &f.scope);
     if let Some(t) = f.start_time {
         args.push(SqlValue::Integer(t));
@@ -422,10 +538,16 @@ impl Store for SqliteStore {
 
     async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
         let (p, n) = (project.to_string(), name.to_string());
-        self.read(move |conn| collection_by_name(conn, &p, &n)).await
+        self.read(move |conn| collection_by_name(conn, &p, &n))
+            .await
     }
 
-    async fn ensure_collection(&self, project: &str, name: &str, now: Millis) -> StoreResult<Collection> {
+    async fn ensure_collection(
+        &self,
+        project: &str,
+        name: &str,
+        now: Millis,
+    ) -> StoreResult<Collection> {
         if let Some(c) = self.get_collection(project, name).await? {
             return Ok(c);
         }
@@ -463,10 +585,22 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 // Children first (explicitly, so it does not depend on foreign-key enforcement).
-                for t in ["event_subjects", "events", "profiles", "jobs", "sessions", "messages", "conversations"] {
-                    conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id]).map_err(backend)?;
+                for t in [
+                    "event_subjects",
+                    "events",
+                    "profiles",
+                    "jobs",
+                    "sessions",
+                    "messages",
+                    "conversations",
+                ] {
+                    conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id])
+                        .map_err(backend)?;
                 }
-                Ok(conn.execute("DELETE FROM collections WHERE id=?1", [id]).map_err(backend)? > 0)
+                Ok(conn
+                    .execute("DELETE FROM collections WHERE id=?1", [id])
+                    .map_err(backend)?
+                    > 0)
             })
             .await
     }
@@ -514,8 +648,11 @@ impl Store for SqliteStore {
                     req.now,
                     req.max_job_attempts,
                 )?;
-                conn.execute("UPDATE messages SET session_id=?1 WHERE session_id=?2", params![closed.session_id, placeholder])
-                    .map_err(backend)?;
+                conn.execute(
+                    "UPDATE messages SET session_id=?1 WHERE session_id=?2",
+                    params![closed.session_id, placeholder],
+                )
+                .map_err(backend)?;
                 Ok(closed)
             })
             .await
@@ -530,11 +667,25 @@ impl Store for SqliteStore {
     ) -> StoreResult<Option<SessionClosed>> {
         let conv = conversation_id.to_string();
         self.writer
-            .write(move |conn| close_open_messages(conn, collection_id, &conv, TriggerReason::Flush, now, max_job_attempts))
+            .write(move |conn| {
+                close_open_messages(
+                    conn,
+                    collection_id,
+                    &conv,
+                    TriggerReason::Flush,
+                    now,
+                    max_job_attempts,
+                )
+            })
             .await
     }
 
-    async fn close_idle_conversations(&self, now: Millis, limit: u32, max_job_attempts: u32) -> StoreResult<Vec<SessionClosed>> {
+    async fn close_idle_conversations(
+        &self,
+        now: Millis,
+        limit: u32,
+        max_job_attempts: u32,
+    ) -> StoreResult<Vec<SessionClosed>> {
         self.writer
             .write(move |conn| {
                 let due: Vec<(CollectionId, String)> = {
@@ -567,13 +718,21 @@ impl Store for SqliteStore {
 
     async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
         self.read(|conn| {
-            conn.query_row("SELECT MIN(idle_deadline) FROM conversations WHERE idle_deadline IS NOT NULL", [], |r| r.get(0))
-                .map_err(backend)
+            conn.query_row(
+                "SELECT MIN(idle_deadline) FROM conversations WHERE idle_deadline IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(backend)
         })
         .await
     }
 
-    async fn conversation_info(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Option<ConversationInfo>> {
+    async fn conversation_info(
+        &self,
+        cid: CollectionId,
+        conversation_id: &str,
+    ) -> StoreResult<Option<ConversationInfo>> {
         let conv = conversation_id.to_string();
         self.read(move |conn| {
             let row: Option<(String, i64, i64, Option<i64>)> = conn
@@ -612,7 +771,11 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
+    async fn session_info(
+        &self,
+        cid: CollectionId,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionDetail>> {
         let sid = session_id.to_string();
         self.read(move |conn| {
             let Some((scid, session, _)) = session_summary(conn, &sid)? else { return Ok(None) };
@@ -667,7 +830,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
+    async fn complete_job(
+        &self,
+        job_id: &str,
+        output: ExtractionOutput,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
         let job_id = job_id.to_string();
         self.writer
             .write(move |conn| {
@@ -714,8 +882,17 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
-        let (job_id, error) = (job_id.to_string(), error.chars().take(2000).collect::<String>());
+    async fn fail_job(
+        &self,
+        job_id: &str,
+        error: &str,
+        retry_at: Option<Millis>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let (job_id, error) = (
+            job_id.to_string(),
+            error.chars().take(2000).collect::<String>(),
+        );
         self.writer
             .write(move |conn| {
                 let (state, run_after) = match retry_at {
@@ -753,10 +930,17 @@ impl Store for SqliteStore {
                 sql.push_str(&format!(" AND session_id=?{}", args.len()));
             }
             args.push(SqlValue::Integer(f.limit.max(1) as i64));
-            sql.push_str(&format!(" ORDER BY created_at DESC, job_id DESC LIMIT ?{}", args.len()));
+            sql.push_str(&format!(
+                " ORDER BY created_at DESC, job_id DESC LIMIT ?{}",
+                args.len()
+            ));
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
-            let rows = stmt.query_map(params_from_iter(args.iter()), job_from_row).map_err(backend)?;
-            rows.map(|r| r.map(|(_, j)| j)).collect::<Result<Vec<_>, _>>().map_err(backend)
+            let rows = stmt
+                .query_map(params_from_iter(args.iter()), job_from_row)
+                .map_err(backend)?;
+            rows.map(|r| r.map(|(_, j)| j))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(backend)
         })
         .await
     }
@@ -777,7 +961,8 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = insert_event_row(conn, &e)?;
-                event_by_id(conn, e.collection_id, &id)?.ok_or_else(|| backend("inserted event vanished"))
+                event_by_id(conn, e.collection_id, &id)?
+                    .ok_or_else(|| backend("inserted event vanished"))
             })
             .await
     }
@@ -787,7 +972,13 @@ impl Store for SqliteStore {
         self.read(move |conn| event_by_id(conn, cid, &id)).await
     }
 
-    async fn update_event(&self, cid: CollectionId, id: &str, patch: EventPatch, now: Millis) -> StoreResult<Event> {
+    async fn update_event(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        patch: EventPatch,
+        now: Millis,
+    ) -> StoreResult<Event> {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
@@ -826,24 +1017,43 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
-                conn.execute("DELETE FROM event_subjects WHERE event_id=?1", [&id]).map_err(backend)?;
-                Ok(conn.execute("DELETE FROM events WHERE collection_id=?1 AND id=?2", params![cid, id]).map_err(backend)? > 0)
+                conn.execute("DELETE FROM event_subjects WHERE event_id=?1", [&id])
+                    .map_err(backend)?;
+                Ok(conn
+                    .execute(
+                        "DELETE FROM events WHERE collection_id=?1 AND id=?2",
+                        params![cid, id],
+                    )
+                    .map_err(backend)?
+                    > 0)
             })
             .await
     }
 
-    async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
+    async fn batch_delete_events(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+    ) -> StoreResult<u64> {
         self.writer
             .write(move |conn| {
                 let (where_sql, args) = event_filter_sql(cid, &filter);
                 // Resolve the ids first: the user/assistant filter reads event_subjects.
                 let ids: Vec<String> = {
-                    let mut stmt = conn.prepare(&format!("SELECT id FROM events WHERE {where_sql}")).map_err(backend)?;
-                    let rows = stmt.query_map(params_from_iter(args.iter()), |r| r.get(0)).map_err(backend)?;
+                    let mut stmt = conn
+                        .prepare(&format!("SELECT id FROM events WHERE {where_sql}"))
+                        .map_err(backend)?;
+                    let rows = stmt
+                        .query_map(params_from_iter(args.iter()), |r| r.get(0))
+                        .map_err(backend)?;
                     rows.collect::<Result<_, _>>().map_err(backend)?
                 };
-                let mut del_subjects = conn.prepare_cached("DELETE FROM event_subjects WHERE event_id=?1").map_err(backend)?;
-                let mut del_event = conn.prepare_cached("DELETE FROM events WHERE id=?1").map_err(backend)?;
+                let mut del_subjects = conn
+                    .prepare_cached("DELETE FROM event_subjects WHERE event_id=?1")
+                    .map_err(backend)?;
+                let mut del_event = conn
+                    .prepare_cached("DELETE FROM events WHERE id=?1")
+                    .map_err(backend)?;
                 let mut n = 0;
                 for id in &ids {
                     del_subjects.execute([id]).map_err(backend)?;
@@ -854,7 +1064,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_events(&self, cid: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>> {
+    async fn list_events(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        limit: u32,
+    ) -> StoreResult<Vec<Event>> {
         self.read(move |conn| {
             let (where_sql, mut args) = event_filter_sql(cid, &filter);
             args.push(SqlValue::Integer(limit as i64));
@@ -888,7 +1103,13 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn update_profile(&self, cid: CollectionId, id: &str, patch: ProfilePatch, now: Millis) -> StoreResult<Profile> {
+    async fn update_profile(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        patch: ProfilePatch,
+        now: Millis,
+    ) -> StoreResult<Profile> {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
@@ -925,15 +1146,32 @@ impl Store for SqliteStore {
     async fn delete_profile(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
         self.writer
-            .write(move |conn| Ok(conn.execute("DELETE FROM profiles WHERE collection_id=?1 AND id=?2", params![cid, id]).map_err(backend)? > 0))
+            .write(move |conn| {
+                Ok(conn
+                    .execute(
+                        "DELETE FROM profiles WHERE collection_id=?1 AND id=?2",
+                        params![cid, id],
+                    )
+                    .map_err(backend)?
+                    > 0)
+            })
             .await
     }
 
-    async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
+    async fn list_profiles(
+        &self,
+        cid: CollectionId,
+        f: ProfileFilter,
+        limit: u32,
+    ) -> StoreResult<Vec<Profile>> {
         self.read(move |conn| {
             let mut sql = format!("SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1");
             let mut args = vec![SqlValue::Integer(cid)];
-            for (col, values) in [("user_id", &f.user_id), ("assistant_id", &f.assistant_id), ("profile_type", &f.profile_type)] {
+            for (col, values) in [
+                ("user_id", &f.user_id),
+                ("assistant_id", &f.assistant_id),
+                ("profile_type", &f.profile_type),
+            ] {
                 if values.is_empty() {
                     continue;
                 }
@@ -945,9 +1183,14 @@ impl Store for SqliteStore {
                 sql.push_str(&format!(" AND {col} IN ({})", marks.join(",")));
             }
             args.push(SqlValue::Integer(limit as i64));
-            sql.push_str(&format!(" ORDER BY updated_at DESC, id LIMIT ?{}", args.len()));
+            sql.push_str(&format!(
+                " ORDER BY updated_at DESC, id LIMIT ?{}",
+                args.len()
+            ));
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
-            let rows = stmt.query_map(params_from_iter(args.iter()), profile_from_row).map_err(backend)?;
+            let rows = stmt
+                .query_map(params_from_iter(args.iter()), profile_from_row)
+                .map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
         })
         .await

@@ -21,10 +21,15 @@ pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>
                 "power_loss" => Durability::PowerLoss,
                 other => bail!("store.durability: must be process or power_loss, got {other:?}"),
             };
-            let opts = SqliteOptions { durability, cache_mib: cfg.store.cache_mib, ..Default::default() };
+            let opts = SqliteOptions {
+                durability,
+                cache_mib: cfg.store.cache_mib,
+                ..Default::default()
+            };
             Arc::new(
-                SqliteStore::open(&cfg.store.path, opts)
-                    .with_context(|| format!("opening the store in {}", cfg.store.path.display()))?,
+                SqliteStore::open(&cfg.store.path, opts).with_context(|| {
+                    format!("opening the store in {}", cfg.store.path.display())
+                })?,
             )
         }
         other => bail!("store.engine: {other:?} is not available in this build (use sqlite)"),
@@ -40,7 +45,10 @@ pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>
     let extractor: Arc<dyn Extractor> = match cfg.extraction.fault_injection.fail_first_attempts {
         0 => extractor,
         n => {
-            tracing::warn!(n, "fault injection is on: the first {n} extraction attempts will fail");
+            tracing::warn!(
+                n,
+                "fault injection is on: the first {n} extraction attempts will fail"
+            );
             Arc::new(FaultInjectingExtractor::new(extractor, n))
         }
     };
@@ -104,9 +112,15 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
     let service = build_service(cfg, Arc::new(SystemClock))?;
     let router = mnemo_http::router(
         service.clone(),
-        mnemo_http::HttpConfig { api_keys: keys, max_body_bytes: cfg.server.max_body_bytes, max_in_flight: cfg.server.max_in_flight },
+        mnemo_http::HttpConfig {
+            api_keys: keys,
+            max_body_bytes: cfg.server.max_body_bytes,
+            max_in_flight: cfg.server.max_in_flight,
+        },
     );
-    let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
+    let listener = TcpListener::bind(bind)
+        .await
+        .with_context(|| format!("binding {bind}"))?;
     let addr = listener.local_addr()?;
     let (stop, stop_rx) = watch::channel(false);
     let background = service.spawn_background(stop_rx.clone());
@@ -118,7 +132,12 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             })
             .await
     });
-    Ok(Running { addr, stop, server, background })
+    Ok(Running {
+        addr,
+        stop,
+        server,
+        background,
+    })
 }
 
 /// `mnemo serve`: runs until SIGTERM or Ctrl-C.
@@ -126,7 +145,11 @@ pub async fn serve(cfg: Config) -> Result<()> {
     let bind = cfg.bind_addr()?;
     let running = start(&cfg, bind).await?;
     // Written without println!: a closed stdout (a supervisor that stopped reading) must not panic.
-    say(&format!("mnemo listening on http://{} (data: {})", running.addr, cfg.store.path.display()));
+    say(&format!(
+        "mnemo listening on http://{} (data: {})",
+        running.addr,
+        cfg.store.path.display()
+    ));
     wait_for_signal().await;
     tracing::info!("shutting down");
     running.shutdown().await;
@@ -145,7 +168,8 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -29,7 +29,12 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { bind: "127.0.0.1:8600".into(), api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
+        Self {
+            bind: "127.0.0.1:8600".into(),
+            api_keys: vec![],
+            max_body_bytes: 4 * 1024 * 1024,
+            max_in_flight: 2048,
+        }
     }
 }
 
@@ -60,7 +65,12 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { engine: "sqlite".into(), path: PathBuf::from("./mnemo-data"), durability: "process".into(), cache_mib: 64 }
+        Self {
+            engine: "sqlite".into(),
+            path: PathBuf::from("./mnemo-data"),
+            durability: "process".into(),
+            cache_mib: 64,
+        }
     }
 }
 
@@ -141,11 +151,13 @@ impl Config {
     pub fn load(file: Option<&Path>, env: impl Iterator<Item = (String, String)>) -> Result<Self> {
         let mut tree: Value = match file {
             Some(p) => {
-                let text = std::fs::read_to_string(p).with_context(|| format!("reading config file {}", p.display()))?;
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading config file {}", p.display()))?;
                 if text.trim().is_empty() {
                     Value::Object(Default::default())
                 } else {
-                    serde_norway::from_str(&text).with_context(|| format!("parsing config file {}", p.display()))?
+                    serde_norway::from_str(&text)
+                        .with_context(|| format!("parsing config file {}", p.display()))?
                 }
             }
             None => Value::Object(Default::default()),
@@ -154,7 +166,9 @@ impl Config {
             tree = Value::Object(Default::default());
         }
         for (k, v) in env {
-            let Some(rest) = k.strip_prefix("MNEMO_") else { continue };
+            let Some(rest) = k.strip_prefix("MNEMO_") else {
+                continue;
+            };
             if !rest.contains("__") {
                 continue; // e.g. MNEMO_KEY_A: a key referenced by key_env, not an override
             }
@@ -162,7 +176,8 @@ impl Config {
             let value: Value = serde_norway::from_str(&v).unwrap_or(Value::String(v.clone()));
             set_path(&mut tree, &path, value).with_context(|| format!("applying {k}"))?;
         }
-        serde_json::from_value(tree).context("invalid configuration (see mnemo.example.yaml for every key)")
+        serde_json::from_value(tree)
+            .context("invalid configuration (see mnemo.example.yaml for every key)")
     }
 
     /// Resolves API keys from their environment variables.
@@ -170,21 +185,30 @@ impl Config {
         let mut out = Vec::new();
         for (i, k) in self.server.api_keys.iter().enumerate() {
             let key = match (&k.key_env, &k.key) {
-                (Some(var), _) => std::env::var(var)
-                    .with_context(|| format!("server.api_keys[{i}].key_env: environment variable {var} is not set"))?,
+                (Some(var), _) => std::env::var(var).with_context(|| {
+                    format!("server.api_keys[{i}].key_env: environment variable {var} is not set")
+                })?,
                 (None, Some(key)) => key.clone(),
                 (None, None) => bail!("server.api_keys[{i}]: give key_env (preferred) or key"),
             };
             if key.len() < 16 {
                 bail!("server.api_keys[{i}]: a key must be at least 16 characters");
             }
-            out.push(mnemo_http::ApiKey { key, projects: k.projects.clone() });
+            out.push(mnemo_http::ApiKey {
+                key,
+                projects: k.projects.clone(),
+            });
         }
         Ok(out)
     }
 
     pub fn bind_addr(&self) -> Result<SocketAddr> {
-        self.server.bind.parse().with_context(|| format!("server.bind: {:?} is not an address like 127.0.0.1:8600", self.server.bind))
+        self.server.bind.parse().with_context(|| {
+            format!(
+                "server.bind: {:?} is not an address like 127.0.0.1:8600",
+                self.server.bind
+            )
+        })
     }
 }
 
@@ -199,7 +223,9 @@ fn set_path(tree: &mut Value, path: &[String], value: Value) -> Result<()> {
             obj.insert(key.clone(), value);
             return Ok(());
         }
-        node = obj.entry(key.clone()).or_insert_with(|| Value::Object(Default::default()));
+        node = obj
+            .entry(key.clone())
+            .or_insert_with(|| Value::Object(Default::default()));
     }
     Ok(())
 }
@@ -212,10 +238,17 @@ mod tests {
     fn layers_apply_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("m.yaml");
-        std::fs::write(&f, "server:\n  bind: 127.0.0.1:9000\ninject: {max_tokens: 800}\n").unwrap();
+        std::fs::write(
+            &f,
+            "server:\n  bind: 127.0.0.1:9000\ninject: {max_tokens: 800}\n",
+        )
+        .unwrap();
         let env = vec![
             ("MNEMO_INJECT__MAX_TOKENS".to_string(), "900".to_string()),
-            ("MNEMO_EXTRACTION__PROVIDER".to_string(), "rules".to_string()),
+            (
+                "MNEMO_EXTRACTION__PROVIDER".to_string(),
+                "rules".to_string(),
+            ),
             ("MNEMO_KEY_A".to_string(), "not an override".to_string()),
         ];
         let c = Config::load(Some(&f), env.into_iter()).unwrap();

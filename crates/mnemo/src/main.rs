@@ -11,7 +11,11 @@ use config::Config;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "mnemo", version, about = "mnemo — a memory service for LLM applications")]
+#[command(
+    name = "mnemo",
+    version,
+    about = "mnemo — a memory service for LLM applications"
+)]
 struct Cli {
     /// YAML config file (every key optional; see mnemo.example.yaml).
     #[arg(long, global = true, env = "MNEMO_CONFIG")]
@@ -60,13 +64,16 @@ enum BenchCommand {
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
         Command::Serve { bind, data } => {
             if let Some(b) = bind {
@@ -77,8 +84,24 @@ fn main() -> Result<()> {
             }
             rt.block_on(app::serve(cfg))
         }
-        Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs } } => {
-            rt.block_on(bench::run(bench::WriteBench { url, key, concurrency: concurrency.max(1), seconds: seconds.max(1), runs: runs.max(1) }, cfg))
-        }
+        Command::Bench {
+            which:
+                BenchCommand::Write {
+                    url,
+                    key,
+                    concurrency,
+                    seconds,
+                    runs,
+                },
+        } => rt.block_on(bench::run(
+            bench::WriteBench {
+                url,
+                key,
+                concurrency: concurrency.max(1),
+                seconds: seconds.max(1),
+                runs: runs.max(1),
+            },
+            cfg,
+        )),
     }
 }

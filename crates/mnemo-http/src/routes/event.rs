@@ -1,17 +1,20 @@
 //! `event/search|add|update|delete|batch_delete` (SPEC §2.3, seed 001).
 
+use crate::AppState;
 use crate::dto::*;
 use crate::error::{ApiError, ApiOk, ApiResult};
 use crate::json::ApiJson;
-use crate::AppState;
 use axum::extract::State;
+use mnemo_core::CoreError;
 use mnemo_core::model::EventPatch;
 use mnemo_core::ranking::{TimeDecay, check_custom_weight};
 use mnemo_core::service::{AddEventRequest, EventSearch, Target};
-use mnemo_core::CoreError;
 use serde_json::json;
 
-pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventSearchBody>) -> ApiResult {
+pub async fn search(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<EventSearchBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
     let req = (|| -> Result<EventSearch, CoreError> {
         let decay = match &body.time_decay_config {
@@ -19,7 +22,10 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
             None => TimeDecay::NONE,
         };
         Ok(EventSearch {
-            target: Target { project: body.project_name.clone(), collection: body.collection_name.clone() },
+            target: Target {
+                project: body.project_name.clone(),
+                collection: body.collection_name.clone(),
+            },
             query: body.query.clone(),
             limit: limit(body.limit, 10)?,
             custom_weight: check_custom_weight(body.custom_weight)?,
@@ -28,12 +34,24 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
-    let results = s.service.search_events(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let results = s
+        .service
+        .search_events(req)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
     let list: Vec<_> = results
         .iter()
         .map(|r| {
             let sc = r.scores;
-            event_json(&r.event, Some(Scores { score: sc.score, origin_score: sc.origin_score, time_score: sc.time_score, custom_weight_score: sc.custom_weight_score }))
+            event_json(
+                &r.event,
+                Some(Scores {
+                    score: sc.score,
+                    origin_score: sc.origin_score,
+                    time_score: sc.time_score,
+                    custom_weight_score: sc.custom_weight_score,
+                }),
+            )
         })
         .collect();
     Ok(ApiOk::new(
@@ -42,14 +60,23 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
     ))
 }
 
-pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventAddBody>) -> ApiResult {
+pub async fn add(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<EventAddBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
     let req = (|| -> Result<AddEventRequest, CoreError> {
         Ok(AddEventRequest {
-            target: Target { project: body.project_name, collection: body.collection_name },
+            target: Target {
+                project: body.project_name,
+                collection: body.collection_name,
+            },
             memory_type: body.event_type,
             user_id: body.user_id.unwrap_or_default().into_checked("user_id")?,
-            assistant_id: body.assistant_id.unwrap_or_default().into_checked("assistant_id")?,
+            assistant_id: body
+                .assistant_id
+                .unwrap_or_default()
+                .into_checked("assistant_id")?,
             group_id: body.group_id,
             session_id: body.session_id,
             conversation_id: body.conversation_id,
@@ -60,13 +87,26 @@ pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Event
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
-    let e = s.service.add_event(req).await.map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(rid, json!({"event_id": e.id, "event": event_json(&e, None)})))
+    let e = s
+        .service
+        .add_event(req)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(
+        rid,
+        json!({"event_id": e.id, "event": event_json(&e, None)}),
+    ))
 }
 
-pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventUpdateBody>) -> ApiResult {
+pub async fn update(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<EventUpdateBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target { project: body.project_name, collection: body.collection_name };
+    let t = Target {
+        project: body.project_name,
+        collection: body.collection_name,
+    };
     let patch = EventPatch {
         memory_info: body.memory_info,
         time: body.time,
@@ -78,27 +118,67 @@ pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
     if let Some(st) = &patch.status
         && !["active", "archived", "superseded"].contains(&st.as_str())
     {
-        return Err(ApiError::bad_request(rid, format!("status: must be one of active, archived, superseded; got {st:?}")));
+        return Err(ApiError::bad_request(
+            rid,
+            format!("status: must be one of active, archived, superseded; got {st:?}"),
+        ));
     }
-    let e = s.service.update_event(&t, &body.event_id, patch).await.map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(rid, json!({"event_id": e.id, "event": event_json(&e, None)})))
+    let e = s
+        .service
+        .update_event(&t, &body.event_id, patch)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(
+        rid,
+        json!({"event_id": e.id, "event": event_json(&e, None)}),
+    ))
 }
 
-pub async fn delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventIdBody>) -> ApiResult {
+pub async fn delete(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<EventIdBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target { project: body.project_name, collection: body.collection_name };
-    s.service.delete_event(&t, &body.event_id).await.map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(rid, json!({"event_id": body.event_id, "deleted": true})))
+    let t = Target {
+        project: body.project_name,
+        collection: body.collection_name,
+    };
+    s.service
+        .delete_event(&t, &body.event_id)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(
+        rid,
+        json!({"event_id": body.event_id, "deleted": true}),
+    ))
 }
 
-pub async fn batch_delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<BatchDeleteBody>) -> ApiResult {
+pub async fn batch_delete(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<BatchDeleteBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
     match body.delete_type.as_deref() {
         None | Some("full") => {}
-        Some(other) => return Err(ApiError::bad_request(rid, format!("delete_type: must be \"full\", got {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                rid,
+                format!("delete_type: must be \"full\", got {other:?}"),
+            ));
+        }
     }
-    let t = Target { project: body.project_name, collection: body.collection_name };
-    let filter = body.filter.into_filter().map_err(|e| ApiError::from_core(rid, e))?;
-    let n = s.service.batch_delete_events(&t, filter).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let t = Target {
+        project: body.project_name,
+        collection: body.collection_name,
+    };
+    let filter = body
+        .filter
+        .into_filter()
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    let n = s
+        .service
+        .batch_delete_events(&t, filter)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, json!({"deleted": n})))
 }

@@ -1,9 +1,9 @@
 //! `session/streaming_write|add|flush|info` (SPEC §2.1).
 
+use crate::AppState;
 use crate::dto::*;
 use crate::error::{ApiError, ApiOk, ApiResult};
 use crate::json::ApiJson;
-use crate::AppState;
 use axum::extract::State;
 use mnemo_core::model::SessionClosed;
 use mnemo_core::service::Target;
@@ -11,16 +11,27 @@ use serde_json::{Value, json};
 
 fn closed_json(c: Option<&SessionClosed>) -> Value {
     match c {
-        Some(c) => json!({"triggered": true, "session_id": c.session_id, "job_id": c.job_id, "reason": c.reason.as_str()}),
+        Some(c) => {
+            json!({"triggered": true, "session_id": c.session_id, "job_id": c.job_id, "reason": c.reason.as_str()})
+        }
         None => json!({"triggered": false, "session_id": null, "job_id": null, "reason": null}),
     }
 }
 
-pub async fn streaming_write(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<WriteBody>) -> ApiResult {
+pub async fn streaming_write(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<WriteBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
     let conversation_id = body.conversation_id.clone();
-    let req = body.into_request(s.service.config().default_trigger).map_err(|e| ApiError::from_core(rid, e))?;
-    let out = s.service.streaming_write(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let req = body
+        .into_request(s.service.config().default_trigger)
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    let out = s
+        .service
+        .streaming_write(req)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(
         rid,
         json!({
@@ -34,11 +45,20 @@ pub async fn streaming_write(State(s): State<AppState>, ApiJson { ctx, body }: A
     ))
 }
 
-pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<WriteBody>) -> ApiResult {
+pub async fn add(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<WriteBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
     let conversation_id = body.conversation_id.clone();
-    let req = body.into_request(s.service.config().default_trigger).map_err(|e| ApiError::from_core(rid, e))?;
-    let closed = s.service.session_add(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let req = body
+        .into_request(s.service.config().default_trigger)
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    let closed = s
+        .service
+        .session_add(req)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(
         rid,
         json!({
@@ -51,19 +71,42 @@ pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Write
     ))
 }
 
-pub async fn flush(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ConversationBody>) -> ApiResult {
+pub async fn flush(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<ConversationBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target { project: body.project_name, collection: body.collection_name };
-    let closed = s.service.flush(&t, &body.conversation_id).await.map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(rid, json!({"conversation_id": body.conversation_id, "extraction": closed_json(closed.as_ref())})))
+    let t = Target {
+        project: body.project_name,
+        collection: body.collection_name,
+    };
+    let closed = s
+        .service
+        .flush(&t, &body.conversation_id)
+        .await
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(
+        rid,
+        json!({"conversation_id": body.conversation_id, "extraction": closed_json(closed.as_ref())}),
+    ))
 }
 
-pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<SessionInfoBody>) -> ApiResult {
+pub async fn info(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<SessionInfoBody>,
+) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target { project: body.project_name, collection: body.collection_name };
+    let t = Target {
+        project: body.project_name,
+        collection: body.collection_name,
+    };
     match (body.conversation_id, body.session_id) {
         (Some(conv), None) => {
-            let info = s.service.conversation_info(&t, &conv).await.map_err(|e| ApiError::from_core(rid, e))?;
+            let info = s
+                .service
+                .conversation_info(&t, &conv)
+                .await
+                .map_err(|e| ApiError::from_core(rid, e))?;
             Ok(ApiOk::new(
                 rid,
                 json!({
@@ -78,7 +121,11 @@ pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sess
             ))
         }
         (None, Some(sid)) => {
-            let d = s.service.session_info(&t, &sid).await.map_err(|e| ApiError::from_core(rid, e))?;
+            let d = s
+                .service
+                .session_info(&t, &sid)
+                .await
+                .map_err(|e| ApiError::from_core(rid, e))?;
             let usage = d.job.as_ref().map(|j| json!({"prompt_tokens": j.prompt_tokens, "completion_tokens": j.completion_tokens}));
             Ok(ApiOk::new(
                 rid,
@@ -91,6 +138,9 @@ pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sess
                 }),
             ))
         }
-        _ => Err(ApiError::bad_request(rid, "conversation_id: give exactly one of conversation_id and session_id")),
+        _ => Err(ApiError::bad_request(
+            rid,
+            "conversation_id: give exactly one of conversation_id and session_id",
+        )),
     }
 }
