@@ -31,10 +31,7 @@ pub enum CoreError {
 
 impl CoreError {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        CoreError::Invalid {
-            field: field.into(),
-            message: message.into(),
-        }
+        CoreError::Invalid { field: field.into(), message: message.into() }
     }
 }
 

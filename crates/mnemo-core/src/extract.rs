@@ -26,6 +26,8 @@ pub struct ExtractedEvent {
     pub memory_info: Map<String, Value>,
     pub time: Millis,
     pub source_message_ids: Vec<i64>,
+    /// Filled by the service before storing (extractors leave it empty).
+    pub embedding: Option<Vec<f32>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,6 +8,8 @@
 //! functions here that a store calls inside its own transaction, so all stores behave alike.
 
 pub mod clock;
+pub mod context;
+pub mod embed;
 pub mod error;
 pub mod extract;
 pub mod model;
@@ -15,10 +17,12 @@ pub mod profile;
 pub mod ranking;
 pub mod service;
 pub mod store;
+pub mod text;
 pub mod tokens;
 pub mod trigger;
 
 pub use clock::{Clock, SystemClock};
+pub use embed::{EmbedKind, Embedder};
 pub use error::{CoreError, StoreError};
 pub use extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractor};
 pub use model::*;

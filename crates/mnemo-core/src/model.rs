@@ -171,9 +171,7 @@ impl CollectionSchema {
     pub fn builtin_event_v1() -> EventTypeDef {
         EventTypeDef {
             name: EVENT_V1.into(),
-            description:
-                "Something the user did, said, decided or asked about, in one sentence or two."
-                    .into(),
+            description: "Something the user did, said, decided or asked about, in one sentence or two.".into(),
             fields: vec![FieldDef {
                 name: "summary".into(),
                 field_type: FieldType::String,
@@ -189,8 +187,7 @@ impl CollectionSchema {
     pub fn builtin_profile_v1() -> ProfileTypeDef {
         ProfileTypeDef {
             name: PROFILE_V1.into(),
-            description:
-                "Stable facts about the user: who they are, where they live, what they like.".into(),
+            description: "Stable facts about the user: who they are, where they live, what they like.".into(),
             fields: vec![
                 FieldDef {
                     name: "content".into(),
@@ -212,20 +209,14 @@ impl CollectionSchema {
     }
 
     /// The built-in schema; custom types are added beside the built-ins, which always exist.
-    pub fn with_builtins(
-        mut event_types: Vec<EventTypeDef>,
-        mut profile_types: Vec<ProfileTypeDef>,
-    ) -> Self {
+    pub fn with_builtins(mut event_types: Vec<EventTypeDef>, mut profile_types: Vec<ProfileTypeDef>) -> Self {
         if !event_types.iter().any(|t| t.name == EVENT_V1) {
             event_types.insert(0, Self::builtin_event_v1());
         }
         if !profile_types.iter().any(|t| t.name == PROFILE_V1) {
             profile_types.insert(0, Self::builtin_profile_v1());
         }
-        Self {
-            event_types,
-            profile_types,
-        }
+        Self { event_types, profile_types }
     }
 
     pub fn event_type(&self, name: &str) -> Option<&EventTypeDef> {
@@ -250,6 +241,9 @@ pub struct Collection {
     pub collection_name: String,
     pub description: String,
     pub schema: CollectionSchema,
+    /// The embedding model the collection's vectors come from (None: not yet recorded).
+    pub embedding_model: Option<String>,
+    pub embedding_dim: Option<u32>,
     pub created_at: Millis,
 }
 
@@ -259,6 +253,8 @@ pub struct NewCollection {
     pub collection_name: String,
     pub description: String,
     pub schema: CollectionSchema,
+    pub embedding_model: String,
+    pub embedding_dim: u32,
     pub created_at: Millis,
 }
 
@@ -427,10 +423,17 @@ pub struct Event {
 impl Event {
     /// The text that represents the event in search and context: its summary, or its fields.
     pub fn text(&self) -> String {
-        if let Some(Value::String(s)) = self.memory_info.get("summary") {
+        event_text(&self.memory_info)
+    }
+}
+
+/// The text of an event's `memory_info`: its summary, or its fields (not the raw messages).
+pub fn event_text(memory_info: &Map<String, Value>) -> String {
+    {
+        if let Some(Value::String(s)) = memory_info.get("summary") {
             return s.clone();
         }
-        self.memory_info
+        memory_info
             .iter()
             .filter(|(k, _)| k.as_str() != "original_messages")
             .map(|(k, v)| match v {
@@ -456,12 +459,16 @@ pub struct NewEvent {
     pub time: Millis,
     pub memory_info: Map<String, Value>,
     pub source_message_ids: Vec<i64>,
+    /// The unit vector of `event_text(memory_info)`, from the collection's model.
+    pub embedding: Option<Vec<f32>>,
     pub now: Millis,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct EventPatch {
     pub memory_info: Option<Map<String, Value>>,
+    /// A new vector, when `memory_info` changed the event's text.
+    pub embedding: Option<Vec<f32>>,
     pub time: Option<Millis>,
     pub group_id: Option<Option<String>>,
     pub scope: Option<Option<String>>,
@@ -481,6 +488,8 @@ pub struct EventFilter {
     pub scope: Vec<String>,
     pub start_time: Option<Millis>,
     pub end_time: Option<Millis>,
+    /// Only `active` events (search and context); otherwise any status (listing, deleting).
+    pub active_only: bool,
 }
 
 impl EventFilter {
@@ -536,4 +545,24 @@ pub struct ProfileFilter {
     pub user_id: Vec<String>,
     pub assistant_id: Vec<String>,
     pub profile_type: Vec<String>,
+}
+
+/// What a search asks the store for: candidates by vector similarity and by full text.
+#[derive(Clone, Debug)]
+pub struct CandidateQuery {
+    pub vector: Option<Vec<f32>>,
+    /// Analysed query terms (`text::search_tokens`); empty: no full-text part.
+    pub terms: Vec<String>,
+    /// How many candidates each part returns at most.
+    pub k: usize,
+}
+
+/// A search candidate with its raw signals; core fuses them into a score.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub event: Event,
+    /// Cosine similarity to the query vector, if the event has a vector.
+    pub cosine: Option<f32>,
+    /// BM25 relevance (higher is better), if the event matched a query term.
+    pub bm25: Option<f64>,
 }

@@ -16,29 +16,21 @@ pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChan
                 attributes.remove(key);
             }
             ProfileChange::Append { key, items } => {
-                let list = attributes
-                    .entry(key.clone())
-                    .or_insert_with(|| Value::Array(vec![]));
+                let list = attributes.entry(key.clone()).or_insert_with(|| Value::Array(vec![]));
                 if !list.is_array() {
                     // A scalar becomes the first item of the list.
                     *list = Value::Array(vec![list.clone()]);
                 }
                 let arr = list.as_array_mut().expect("made an array above");
                 for item in items {
-                    if !arr
-                        .iter()
-                        .any(|v| v.as_str().is_some_and(|s| same_item(s, item)))
-                    {
+                    if !arr.iter().any(|v| v.as_str().is_some_and(|s| same_item(s, item))) {
                         arr.push(Value::String(item.clone()));
                     }
                 }
             }
             ProfileChange::RemoveItems { key, items } => {
                 if let Some(Value::Array(arr)) = attributes.get_mut(key) {
-                    arr.retain(|v| {
-                        !v.as_str()
-                            .is_some_and(|s| items.iter().any(|i| same_item(s, i)))
-                    });
+                    arr.retain(|v| !v.as_str().is_some_and(|s| items.iter().any(|i| same_item(s, i))));
                     if arr.is_empty() {
                         attributes.remove(key);
                     }
@@ -63,10 +55,7 @@ pub fn describe(attributes: &Map<String, Value>) -> String {
                 "{k}: {}",
                 items
                     .iter()
-                    .map(|i| i
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| i.to_string()))
+                    .map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string()))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -82,10 +71,7 @@ mod tests {
     use serde_json::json;
 
     fn set(k: &str, v: Value) -> ProfileChange {
-        ProfileChange::Set {
-            key: k.into(),
-            value: v,
-        }
+        ProfileChange::Set { key: k.into(), value: v }
     }
 
     #[test]
@@ -94,10 +80,7 @@ mod tests {
         assert!(apply_changes(&mut a, &[set("city", json!("北京"))]));
         assert!(apply_changes(&mut a, &[set("city", json!("上海"))]));
         assert_eq!(Value::Object(a.clone()), json!({"city": "上海"}));
-        assert!(
-            !apply_changes(&mut a, &[set("city", json!("上海"))]),
-            "same value is no change"
-        );
+        assert!(!apply_changes(&mut a, &[set("city", json!("上海"))]), "same value is no change");
     }
 
     #[test]
@@ -107,40 +90,17 @@ mod tests {
             key: "likes".into(),
             items: items.iter().map(|s| s.to_string()).collect(),
         };
-        apply_changes(
-            &mut a,
-            &[add(&["coffee", "tea"]), add(&["Coffee ", "jazz"])],
-        );
-        assert_eq!(
-            Value::Object(a.clone()),
-            json!({"likes": ["coffee", "tea", "jazz"]})
-        );
-        apply_changes(
-            &mut a,
-            &[ProfileChange::RemoveItems {
-                key: "likes".into(),
-                items: vec!["TEA".into()],
-            }],
-        );
-        assert_eq!(
-            Value::Object(a.clone()),
-            json!({"likes": ["coffee", "jazz"]})
-        );
-        apply_changes(
-            &mut a,
-            &[ProfileChange::Remove {
-                key: "likes".into(),
-            }],
-        );
+        apply_changes(&mut a, &[add(&["coffee", "tea"]), add(&["Coffee ", "jazz"])]);
+        assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "tea", "jazz"]}));
+        apply_changes(&mut a, &[ProfileChange::RemoveItems { key: "likes".into(), items: vec!["TEA".into()] }]);
+        assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "jazz"]}));
+        apply_changes(&mut a, &[ProfileChange::Remove { key: "likes".into() }]);
         assert!(a.is_empty());
     }
 
     #[test]
     fn describe_is_readable() {
         let a = json!({"city": "上海", "likes": ["coffee", "jazz"]});
-        assert_eq!(
-            describe(a.as_object().unwrap()),
-            "city: 上海; likes: coffee, jazz"
-        );
+        assert_eq!(describe(a.as_object().unwrap()), "city: 上海; likes: coffee, jazz");
     }
 }

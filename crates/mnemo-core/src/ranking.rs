@@ -24,22 +24,11 @@ pub struct TimeDecay {
 }
 
 impl TimeDecay {
-    pub const NONE: TimeDecay = TimeDecay {
-        weight: 0.0,
-        no_decay_period_days: 0.0,
-        half_life_days: 30.0,
-    };
+    pub const NONE: TimeDecay = TimeDecay { weight: 0.0, no_decay_period_days: 0.0, half_life_days: 30.0 };
 
-    pub fn new(
-        weight: f64,
-        no_decay_period_days: Option<f64>,
-        half_life_days: f64,
-    ) -> Result<Self, CoreError> {
+    pub fn new(weight: f64, no_decay_period_days: Option<f64>, half_life_days: f64) -> Result<Self, CoreError> {
         if !(0.0..1.0).contains(&weight) {
-            return Err(CoreError::invalid(
-                "time_decay_config.weight",
-                format!("must be in [0,1), got {weight}"),
-            ));
+            return Err(CoreError::invalid("time_decay_config.weight", format!("must be in [0,1), got {weight}")));
         }
         let nd = no_decay_period_days.unwrap_or(0.0);
         if !(0.0..=10_000.0).contains(&nd) {
@@ -48,11 +37,7 @@ impl TimeDecay {
                 format!("must be a number of days in [0,10000], got {nd}"),
             ));
         }
-        Ok(Self {
-            weight,
-            no_decay_period_days: nd,
-            half_life_days,
-        })
+        Ok(Self { weight, no_decay_period_days: nd, half_life_days })
     }
 }
 
@@ -60,10 +45,7 @@ pub fn check_custom_weight(c: Option<f64>) -> Result<f64, CoreError> {
     match c {
         None => Ok(0.0),
         Some(c) if (0.0..1.0).contains(&c) => Ok(c),
-        Some(c) => Err(CoreError::invalid(
-            "custom_weight",
-            format!("must be in [0,1), got {c}"),
-        )),
+        Some(c) => Err(CoreError::invalid("custom_weight", format!("must be in [0,1), got {c}"))),
     }
 }
 
@@ -73,6 +55,27 @@ pub struct Scores {
     pub origin_score: f64,
     pub time_score: f64,
     pub custom_weight_score: f64,
+}
+
+/// The weight of the full-text signal in the hybrid relevance.
+pub const TEXT_WEIGHT: f64 = 0.8;
+/// The BM25 score at which the full-text signal counts half: one match of a rare term, roughly.
+/// A match on a word most memories share ("user", "用户") scores far below it.
+pub const BM25_HALF: f64 = 4.0;
+
+/// Hybrid relevance in [0,1] from a candidate's two signals:
+///
+/// `origin = max(v, TEXT_WEIGHT · t + (1 − TEXT_WEIGHT) · v)`, with `t = bm25 / (bm25 + BM25_HALF)`
+///
+/// where `v` = cosine similarity clamped to [0,1]. Strong lexical evidence leads (on LoCoMo,
+/// English, the local model's vectors alone find far less than BM25 — docs/benchmarks.md), weak
+/// lexical evidence (one common word) barely counts, and a memory never scores below its own
+/// cosine: a cross-lingual match with no shared words keeps its full semantic score, and a
+/// `similarity_threshold` keeps its meaning as a cosine floor.
+pub fn fuse(cosine: Option<f32>, bm25: Option<f64>) -> f64 {
+    let v = cosine.map(|c| (c as f64).clamp(0.0, 1.0)).unwrap_or(0.0);
+    let t = bm25.map(|b| b.max(0.0) / (b.max(0.0) + BM25_HALF)).unwrap_or(0.0);
+    v.max(TEXT_WEIGHT * t + (1.0 - TEXT_WEIGHT) * v)
 }
 
 pub fn time_score(event_time: Millis, now: Millis, d: &TimeDecay) -> f64 {
@@ -87,32 +90,16 @@ pub fn custom_weight_score(e: &Event, schema: &CollectionSchema) -> f64 {
     if let Some(f) = &def.weight_field
         && let Some(v) = e.memory_info.get(f).and_then(|v| v.as_f64())
     {
-        return if v > 1.0 {
-            (v / 10.0).clamp(0.0, 1.0)
-        } else {
-            v.max(0.0)
-        };
+        return if v > 1.0 { (v / 10.0).clamp(0.0, 1.0) } else { v.max(0.0) };
     }
     def.weight.unwrap_or(0.5)
 }
 
-pub fn score(
-    origin: f64,
-    e: &Event,
-    schema: &CollectionSchema,
-    now: Millis,
-    decay: &TimeDecay,
-    custom: f64,
-) -> Scores {
+pub fn score(origin: f64, e: &Event, schema: &CollectionSchema, now: Millis, decay: &TimeDecay, custom: f64) -> Scores {
     let t = time_score(e.time, now, decay);
     let cw = custom_weight_score(e, schema);
     let s = origin * (1.0 - decay.weight + decay.weight * t) * (1.0 - custom + custom * cw);
-    Scores {
-        score: s,
-        origin_score: origin,
-        time_score: t,
-        custom_weight_score: cw,
-    }
+    Scores { score: s, origin_score: origin, time_score: t, custom_weight_score: cw }
 }
 
 #[cfg(test)]
@@ -146,10 +133,7 @@ mod tests {
         let s = CollectionSchema::default();
         let now = 1_000 * DAY_MS as i64;
         let d = TimeDecay::new(0.0, None, 30.0).unwrap();
-        assert_eq!(
-            score(0.8, &ev(now), &s, now, &d, 0.0).score,
-            score(0.8, &ev(0), &s, now, &d, 0.0).score
-        );
+        assert_eq!(score(0.8, &ev(now), &s, now, &d, 0.0).score, score(0.8, &ev(0), &s, now, &d, 0.0).score);
     }
 
     #[test]
@@ -163,6 +147,17 @@ mod tests {
             score(1.0, &ev(now), &s, now, &d, 0.0).score
                 > score(1.0, &ev(now - 60 * DAY_MS as i64), &s, now, &d, 0.0).score
         );
+    }
+
+    #[test]
+    fn fusion_never_scores_below_the_cosine() {
+        assert_eq!(fuse(Some(0.7), None), 0.7f32 as f64);
+        assert!((fuse(Some(0.3), Some(4.0)) - (0.8 * 0.5 + 0.2 * 0.3f32 as f64)).abs() < 1e-9);
+        assert_eq!(fuse(Some(0.9), Some(0.1)), 0.9f32 as f64, "a weak lexical match cannot lower a strong cosine");
+        assert!(fuse(Some(0.2), Some(0.7)) < fuse(Some(0.45), None), "one common word does not beat meaning");
+        assert!(fuse(Some(0.2), Some(20.0)) > fuse(Some(0.6), None), "a strong lexical match leads");
+        assert_eq!(fuse(None, None), 0.0);
+        assert_eq!(fuse(Some(-0.2), None), 0.0);
     }
 
     #[test]

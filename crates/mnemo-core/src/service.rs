@@ -4,6 +4,8 @@
 //! ([`Service::try_run_one`], [`Service::close_idle_once`]) with a shutdown path.
 
 use crate::clock::Clock;
+use crate::context::{Assembled, Locale};
+use crate::embed::{EmbedKind, Embedder};
 use crate::error::{CoreError, CoreResult};
 use crate::extract::{ExtractError, ExtractionInput, Extractor};
 use crate::model::*;
@@ -37,6 +39,31 @@ pub struct ServiceConfig {
     pub workers: usize,
     /// Upper bound on how long the background loops sleep between checks.
     pub poll_interval: Duration,
+    pub retrieval: RetrievalConfig,
+}
+
+/// Retrieval defaults (SPEC §4): out of the box nothing hides a memory silently — no threshold,
+/// no freshness window, no decay unless configured or asked for per request.
+#[derive(Clone, Debug)]
+pub struct RetrievalConfig {
+    /// Events per context section (`event_search_config.limit` default).
+    pub top_k: u32,
+    pub similarity_threshold: Option<f64>,
+    pub freshness_days: Option<f64>,
+    pub time_decay: TimeDecay,
+    pub max_tokens: u32,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            top_k: 5,
+            similarity_threshold: None,
+            freshness_days: None,
+            time_decay: TimeDecay::NONE,
+            max_tokens: 1200,
+        }
+    }
 }
 
 impl Default for ServiceConfig {
@@ -51,6 +78,7 @@ impl Default for ServiceConfig {
             extraction_timeout: Duration::from_secs(120),
             workers: 2,
             poll_interval: Duration::from_secs(1),
+            retrieval: RetrievalConfig::default(),
         }
     }
 }
@@ -98,6 +126,46 @@ pub struct AddEventRequest {
 }
 
 pub const MAX_QUERY_CHARS: usize = 4000;
+pub const MAX_TOKENS_RANGE: (u32, u32) = (1, 200_000);
+pub const GLOBAL_SCOPE: &str = "global";
+
+/// Which parts `get_context` includes (all by default).
+#[derive(Clone, Copy, Debug)]
+pub struct Include {
+    pub profile: bool,
+    pub short_term: bool,
+    pub intra_events: bool,
+    pub cross_events: bool,
+}
+
+impl Default for Include {
+    fn default() -> Self {
+        Self { profile: true, short_term: true, intra_events: true, cross_events: true }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ContextRequest {
+    pub target: Target,
+    pub conversation_id: String,
+    pub query: Option<String>,
+    pub event_filter: EventFilter,
+    pub event_limit: u32,
+    pub decay: TimeDecay,
+    pub similarity_threshold: Option<f64>,
+    pub profile_filter: ProfileFilter,
+    pub profile_limit: u32,
+    pub max_tokens: u32,
+    pub include: Include,
+    /// `None`: follow the conversation's language.
+    pub locale: Option<Locale>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ContextResult {
+    pub assembled: Assembled,
+    pub locale: Locale,
+}
 
 #[derive(Clone, Debug)]
 pub struct EventSearch {
@@ -107,12 +175,17 @@ pub struct EventSearch {
     pub limit: u32,
     pub decay: TimeDecay,
     pub custom_weight: f64,
+    /// Overrides the configured threshold (`origin_score` below it is left out).
+    pub similarity_threshold: Option<f64>,
+    pub freshness_days: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
 pub struct ScoredEvent {
     pub event: Event,
     pub scores: Scores,
+    /// The scope layer the result came from (`global` when found by the fallback).
+    pub layer: Option<String>,
 }
 
 pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
@@ -120,6 +193,7 @@ pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
 pub struct Service {
     store: Arc<dyn Store>,
     extractor: Arc<dyn Extractor>,
+    embedder: Arc<dyn Embedder>,
     clock: Arc<dyn Clock>,
     config: ServiceConfig,
     /// Woken whenever a job is queued, so workers do not wait for their next poll.
@@ -130,17 +204,79 @@ impl Service {
     pub fn new(
         store: Arc<dyn Store>,
         extractor: Arc<dyn Extractor>,
+        embedder: Arc<dyn Embedder>,
         clock: Arc<dyn Clock>,
         config: ServiceConfig,
     ) -> Arc<Self> {
         TokenCounter::warm();
-        Arc::new(Self {
-            store,
-            extractor,
-            clock,
-            config,
-            job_queued: Notify::new(),
-        })
+        crate::text::warm();
+        Arc::new(Self { store, extractor, embedder, clock, config, job_queued: Notify::new() })
+    }
+
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
+    }
+
+    /// Start-up check: every collection was indexed with this server's embedding model, or is
+    /// adopted by it now (no model recorded yet). A mismatch is refused with both models named.
+    pub async fn check_embedding_model(&self) -> CoreResult<()> {
+        let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
+        for c in self.store.all_collections().await? {
+            match (&c.embedding_model, c.embedding_dim) {
+                (Some(m), Some(d)) if m == model && d == dim => {}
+                (None, _) => self.store.set_collection_embedding(c.id, model, dim).await?,
+                (m, d) => {
+                    return Err(CoreError::Conflict(format!(
+                        "collection \"{}\" in project \"{}\" was indexed with embedding model {} ({} dims), but this server is configured with {model} ({dim} dims); vectors of different models are not comparable. Start with the collection's model, or use a new data directory.",
+                        c.collection_name,
+                        c.project_name,
+                        m.as_deref().unwrap_or("?"),
+                        d.map(|d| d.to_string()).unwrap_or_else(|| "?".into())
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Embeds events that have no vector yet (e.g. written by an older version). Returns how many.
+    pub async fn reindex_missing(&self) -> CoreResult<usize> {
+        let mut n = 0;
+        for c in self.store.all_collections().await? {
+            loop {
+                let events = self.store.events_missing_vectors(c.id, 256).await?;
+                if events.is_empty() {
+                    break;
+                }
+                for e in &events {
+                    let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
+                    self.store.set_event_vector(c.id, &e.id, v).await?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    async fn embed_one(&self, text: &str, kind: EmbedKind) -> CoreResult<Vec<f32>> {
+        let mut v = self
+            .embedder
+            .embed(&[text.to_string()], kind)
+            .await
+            .map_err(|e| CoreError::Internal(format!("embedding failed: {e}")))?;
+        v.pop().ok_or_else(|| CoreError::Internal("the embedder returned no vector".into()))
+    }
+
+    fn new_collection(&self, t: &Target, description: String, schema: CollectionSchema) -> NewCollection {
+        NewCollection {
+            project_name: t.project.clone(),
+            collection_name: t.collection.clone(),
+            description,
+            schema,
+            embedding_model: self.embedder.model_id().to_string(),
+            embedding_dim: self.embedder.dimension() as u32,
+            created_at: self.now(),
+        }
     }
 
     pub fn config(&self) -> &ServiceConfig {
@@ -165,10 +301,7 @@ impl Service {
     pub async fn collection_for_write(&self, t: &Target) -> CoreResult<Collection> {
         validate_names(t)?;
         if self.config.auto_create_collections {
-            Ok(self
-                .store
-                .ensure_collection(&t.project, &t.collection, self.now())
-                .await?)
+            Ok(self.store.ensure_collection(self.new_collection(t, String::new(), CollectionSchema::default())).await?)
         } else {
             self.collection_for_read(t).await
         }
@@ -195,16 +328,7 @@ impl Service {
         validate_names(t)?;
         validate_schema(&event_types, &profile_types)?;
         let schema = CollectionSchema::with_builtins(event_types, profile_types);
-        Ok(self
-            .store
-            .create_collection(NewCollection {
-                project_name: t.project.clone(),
-                collection_name: t.collection.clone(),
-                description,
-                schema,
-                created_at: self.now(),
-            })
-            .await?)
+        Ok(self.store.create_collection(self.new_collection(t, description, schema)).await?)
     }
 
     pub async fn list_collections(&self, project: &str) -> CoreResult<Vec<Collection>> {
@@ -236,43 +360,24 @@ impl Service {
         Ok(closed)
     }
 
-    pub async fn flush(
-        &self,
-        t: &Target,
-        conversation_id: &str,
-    ) -> CoreResult<Option<SessionClosed>> {
+    pub async fn flush(&self, t: &Target, conversation_id: &str) -> CoreResult<Option<SessionClosed>> {
         validate_conversation_id(conversation_id)?;
         let c = self.collection_for_read(t).await?;
-        let closed = self
-            .store
-            .flush_conversation(
-                c.id,
-                conversation_id,
-                self.now(),
-                self.config.max_job_attempts,
-            )
-            .await?;
+        let closed =
+            self.store.flush_conversation(c.id, conversation_id, self.now(), self.config.max_job_attempts).await?;
         if closed.is_some() {
             self.job_queued.notify_waiters();
         }
         Ok(closed)
     }
 
-    pub async fn conversation_info(
-        &self,
-        t: &Target,
-        conversation_id: &str,
-    ) -> CoreResult<ConversationInfo> {
+    pub async fn conversation_info(&self, t: &Target, conversation_id: &str) -> CoreResult<ConversationInfo> {
         validate_conversation_id(conversation_id)?;
         let c = self.collection_for_read(t).await?;
         self.store
             .conversation_info(c.id, conversation_id)
             .await?
-            .ok_or_else(|| {
-                CoreError::NotFound(format!(
-                    "conversation_id: no conversation \"{conversation_id}\""
-                ))
-            })
+            .ok_or_else(|| CoreError::NotFound(format!("conversation_id: no conversation \"{conversation_id}\"")))
     }
 
     pub async fn session_info(&self, t: &Target, session_id: &str) -> CoreResult<SessionDetail> {
@@ -289,20 +394,14 @@ impl Service {
         if req.messages.is_empty() || req.messages.len() > MAX_MESSAGES_PER_WRITE {
             return Err(CoreError::invalid(
                 "messages",
-                format!(
-                    "must hold 1..={MAX_MESSAGES_PER_WRITE} messages, got {}",
-                    req.messages.len()
-                ),
+                format!("must hold 1..={MAX_MESSAGES_PER_WRITE} messages, got {}", req.messages.len()),
             ));
         }
         let now = self.now();
         let mut messages = Vec::with_capacity(req.messages.len());
         for (i, m) in req.messages.into_iter().enumerate() {
             if m.content.trim().is_empty() {
-                return Err(CoreError::invalid(
-                    format!("messages[{i}].content"),
-                    "must not be empty",
-                ));
+                return Err(CoreError::invalid(format!("messages[{i}].content"), "must not be empty"));
             }
             let chars = m.content.chars().count();
             if chars > MAX_CONTENT_CHARS {
@@ -315,12 +414,7 @@ impl Service {
                 check_len(&format!("messages[{i}].name"), name, 1, MAX_NAME_CHARS)?;
             }
             if let Some(key) = &m.idempotency_key {
-                check_len(
-                    &format!("messages[{i}].idempotency_key"),
-                    key,
-                    1,
-                    MAX_ID_CHARS,
-                )?;
+                check_len(&format!("messages[{i}].idempotency_key"), key, 1, MAX_ID_CHARS)?;
             }
             if let Some(t) = m.time {
                 check_time(&format!("messages[{i}].time"), t)?;
@@ -336,12 +430,8 @@ impl Service {
             });
         }
         validate_meta(&req.meta)?;
-        let collection = self
-            .collection_for_write(&Target {
-                project: req.project,
-                collection: req.collection,
-            })
-            .await?;
+        let collection =
+            self.collection_for_write(&Target { project: req.project, collection: req.collection }).await?;
         let append = AppendRequest {
             collection_id: collection.id,
             conversation_id: req.conversation_id,
@@ -378,17 +468,32 @@ impl Service {
             profile: claimed.profile,
             now,
         };
-        let result = match tokio::time::timeout(
-            self.config.extraction_timeout,
-            self.extractor.extract(input),
-        )
-        .await
-        {
+        let result = match tokio::time::timeout(self.config.extraction_timeout, self.extractor.extract(input)).await {
             Ok(r) => r,
             Err(_) => Err(ExtractError::Transient(format!(
                 "extraction timed out after {} s",
                 self.config.extraction_timeout.as_secs()
             ))),
+        };
+        let result = match result {
+            Ok(mut output) => {
+                // Embed before the store transaction: a failed embedding retries the job.
+                let mut failed = None;
+                for e in output.events.iter_mut() {
+                    match self.embedder.embed(&[event_text(&e.memory_info)], EmbedKind::Document).await {
+                        Ok(mut v) => e.embedding = v.pop(),
+                        Err(err) => {
+                            failed = Some(ExtractError::Transient(format!("embedding failed: {err}")));
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    None => Ok(output),
+                    Some(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
         };
         match result {
             Ok(output) => {
@@ -404,9 +509,7 @@ impl Service {
                     _ => None,
                 };
                 tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
-                self.store
-                    .fail_job(&job_id, &e.to_string(), retry_at, self.now())
-                    .await?;
+                self.store.fail_job(&job_id, &e.to_string(), retry_at, self.now()).await?;
             }
         }
         Ok(true)
@@ -414,23 +517,15 @@ impl Service {
 
     /// Exponential backoff: base · 2^(attempt-1), capped.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1).min(20))
-            .unwrap_or(u32::MAX);
-        self.config
-            .retry_base
-            .saturating_mul(factor)
-            .min(self.config.retry_max)
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
+        self.config.retry_base.saturating_mul(factor).min(self.config.retry_max)
     }
 
     /// Closes every conversation whose idle deadline has passed. Returns how many.
     pub async fn close_idle_once(&self) -> CoreResult<usize> {
         let mut total = 0;
         loop {
-            let closed = self
-                .store
-                .close_idle_conversations(self.now(), 100, self.config.max_job_attempts)
-                .await?;
+            let closed = self.store.close_idle_conversations(self.now(), 100, self.config.max_job_attempts).await?;
             total += closed.len();
             if !closed.is_empty() {
                 self.job_queued.notify_waiters();
@@ -442,10 +537,7 @@ impl Service {
     }
 
     /// Spawns the extraction workers and the idle scheduler; they stop when `shutdown` turns true.
-    pub fn spawn_background(
-        self: &Arc<Self>,
-        shutdown: watch::Receiver<bool>,
-    ) -> Vec<tokio::task::JoinHandle<()>> {
+    pub fn spawn_background(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
         let mut handles = Vec::new();
         for worker in 0..self.config.workers.max(1) {
             let svc = self.clone();
@@ -494,9 +586,7 @@ impl Service {
     fn sleep_until_due(&self, due: Option<Millis>) -> Duration {
         let cap = self.config.poll_interval;
         match due {
-            Some(t) => {
-                Duration::from_millis((t - self.now()).clamp(0, cap.as_millis() as i64) as u64)
-            }
+            Some(t) => Duration::from_millis((t - self.now()).clamp(0, cap.as_millis() as i64) as u64),
             None => cap,
         }
     }
@@ -511,25 +601,14 @@ impl Service {
                 format!(
                     "unknown event type \"{}\"; this collection has: {}",
                     req.memory_type,
-                    c.schema
-                        .event_types
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    c.schema.event_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             )
         })?;
         if req.user_id.is_empty() && req.assistant_id.is_empty() {
-            return Err(CoreError::invalid(
-                "user_id",
-                "at least one of user_id and assistant_id is required",
-            ));
+            return Err(CoreError::invalid("user_id", "at least one of user_id and assistant_id is required"));
         }
-        for (field, ids) in [
-            ("user_id", &req.user_id),
-            ("assistant_id", &req.assistant_id),
-        ] {
+        for (field, ids) in [("user_id", &req.user_id), ("assistant_id", &req.assistant_id)] {
             for id in ids {
                 check_len(field, id, 1, MAX_ID_CHARS)?;
             }
@@ -540,6 +619,7 @@ impl Service {
             check_time("time", t)?;
         }
         let now = self.now();
+        let embedding = self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await?;
         Ok(self
             .store
             .insert_event(NewEvent {
@@ -555,6 +635,7 @@ impl Service {
                 time: req.time.unwrap_or(now),
                 memory_info: req.memory_info,
                 source_message_ids: vec![],
+                embedding: Some(embedding),
                 now,
             })
             .await?)
@@ -570,20 +651,19 @@ impl Service {
             .ok_or_else(|| CoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
         if let Some(info) = &patch.memory_info {
             let def = c.schema.event_type(&existing.memory_type).ok_or_else(|| {
-                CoreError::Conflict(format!(
-                    "event type \"{}\" is no longer in the schema",
-                    existing.memory_type
-                ))
+                CoreError::Conflict(format!("event type \"{}\" is no longer in the schema", existing.memory_type))
             })?;
             validate_memory_info(def, info, "memory_info", false)?;
         }
         if let Some(t) = patch.time {
             check_time("time", t)?;
         }
-        let patch = EventPatch {
-            class: patch.class.map(|c| validate_class(Some(c))).transpose()?,
-            ..patch
-        };
+        let mut patch = EventPatch { class: patch.class.map(|c| validate_class(Some(c))).transpose()?, ..patch };
+        if let Some(info) = &patch.memory_info {
+            let mut merged = existing.memory_info.clone();
+            merged.extend(info.clone());
+            patch.embedding = Some(self.embed_one(&event_text(&merged), EmbedKind::Document).await?);
+        }
         Ok(self.store.update_event(c.id, id, patch, self.now()).await?)
     }
 
@@ -610,12 +690,7 @@ impl Service {
     }
 
     /// Events matching the filter, newest first (the no-query form of `event/search`).
-    pub async fn list_events(
-        &self,
-        t: &Target,
-        filter: EventFilter,
-        limit: u32,
-    ) -> CoreResult<Vec<Event>> {
+    pub async fn list_events(&self, t: &Target, filter: EventFilter, limit: u32) -> CoreResult<Vec<Event>> {
         validate_time_range(&filter)?;
         let c = self.collection_for_read(t).await?;
         Ok(self.store.list_events(c.id, filter, limit).await?)
@@ -640,30 +715,187 @@ impl Service {
             }
         }
         validate_time_range(&req.filter)?;
-        let c = self.collection_for_read(&req.target).await?;
-        let now = self.now();
-        match req
-            .query
-            .as_deref()
-            .map(str::trim)
-            .filter(|q| !q.is_empty())
+        if let Some(t) = req.similarity_threshold
+            && !(0.0..=1.0).contains(&t)
         {
-            None => {
-                let events = self.store.list_events(c.id, req.filter, req.limit).await?;
-                Ok(events
-                    .into_iter()
-                    .map(|e| {
-                        let scores =
-                            ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
-                        ScoredEvent { event: e, scores }
-                    })
-                    .collect())
-            }
-            Some(_) => Err(CoreError::invalid(
-                "query",
-                "semantic search is not available in this build yet; omit query to list newest first",
-            )),
+            return Err(CoreError::invalid("similarity_threshold", format!("must be in [0,1], got {t}")));
         }
+        if let Some(d) = req.freshness_days
+            && !(0.0..=100_000.0).contains(&d)
+        {
+            return Err(CoreError::invalid(
+                "freshness_days",
+                format!("must be a number of days in [0,100000], got {d}"),
+            ));
+        }
+        let c = self.collection_for_read(&req.target).await?;
+        let results = self.search_in(&c, &req).await?;
+        self.count_hits(&c, &results);
+        Ok(results)
+    }
+
+    /// Counts hits in the background: a search does not wait for the write.
+    fn count_hits(&self, c: &Collection, results: &[ScoredEvent]) {
+        if results.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        let ids: Vec<String> = results.iter().map(|r| r.event.id.clone()).collect();
+        let (cid, now) = (c.id, self.now());
+        tokio::spawn(async move {
+            if let Err(e) = store.record_hits(cid, ids, now).await {
+                tracing::warn!(error = %e, "recording hits failed");
+            }
+        });
+    }
+
+    /// Search within one collection, with the layered scope fallback (seed 002 §6.1).
+    async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+        let now = self.now();
+        let mut filter = req.filter.clone();
+        filter.active_only = true;
+        let freshness = req.freshness_days.or(self.config.retrieval.freshness_days);
+        if let Some(days) = freshness {
+            let from = now - (days * ranking::DAY_MS) as i64;
+            filter.start_time = Some(filter.start_time.map_or(from, |s| s.max(from)));
+        }
+        let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
+        let Some(query) = query else {
+            let events = self.store.list_events(c.id, filter, req.limit).await?;
+            return Ok(events
+                .into_iter()
+                .map(|e| {
+                    let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
+                    ScoredEvent { layer: e.scope.clone(), event: e, scores }
+                })
+                .collect());
+        };
+        let qv = self.embed_one(query, EmbedKind::Query).await?;
+        let terms = crate::text::search_tokens(query);
+        let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
+        let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
+            let mut out: Vec<ScoredEvent> = cands
+                .into_iter()
+                .filter_map(|cand| {
+                    let origin = ranking::fuse(cand.cosine, cand.bm25);
+                    (origin >= threshold).then(|| {
+                        let scores = ranking::score(origin, &cand.event, &c.schema, now, &req.decay, req.custom_weight);
+                        let layer = layer.map(str::to_string).or_else(|| cand.event.scope.clone());
+                        ScoredEvent { event: cand.event, scores, layer }
+                    })
+                })
+                .collect();
+            out.sort_by(|a, b| b.scores.score.total_cmp(&a.scores.score).then(b.event.time.cmp(&a.event.time)));
+            out.truncate(req.limit as usize);
+            out
+        };
+        let k = (req.limit as usize * 3).max(50);
+        let cq = CandidateQuery { vector: Some(qv), terms, k };
+        let mut results = ranked(self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?, None);
+        // Layers: a search in a scope other than global falls back to global when it is short.
+        let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
+        if scoped && results.len() < req.limit as usize {
+            let mut global = filter.clone();
+            global.scope = vec![GLOBAL_SCOPE.to_string()];
+            for r in ranked(self.store.search_candidates(c.id, global, cq).await?, Some(GLOBAL_SCOPE)) {
+                if results.len() >= req.limit as usize {
+                    break;
+                }
+                if !results.iter().any(|x| x.event.id == r.event.id) {
+                    results.push(r);
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    // ------------------------------------------------------------------ get_context
+
+    pub async fn get_context(&self, req: ContextRequest) -> CoreResult<ContextResult> {
+        validate_conversation_id(&req.conversation_id)?;
+        if !(MAX_TOKENS_RANGE.0..=MAX_TOKENS_RANGE.1).contains(&req.max_tokens) {
+            return Err(CoreError::invalid(
+                "max_tokens",
+                format!(
+                    "must be an integer in {}..={}, got {}",
+                    MAX_TOKENS_RANGE.0, MAX_TOKENS_RANGE.1, req.max_tokens
+                ),
+            ));
+        }
+        if let Some(q) = &req.query
+            && q.chars().count() > MAX_QUERY_CHARS
+        {
+            return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters")));
+        }
+        let c = self.collection_for_read(&req.target).await?;
+        let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
+        let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
+        // Whose memories: the request's filter, else the conversation's metadata.
+        let mut filter = req.event_filter.clone();
+        if filter.user_id.is_empty() && filter.assistant_id.is_empty() {
+            filter.user_id.extend(meta.user_id.clone());
+            if filter.user_id.is_empty() {
+                filter.assistant_id.extend(meta.assistant_id.clone());
+            }
+        }
+        let mut profile_filter = req.profile_filter.clone();
+        if profile_filter.user_id.is_empty() {
+            profile_filter.user_id = filter.user_id.clone();
+        }
+        let known = !filter.user_id.is_empty() || !filter.assistant_id.is_empty();
+        let mut cands = crate::context::Candidates::default();
+        if req.include.profile && !profile_filter.user_id.is_empty() {
+            cands.profiles = self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?;
+        }
+        if req.include.short_term
+            && let Some(conv) = &conv
+        {
+            cands.short_term =
+                conv.short_term.iter().filter(|m| matches!(m.role, Role::User | Role::Assistant)).cloned().collect();
+        }
+        let search = |filter: EventFilter, limit: u32| EventSearch {
+            target: req.target.clone(),
+            query: req.query.clone(),
+            filter,
+            limit,
+            decay: req.decay,
+            custom_weight: 0.0,
+            similarity_threshold: req.similarity_threshold,
+            freshness_days: None,
+        };
+        if req.include.intra_events && conv.is_some() {
+            let mut f = filter.clone();
+            f.conversation_id = vec![req.conversation_id.clone()];
+            cands.intra_events = self.search_in(&c, &search(f, req.event_limit)).await?;
+        }
+        if req.include.cross_events && known && req.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
+            // Ask for more than the limit: this conversation's own events are removed after.
+            let found = self.search_in(&c, &search(filter.clone(), req.event_limit + 10)).await?;
+            cands.cross_events = found
+                .into_iter()
+                .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
+                .take(req.event_limit as usize)
+                .collect();
+        }
+        let locale = match req.locale {
+            Some(l) => l,
+            None => {
+                let mut sample = req.query.clone().unwrap_or_default();
+                for m in cands.short_term.iter().rev().take(4) {
+                    sample.push_str(&m.content);
+                }
+                for p in &cands.profiles {
+                    sample.push_str(&p.content);
+                    sample.push_str(&crate::profile::describe(&p.attributes));
+                }
+                if crate::text::looks_chinese(&sample) { Locale::Zh } else { Locale::En }
+            }
+        };
+        let assembled = crate::context::assemble(cands, locale, req.max_tokens as usize);
+        let hit: Vec<ScoredEvent> =
+            assembled.included.intra_events.iter().chain(&assembled.included.cross_events).cloned().collect();
+        self.count_hits(&c, &hit);
+        Ok(ContextResult { assembled, locale })
     }
 
     // ------------------------------------------------------------------ profiles
@@ -684,12 +916,7 @@ impl Service {
                 "profile_type",
                 format!(
                     "unknown profile type \"{profile_type}\"; this collection has: {}",
-                    c.schema
-                        .profile_types
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    c.schema.profile_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             ));
         }
@@ -708,18 +935,10 @@ impl Service {
             .await?)
     }
 
-    pub async fn update_profile(
-        &self,
-        t: &Target,
-        id: &str,
-        patch: ProfilePatch,
-    ) -> CoreResult<Profile> {
+    pub async fn update_profile(&self, t: &Target, id: &str, patch: ProfilePatch) -> CoreResult<Profile> {
         validate_id("profile_id", id)?;
         let c = self.collection_for_read(t).await?;
-        Ok(self
-            .store
-            .update_profile(c.id, id, patch, self.now())
-            .await?)
+        Ok(self.store.update_profile(c.id, id, patch, self.now()).await?)
     }
 
     pub async fn delete_profile(&self, t: &Target, id: &str) -> CoreResult<()> {
@@ -728,18 +947,11 @@ impl Service {
         if self.store.delete_profile(c.id, id).await? {
             Ok(())
         } else {
-            Err(CoreError::NotFound(format!(
-                "profile_id: no profile \"{id}\""
-            )))
+            Err(CoreError::NotFound(format!("profile_id: no profile \"{id}\"")))
         }
     }
 
-    pub async fn list_profiles(
-        &self,
-        t: &Target,
-        filter: ProfileFilter,
-        limit: u32,
-    ) -> CoreResult<Vec<Profile>> {
+    pub async fn list_profiles(&self, t: &Target, filter: ProfileFilter, limit: u32) -> CoreResult<Vec<Profile>> {
         let c = self.collection_for_read(t).await?;
         Ok(self.store.list_profiles(c.id, filter, limit).await?)
     }
@@ -750,10 +962,7 @@ impl Service {
 fn check_len(field: &str, v: &str, min: usize, max: usize) -> CoreResult<()> {
     let n = v.chars().count();
     if n < min || n > max || (min > 0 && v.trim().is_empty()) {
-        return Err(CoreError::invalid(
-            field,
-            format!("must be {min}..={max} characters and not blank, got {n}"),
-        ));
+        return Err(CoreError::invalid(field, format!("must be {min}..={max} characters and not blank, got {n}")));
     }
     Ok(())
 }
@@ -771,14 +980,10 @@ fn check_time(field: &str, t: Millis) -> CoreResult<()> {
 }
 
 fn validate_names(t: &Target) -> CoreResult<()> {
-    for (field, v) in [
-        ("project_name", &t.project),
-        ("collection_name", &t.collection),
-    ] {
+    for (field, v) in [("project_name", &t.project), ("collection_name", &t.collection)] {
         let ok = !v.is_empty()
             && v.len() <= 128
-            && v.chars()
-                .all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
+            && v.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
         if !ok {
             return Err(CoreError::invalid(
                 field,
@@ -815,10 +1020,7 @@ fn validate_class(class: Option<String>) -> CoreResult<String> {
     match class {
         None => Ok("conclusion".into()),
         Some(c) if EVENT_CLASSES.contains(&c.as_str()) => Ok(c),
-        Some(c) => Err(CoreError::invalid(
-            "class",
-            format!("must be one of {EVENT_CLASSES:?}, got {c:?}"),
-        )),
+        Some(c) => Err(CoreError::invalid("class", format!("must be one of {EVENT_CLASSES:?}, got {c:?}"))),
     }
 }
 
@@ -826,38 +1028,24 @@ fn validate_time_range(f: &EventFilter) -> CoreResult<()> {
     if let (Some(s), Some(e)) = (f.start_time, f.end_time)
         && s > e
     {
-        return Err(CoreError::invalid(
-            "filter.start_time",
-            format!("must be <= filter.end_time ({s} > {e})"),
-        ));
+        return Err(CoreError::invalid("filter.start_time", format!("must be <= filter.end_time ({s} > {e})")));
     }
     Ok(())
 }
 
 fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> CoreResult<()> {
-    let name_ok = |s: &str| {
-        !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
+    let name_ok = |s: &str| !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     for (i, t) in events.iter().enumerate() {
         if !name_ok(&t.name) {
-            return Err(CoreError::invalid(
-                format!("event_types[{i}].name"),
-                "must be 1..=64 of [A-Za-z0-9_]",
-            ));
+            return Err(CoreError::invalid(format!("event_types[{i}].name"), "must be 1..=64 of [A-Za-z0-9_]"));
         }
         if t.fields.is_empty() {
-            return Err(CoreError::invalid(
-                format!("event_types[{i}].fields"),
-                "must list at least one field",
-            ));
+            return Err(CoreError::invalid(format!("event_types[{i}].fields"), "must list at least one field"));
         }
         if let Some(w) = t.weight
             && !(0.0..=1.0).contains(&w)
         {
-            return Err(CoreError::invalid(
-                format!("event_types[{i}].weight"),
-                format!("must be in [0,1], got {w}"),
-            ));
+            return Err(CoreError::invalid(format!("event_types[{i}].weight"), format!("must be in [0,1], got {w}")));
         }
         for (j, f) in t.fields.iter().enumerate() {
             if !name_ok(&f.name) || f.name == "original_messages" {
@@ -874,10 +1062,7 @@ fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> Core
             }
         }
         if let Some(wf) = &t.weight_field
-            && !t
-                .fields
-                .iter()
-                .any(|f| &f.name == wf && matches!(f.field_type, FieldType::Int | FieldType::Float))
+            && !t.fields.iter().any(|f| &f.name == wf && matches!(f.field_type, FieldType::Int | FieldType::Float))
         {
             return Err(CoreError::invalid(
                 format!("event_types[{i}].weight_field"),
@@ -887,29 +1072,18 @@ fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> Core
     }
     for (i, t) in profiles.iter().enumerate() {
         if !name_ok(&t.name) {
-            return Err(CoreError::invalid(
-                format!("profile_types[{i}].name"),
-                "must be 1..=64 of [A-Za-z0-9_]",
-            ));
+            return Err(CoreError::invalid(format!("profile_types[{i}].name"), "must be 1..=64 of [A-Za-z0-9_]"));
         }
     }
     Ok(())
 }
 
 /// Checks `info` against an event type's fields. `full` requires every required field.
-pub fn validate_memory_info(
-    def: &EventTypeDef,
-    info: &Map<String, Value>,
-    path: &str,
-    full: bool,
-) -> CoreResult<()> {
+pub fn validate_memory_info(def: &EventTypeDef, info: &Map<String, Value>, path: &str, full: bool) -> CoreResult<()> {
     for (k, v) in info {
         if k == "original_messages" {
             if !v.is_string() {
-                return Err(CoreError::invalid(
-                    format!("{path}.original_messages"),
-                    "must be a string",
-                ));
+                return Err(CoreError::invalid(format!("{path}.original_messages"), "must be a string"));
             }
             continue;
         }
@@ -919,18 +1093,12 @@ pub fn validate_memory_info(
                 format!(
                     "is not a field of event type \"{}\" (fields: {})",
                     def.name,
-                    def.fields
-                        .iter()
-                        .map(|f| f.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    def.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             ));
         };
         let ok = match f.field_type {
-            FieldType::String => v
-                .as_str()
-                .is_some_and(|s| s.chars().count() <= MAX_CONTENT_CHARS),
+            FieldType::String => v.as_str().is_some_and(|s| s.chars().count() <= MAX_CONTENT_CHARS),
             FieldType::Int => v.as_i64().is_some(),
             FieldType::Float => v.as_f64().is_some(),
             FieldType::Bool => v.is_boolean(),
@@ -941,26 +1109,17 @@ pub fn validate_memory_info(
                 FieldType::Enum => format!("one of {:?}", f.values),
                 other => format!("a {other:?}").to_lowercase(),
             };
-            return Err(CoreError::invalid(
-                format!("{path}.{k}"),
-                format!("must be {want}, got {v}"),
-            ));
+            return Err(CoreError::invalid(format!("{path}.{k}"), format!("must be {want}, got {v}")));
         }
     }
     if full {
         for f in def.fields.iter().filter(|f| f.required) {
             match info.get(&f.name) {
                 None => {
-                    return Err(CoreError::invalid(
-                        format!("{path}.{}", f.name),
-                        "is required",
-                    ));
+                    return Err(CoreError::invalid(format!("{path}.{}", f.name), "is required"));
                 }
                 Some(Value::String(s)) if s.trim().is_empty() => {
-                    return Err(CoreError::invalid(
-                        format!("{path}.{}", f.name),
-                        "must not be empty",
-                    ));
+                    return Err(CoreError::invalid(format!("{path}.{}", f.name), "must not be empty"));
                 }
                 _ => {}
             }
@@ -1017,31 +1176,11 @@ mod tests {
             weight_field: Some("score".into()),
         };
         assert!(
-            validate_memory_info(
-                &def,
-                json!({"rating": "good", "score": 7}).as_object().unwrap(),
-                "m",
-                true
-            )
-            .is_ok()
+            validate_memory_info(&def, json!({"rating": "good", "score": 7}).as_object().unwrap(), "m", true).is_ok()
         );
+        assert!(validate_memory_info(&def, json!({"rating": "meh"}).as_object().unwrap(), "m", true).is_err());
         assert!(
-            validate_memory_info(
-                &def,
-                json!({"rating": "meh"}).as_object().unwrap(),
-                "m",
-                true
-            )
-            .is_err()
-        );
-        assert!(
-            validate_memory_info(
-                &def,
-                json!({"rating": "bad", "score": 1.5}).as_object().unwrap(),
-                "m",
-                true
-            )
-            .is_err()
+            validate_memory_info(&def, json!({"rating": "bad", "score": 1.5}).as_object().unwrap(), "m", true).is_err()
         );
         assert!(validate_schema(&[def], &[]).is_ok());
     }

@@ -21,12 +21,11 @@ pub trait Store: Send + Sync + 'static {
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection>;
     async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>>;
     /// Returns the collection, creating it with the default schema if it does not exist.
-    async fn ensure_collection(
-        &self,
-        project: &str,
-        name: &str,
-        now: Millis,
-    ) -> StoreResult<Collection>;
+    async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection>;
+    /// Every collection of every project (start-up checks).
+    async fn all_collections(&self) -> StoreResult<Vec<Collection>>;
+    /// Records the embedding model a collection's vectors come from.
+    async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()>;
     async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>>;
     /// Deletes the collection and everything in it. Returns whether it existed.
     async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool>;
@@ -59,36 +58,17 @@ pub trait Store: Send + Sync + 'static {
         collection_id: CollectionId,
         conversation_id: &str,
     ) -> StoreResult<Option<ConversationInfo>>;
-    async fn session_info(
-        &self,
-        collection_id: CollectionId,
-        session_id: &str,
-    ) -> StoreResult<Option<SessionDetail>>;
+    async fn session_info(&self, collection_id: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>>;
 
     // --- jobs
     /// Takes the oldest runnable job (queued and due, or running with an expired lease).
     async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>>;
     /// Stores the extraction's events and profile changes, marks the session extracted (its
     /// messages leave short-term memory) and the job done — all in one transaction.
-    async fn complete_job(
-        &self,
-        job_id: &str,
-        output: ExtractionOutput,
-        now: Millis,
-    ) -> StoreResult<Vec<String>>;
+    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>>;
     /// Records a failed attempt: queued again at `retry_at`, or `failed` when `None`.
-    async fn fail_job(
-        &self,
-        job_id: &str,
-        error: &str,
-        retry_at: Option<Millis>,
-        now: Millis,
-    ) -> StoreResult<()>;
-    async fn list_jobs(
-        &self,
-        collection_id: CollectionId,
-        filter: JobFilter,
-    ) -> StoreResult<Vec<Job>>;
+    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()>;
+    async fn list_jobs(&self, collection_id: CollectionId, filter: JobFilter) -> StoreResult<Vec<Job>>;
     /// The earliest `run_after` of a queued job (to sleep until then).
     async fn next_job_due(&self) -> StoreResult<Option<Millis>>;
 
@@ -104,11 +84,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Event>;
     async fn delete_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<bool>;
     /// Deletes every event matching the (non-empty) filter; returns how many.
-    async fn batch_delete_events(
-        &self,
-        collection_id: CollectionId,
-        filter: EventFilter,
-    ) -> StoreResult<u64>;
+    async fn batch_delete_events(&self, collection_id: CollectionId, filter: EventFilter) -> StoreResult<u64>;
     /// Events matching the filter, newest first.
     async fn list_events(
         &self,
@@ -116,6 +92,20 @@ pub trait Store: Send + Sync + 'static {
         filter: EventFilter,
         limit: u32,
     ) -> StoreResult<Vec<Event>>;
+
+    /// Search candidates within the filter: the `k` nearest by cosine (exact scan of the scope)
+    /// and the `k` best by BM25, merged, each with both signals where it has them.
+    async fn search_candidates(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        query: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>>;
+    /// Counts one hit for each event.
+    async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()>;
+    /// Events without a vector (written before a model was configured), to index now.
+    async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>>;
+    async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()>;
 
     // --- profiles
     /// Conflict if the user already has a profile of that type (and assistant).

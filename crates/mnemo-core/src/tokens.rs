@@ -14,9 +14,7 @@ pub struct TokenCounter;
 
 impl TokenCounter {
     fn encoder() -> &'static CoreBPE {
-        ENCODER.get_or_init(|| {
-            Arc::new(tiktoken_rs::o200k_base().expect("o200k_base ships inside tiktoken-rs"))
-        })
+        ENCODER.get_or_init(|| Arc::new(tiktoken_rs::o200k_base().expect("o200k_base ships inside tiktoken-rs")))
     }
 
     /// Starts loading the encoder in the background (idempotent).
@@ -59,10 +57,7 @@ mod tests {
     fn counts_chinese_and_english() {
         // Figures from shared/research/embedding-models.md (o200k_base).
         assert_eq!(TokenCounter::count("我家宝宝喝奶粉总胀气"), 10);
-        assert_eq!(
-            TokenCounter::count("The baby gets gassy after drinking formula"),
-            8
-        );
+        assert_eq!(TokenCounter::count("The baby gets gassy after drinking formula"), 8);
         assert_eq!(TokenCounter::count(""), 0);
     }
 

@@ -18,11 +18,7 @@ pub struct ExtractTrigger {
 
 impl Default for ExtractTrigger {
     fn default() -> Self {
-        Self {
-            token_count: 1000,
-            message_count: 20,
-            wait_timeout: 604_800,
-        }
+        Self { token_count: 1000, message_count: 20, wait_timeout: 604_800 }
     }
 }
 
@@ -71,12 +67,7 @@ impl ExtractTrigger {
         wait_timeout: Option<i64>,
         defaults: ExtractTrigger,
     ) -> Result<Self, CoreError> {
-        fn check(
-            field: &str,
-            v: Option<i64>,
-            (lo, hi): (u64, u64),
-            default: u64,
-        ) -> Result<u64, CoreError> {
+        fn check(field: &str, v: Option<i64>, (lo, hi): (u64, u64), default: u64) -> Result<u64, CoreError> {
             match v {
                 None => Ok(default),
                 Some(v) if v >= lo as i64 && v <= hi as i64 => Ok(v as u64),
@@ -87,24 +78,9 @@ impl ExtractTrigger {
             }
         }
         Ok(Self {
-            token_count: check(
-                "token_count",
-                token_count,
-                TOKEN_COUNT_RANGE,
-                defaults.token_count,
-            )?,
-            message_count: check(
-                "message_count",
-                message_count,
-                MESSAGE_COUNT_RANGE,
-                defaults.message_count,
-            )?,
-            wait_timeout: check(
-                "wait_timeout",
-                wait_timeout,
-                WAIT_TIMEOUT_RANGE,
-                defaults.wait_timeout,
-            )?,
+            token_count: check("token_count", token_count, TOKEN_COUNT_RANGE, defaults.token_count)?,
+            message_count: check("message_count", message_count, MESSAGE_COUNT_RANGE, defaults.message_count)?,
+            wait_timeout: check("wait_timeout", wait_timeout, WAIT_TIMEOUT_RANGE, defaults.wait_timeout)?,
         })
     }
 
@@ -140,16 +116,8 @@ mod tests {
     use super::*;
 
     fn check(t: (u64, u64), pending: (u64, u64, u64), expected: Option<TriggerReason>) {
-        let trig = ExtractTrigger {
-            token_count: t.0,
-            message_count: t.1,
-            wait_timeout: 10,
-        };
-        assert_eq!(
-            trig.evaluate(pending.0, pending.1, pending.2),
-            expected,
-            "trigger {t:?} pending {pending:?}"
-        );
+        let trig = ExtractTrigger { token_count: t.0, message_count: t.1, wait_timeout: 10 };
+        assert_eq!(trig.evaluate(pending.0, pending.1, pending.2), expected, "trigger {t:?} pending {pending:?}");
     }
 
     #[test]

@@ -27,9 +27,7 @@ impl<'de> Deserialize<'de> for StrOrList {
         match Either::deserialize(d) {
             Ok(Either::One(s)) => Ok(StrOrList(vec![s])),
             Ok(Either::Many(v)) => Ok(StrOrList(v)),
-            Err(_) => Err(serde::de::Error::custom(
-                "must be a string or a list of strings",
-            )),
+            Err(_) => Err(serde::de::Error::custom("must be a string or a list of strings")),
         }
     }
 }
@@ -37,17 +35,11 @@ impl<'de> Deserialize<'de> for StrOrList {
 impl StrOrList {
     pub fn into_checked(self, field: &str) -> Result<Vec<String>, CoreError> {
         if self.0.len() > 100 {
-            return Err(CoreError::invalid(
-                field,
-                format!("must list at most 100 values, got {}", self.0.len()),
-            ));
+            return Err(CoreError::invalid(field, format!("must list at most 100 values, got {}", self.0.len())));
         }
         for v in &self.0 {
             if v.is_empty() || v.chars().count() > 256 {
-                return Err(CoreError::invalid(
-                    field,
-                    "each value must be 1..=256 characters",
-                ));
+                return Err(CoreError::invalid(field, "each value must be 1..=256 characters"));
             }
         }
         Ok(self.0)
@@ -74,10 +66,7 @@ pub struct CollectionRef {
 
 impl CollectionRef {
     pub fn target(&self) -> Target {
-        Target {
-            project: self.project_name.clone(),
-            collection: self.collection_name.clone(),
-        }
+        Target { project: self.project_name.clone(), collection: self.collection_name.clone() }
     }
 }
 
@@ -148,26 +137,15 @@ pub struct WriteBody {
 }
 
 impl WriteBody {
-    pub fn into_request(
-        self,
-        default_trigger: ExtractTrigger,
-    ) -> Result<mnemo_core::service::WriteRequest, CoreError> {
+    pub fn into_request(self, default_trigger: ExtractTrigger) -> Result<mnemo_core::service::WriteRequest, CoreError> {
         let t = self.extract_trigger.unwrap_or_default();
-        let trigger = ExtractTrigger::from_parts(
-            t.token_count,
-            t.message_count,
-            t.wait_timeout,
-            default_trigger,
-        )?;
+        let trigger = ExtractTrigger::from_parts(t.token_count, t.message_count, t.wait_timeout, default_trigger)?;
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, m) in self.messages.into_iter().enumerate() {
             let role = Role::parse(&m.role).ok_or_else(|| {
                 CoreError::invalid(
                     format!("messages[{i}].role"),
-                    format!(
-                        "must be one of user, assistant, system, tool; got {:?}",
-                        m.role
-                    ),
+                    format!("must be one of user, assistant, system, tool; got {:?}", m.role),
                 )
             })?;
             messages.push(IncomingMessage {
@@ -195,10 +173,7 @@ fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> 
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(Value::Number(n)) => Ok(Some(n.to_string())),
-            Some(other) => Err(CoreError::invalid(
-                format!("metadata.{k}"),
-                format!("must be a string, got {other}"),
-            )),
+            Some(other) => Err(CoreError::invalid(format!("metadata.{k}"), format!("must be a string, got {other}"))),
         }
     };
     Ok(ConversationMeta {
@@ -285,9 +260,7 @@ pub struct EventFilterDto {
 
 impl EventFilterDto {
     pub fn into_filter(self) -> Result<EventFilter, CoreError> {
-        let list = |v: Option<StrOrList>, f: &str| {
-            v.unwrap_or_default().into_checked(&format!("filter.{f}"))
-        };
+        let list = |v: Option<StrOrList>, f: &str| v.unwrap_or_default().into_checked(&format!("filter.{f}"));
         let mut memory_type = list(self.memory_type, "memory_type")?;
         memory_type.extend(list(self.event_type, "event_type")?);
         Ok(EventFilter {
@@ -300,6 +273,7 @@ impl EventFilterDto {
             scope: list(self.scope, "scope")?,
             start_time: self.start_time,
             end_time: self.end_time,
+            active_only: false,
         })
     }
 }
@@ -326,6 +300,10 @@ pub struct EventSearchBody {
     pub time_decay_config: Option<TimeDecayDto>,
     #[serde(default)]
     pub custom_weight: Option<f64>,
+    #[serde(default)]
+    pub similarity_threshold: Option<f64>,
+    #[serde(default)]
+    pub freshness_days: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -455,8 +433,7 @@ pub struct ProfileSearchBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
     pub project_name: String,
-    #[serde(default)]
-    pub query: Option<String>,
+    // A `query` is accepted and ignored: a user has one profile per type, returned whole.
     #[serde(default)]
     pub filter: ProfileFilterDto,
     #[serde(default)]
@@ -535,7 +512,93 @@ pub struct JobListBody {
     pub limit: Option<i64>,
 }
 
+#[derive(Deserialize, Default)]
+pub struct EventSearchConfigDto {
+    #[serde(default)]
+    pub filter: EventFilterDto,
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub time_decay_config: Option<TimeDecayDto>,
+    #[serde(default)]
+    pub similarity_threshold: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct ProfileSearchConfigDto {
+    #[serde(default)]
+    pub filter: ProfileFilterDto,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Deserialize)]
+pub struct IncludeDto {
+    #[serde(default = "yes")]
+    pub profile: bool,
+    #[serde(default = "yes")]
+    pub short_term: bool,
+    #[serde(default = "yes")]
+    pub intra_events: bool,
+    #[serde(default = "yes")]
+    pub cross_events: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+pub struct GetContextBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub conversation_id: String,
+    #[serde(default)]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub event_search_config: EventSearchConfigDto,
+    #[serde(default)]
+    pub profile_search_config: ProfileSearchConfigDto,
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub include: Option<IncludeDto>,
+    #[serde(default)]
+    pub locale: Option<String>,
+}
+
+impl ProfileFilterDto {
+    pub fn into_filter(self) -> Result<mnemo_core::model::ProfileFilter, CoreError> {
+        Ok(mnemo_core::model::ProfileFilter {
+            user_id: self.user_id.unwrap_or_default().into_checked("filter.user_id")?,
+            assistant_id: self.assistant_id.unwrap_or_default().into_checked("filter.assistant_id")?,
+            profile_type: self.profile_type.unwrap_or_default().into_checked("filter.profile_type")?,
+        })
+    }
+}
+
+pub fn message_short_json(m: &StoredMessage) -> Value {
+    json!({"message_id": m.message_id, "role": m.role.as_str(), "name": m.name, "content": m.content, "time": m.time})
+}
+
+pub fn scored_event_json(r: &mnemo_core::service::ScoredEvent) -> Value {
+    let sc = r.scores;
+    let mut v = event_json(
+        &r.event,
+        Some(Scores {
+            score: sc.score,
+            origin_score: sc.origin_score,
+            time_score: sc.time_score,
+            custom_weight_score: sc.custom_weight_score,
+        }),
+    );
+    v["layer"] = json!(r.layer);
+    v
+}
+
 scoped!(
+    GetContextBody,
     CollectionRef,
     ProjectOnly,
     CollectionCreate,
@@ -560,9 +623,6 @@ pub fn limit(v: Option<i64>, default: u32) -> Result<u32, CoreError> {
     match v {
         None => Ok(default),
         Some(n) if (lo..=hi).contains(&n) => Ok(n as u32),
-        Some(n) => Err(CoreError::invalid(
-            "limit",
-            format!("must be an integer in {lo}..={hi}, got {n}"),
-        )),
+        Some(n) => Err(CoreError::invalid("limit", format!("must be an integer in {lo}..={hi}, got {n}"))),
     }
 }

@@ -16,17 +16,13 @@ pub struct ApiOk {
 
 impl ApiOk {
     pub fn new(request_id: &str, data: impl Serialize) -> Self {
-        Self {
-            request_id: request_id.to_string(),
-            data: serde_json::to_value(data).expect("response data serializes"),
-        }
+        Self { request_id: request_id.to_string(), data: serde_json::to_value(data).expect("response data serializes") }
     }
 }
 
 impl IntoResponse for ApiOk {
     fn into_response(self) -> Response {
-        Json(json!({"code": 0, "message": "ok", "request_id": self.request_id, "data": self.data}))
-            .into_response()
+        Json(json!({"code": 0, "message": "ok", "request_id": self.request_id, "data": self.data})).into_response()
     }
 }
 
@@ -40,11 +36,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, request_id: &str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-            request_id: request_id.to_string(),
-        }
+        Self { status, message: message.into(), request_id: request_id.to_string() }
     }
 
     pub fn bad_request(request_id: &str, message: impl Into<String>) -> Self {

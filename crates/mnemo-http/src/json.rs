@@ -25,22 +25,12 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let ctx = req
-            .extensions()
-            .get::<Ctx>()
-            .cloned()
-            .expect("the auth layer runs first");
+        let ctx = req.extensions().get::<Ctx>().cloned().expect("the auth layer runs first");
         let rid = ctx.request_id.clone();
         let limit = state.max_body_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &rid,
-                    format!("body: must be at most {limit} bytes"),
-                )
-            })?;
+        let bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, &rid, format!("body: must be at most {limit} bytes"))
+        })?;
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ApiError::bad_request(&rid, "body: must be a JSON object"));
         }
@@ -53,15 +43,8 @@ where
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             if inner.is_syntax() || inner.is_eof() {
                 ApiError::bad_request(&rid, format!("body: malformed JSON: {inner}"))
-            } else if let Some(field) = msg
-                .strip_prefix("missing field `")
-                .and_then(|m| m.strip_suffix('`'))
-            {
-                let full = if path == "." {
-                    field.to_string()
-                } else {
-                    format!("{path}.{field}")
-                };
+            } else if let Some(field) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
+                let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
                 ApiError::bad_request(&rid, format!("{full}: is required"))
             } else if path == "." {
                 ApiError::bad_request(&rid, format!("body: {msg}"))
@@ -69,9 +52,7 @@ where
                 ApiError::bad_request(&rid, format!("{path}: {msg}"))
             }
         })?;
-        ctx.principal
-            .check_project(body.project())
-            .map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
+        ctx.principal.check_project(body.project()).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
         Ok(ApiJson { ctx, body })
     }
 }

@@ -38,9 +38,7 @@ impl Principal {
     pub fn check_project(&self, project: &str) -> Result<(), String> {
         match self {
             Principal::Open => Ok(()),
-            Principal::Key { projects } if projects.iter().any(|p| p == "*" || p == project) => {
-                Ok(())
-            }
+            Principal::Key { projects } if projects.iter().any(|p| p == "*" || p == project) => Ok(()),
             Principal::Key { projects } => Err(format!(
                 "project_name: this API key may not use project \"{project}\" (allowed: {})",
                 projects.join(", ")
@@ -66,11 +64,7 @@ pub struct HttpConfig {
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self {
-            api_keys: vec![],
-            max_body_bytes: 4 * 1024 * 1024,
-            max_in_flight: 2048,
-        }
+        Self { api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
     }
 }
 
@@ -92,19 +86,13 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         max_in_flight: config.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),
     };
-    let api = routes::api_routes()
-        .fallback(not_found)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth_and_context,
-        ));
+    let api =
+        routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     Router::new()
         .route("/healthz", get(routes::healthz))
         .nest("/api/memory", api)
         .fallback(not_found_plain)
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            panic_response,
-        ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
         .with_state(state)
 }
 
@@ -128,10 +116,7 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
         match bearer {
             None => {
@@ -145,22 +130,12 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
                     &request_id,
                 );
             }
-            Some(k) => match state
-                .keys
-                .iter()
-                .find(|key| constant_time_eq(key.key.as_bytes(), k.as_bytes()))
-            {
-                Some(key) => Principal::Key {
-                    projects: Arc::new(key.projects.clone()),
-                },
+            Some(k) => match state.keys.iter().find(|key| constant_time_eq(key.key.as_bytes(), k.as_bytes())) {
+                Some(key) => Principal::Key { projects: Arc::new(key.projects.clone()) },
                 None => {
                     return with_id(
-                        ApiError::new(
-                            StatusCode::UNAUTHORIZED,
-                            &request_id,
-                            "Authorization: unknown API key",
-                        )
-                        .into_response(),
+                        ApiError::new(StatusCode::UNAUTHORIZED, &request_id, "Authorization: unknown API key")
+                            .into_response(),
                         &request_id,
                     );
                 }
@@ -174,19 +149,13 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 &request_id,
-                format!(
-                    "server busy: more than {} requests in flight; retry with backoff",
-                    state.max_in_flight
-                ),
+                format!("server busy: more than {} requests in flight; retry with backoff", state.max_in_flight),
             )
             .into_response(),
             &request_id,
         );
     }
-    req.extensions_mut().insert(Ctx {
-        request_id: request_id.clone(),
-        principal,
-    });
+    req.extensions_mut().insert(Ctx { request_id: request_id.clone(), principal });
     let resp = next.run(req).await;
     with_id(resp, &request_id)
 }
@@ -211,19 +180,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn not_found(req: Request) -> Response {
-    let rid = req
-        .extensions()
-        .get::<Ctx>()
-        .map(|c| c.request_id.clone())
-        .unwrap_or_else(new_request_id);
+    let rid = req.extensions().get::<Ctx>().map(|c| c.request_id.clone()).unwrap_or_else(new_request_id);
     let msg = if req.method() != axum::http::Method::POST {
         return ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             &rid,
-            format!(
-                "method: {} is not allowed; API endpoints take POST with a JSON body",
-                req.method()
-            ),
+            format!("method: {} is not allowed; API endpoints take POST with a JSON body", req.method()),
         )
         .into_response();
     } else {
@@ -233,12 +195,8 @@ async fn not_found(req: Request) -> Response {
 }
 
 async fn not_found_plain(req: Request) -> Response {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        &new_request_id(),
-        format!("path: no endpoint {}", req.uri().path()),
-    )
-    .into_response()
+    ApiError::new(StatusCode::NOT_FOUND, &new_request_id(), format!("path: no endpoint {}", req.uri().path()))
+        .into_response()
 }
 
 fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -247,12 +205,8 @@ fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
 }
 
 /// Registers POST routes.
-pub(crate) fn post_routes(
-    routes: &[(&'static str, axum::routing::MethodRouter<AppState>)],
-) -> Router<AppState> {
-    routes
-        .iter()
-        .fold(Router::new(), |r, (path, h)| r.route(path, h.clone()))
+pub(crate) fn post_routes(routes: &[(&'static str, axum::routing::MethodRouter<AppState>)]) -> Router<AppState> {
+    routes.iter().fold(Router::new(), |r, (path, h)| r.route(path, h.clone()))
 }
 
 pub(crate) fn p<H, T>(h: H) -> axum::routing::MethodRouter<AppState>

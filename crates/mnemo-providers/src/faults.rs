@@ -14,10 +14,7 @@ pub struct FaultInjectingExtractor {
 
 impl FaultInjectingExtractor {
     pub fn new(inner: Arc<dyn Extractor>, fail_first: u32) -> Self {
-        Self {
-            inner,
-            remaining: AtomicU32::new(fail_first),
-        }
+        Self { inner, remaining: AtomicU32::new(fail_first) }
     }
 }
 
@@ -28,14 +25,9 @@ impl Extractor for FaultInjectingExtractor {
     }
 
     async fn extract(&self, input: ExtractionInput) -> Result<ExtractionOutput, ExtractError> {
-        let before = self
-            .remaining
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let before = self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if let Ok(n) = before {
-            return Err(ExtractError::Transient(format!(
-                "injected fault ({} more to come)",
-                n - 1
-            )));
+            return Err(ExtractError::Transient(format!("injected fault ({} more to come)", n - 1)));
         }
         self.inner.extract(input).await
     }

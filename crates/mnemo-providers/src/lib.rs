@@ -7,6 +7,7 @@
 //!
 //! This crate knows model runtimes and remote APIs; it must not know HTTP routes or SQL.
 
+pub mod embed;
 pub mod faults;
 pub mod rules;
 

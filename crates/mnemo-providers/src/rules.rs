@@ -16,9 +16,7 @@
 //! judge importance. The `llm` extractor does those.
 
 use async_trait::async_trait;
-use mnemo_core::extract::{
-    ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor, ProfileChange,
-};
+use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor, ProfileChange};
 use mnemo_core::model::{EVENT_V1, Role, StoredMessage};
 use regex::Regex;
 use serde_json::{Map, Value};
@@ -36,13 +34,7 @@ pub struct RulesConfig {
 
 impl Default for RulesConfig {
     fn default() -> Self {
-        Self {
-            ignore_system: true,
-            ignore_tools: true,
-            min_chunk_chars: 200,
-            max_chunk_chars: 500,
-            summary_chars: 200,
-        }
+        Self { ignore_system: true, ignore_tools: true, min_chunk_chars: 200, max_chunk_chars: 500, summary_chars: 200 }
     }
 }
 
@@ -78,30 +70,19 @@ impl RulesExtractor {
                 let summary = summarize(c, self.config.summary_chars)?;
                 let mut info = Map::new();
                 info.insert("summary".into(), Value::String(summary));
-                info.insert(
-                    "original_messages".into(),
-                    Value::String(original_messages(c)),
-                );
+                info.insert("original_messages".into(), Value::String(original_messages(c)));
                 Some(ExtractedEvent {
                     memory_type: EVENT_V1.into(),
                     memory_info: info,
                     time: c[0].time,
                     source_message_ids: c.iter().map(|m| m.message_id).collect(),
+                    embedding: None,
                 })
             })
             .collect();
-        let profile_changes = profile_changes(
-            cleaned
-                .iter()
-                .filter(|m| m.role == Role::User)
-                .map(|m| m.content.as_str()),
-        );
-        ExtractionOutput {
-            events,
-            profile_changes,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-        }
+        let profile_changes =
+            profile_changes(cleaned.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()));
+        ExtractionOutput { events, profile_changes, prompt_tokens: 0, completion_tokens: 0 }
     }
 }
 
@@ -109,6 +90,9 @@ impl RulesExtractor {
 
 static TOOL_MARKUP: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?s)<(tool_call|tool_result|tool_use|function_call|function_result|system-reminder)\b[^>]*>.*?</(tool_call|tool_result|tool_use|function_call|function_result|system-reminder)>").unwrap()
+});
+static TOPIC_CUE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(另外|还有个问题|还有一个问题|换个话题|顺便问一下|顺便说一下|对了|by the way|btw|another question|on another note|changing the subject|unrelated)").unwrap()
 });
 static ACK_ONLY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^\s*(好的|好|嗯+|哦+|谢谢|谢谢你|多谢|收到|明白了?|ok(ay)?|thanks?( you)?|thx|got it|sure|yes|no|yep|nope|cool|great)[\s。！!.~，,]*$").unwrap()
@@ -128,8 +112,7 @@ fn clean<'a>(messages: &'a [StoredMessage], cfg: &RulesConfig) -> Vec<Clean<'a>>
     messages
         .iter()
         .filter(|m| {
-            let skip = (cfg.ignore_system && m.role == Role::System)
-                || (cfg.ignore_tools && m.role == Role::Tool);
+            let skip = (cfg.ignore_system && m.role == Role::System) || (cfg.ignore_tools && m.role == Role::Tool);
             !skip
         })
         .filter_map(|m| {
@@ -142,13 +125,7 @@ fn clean<'a>(messages: &'a [StoredMessage], cfg: &RulesConfig) -> Vec<Clean<'a>>
             if text.is_empty() || ACK_ONLY.is_match(&text) || looks_like_tool_json(&text) {
                 return None;
             }
-            Some(Clean {
-                message_id: m.message_id,
-                role: m.role,
-                name: m.name.as_deref(),
-                time: m.time,
-                content: text,
-            })
+            Some(Clean { message_id: m.message_id, role: m.role, name: m.name.as_deref(), time: m.time, content: text })
         })
         .collect()
 }
@@ -157,14 +134,7 @@ fn looks_like_tool_json(text: &str) -> bool {
     let t = text.trim();
     t.starts_with('{')
         && t.ends_with('}')
-        && [
-            "\"tool_calls\"",
-            "\"function_call\"",
-            "\"tool_use\"",
-            "\"tool_call_id\"",
-        ]
-        .iter()
-        .any(|k| t.contains(k))
+        && ["\"tool_calls\"", "\"function_call\"", "\"tool_use\"", "\"tool_call_id\""].iter().any(|k| t.contains(k))
 }
 
 // --------------------------------------------------------------------------------- chunking
@@ -178,16 +148,15 @@ fn chunk<'a, 'b>(messages: &'b [Clean<'a>], cfg: &RulesConfig) -> Vec<Vec<Clean<
             _ => exchanges.push(vec![m.clone()]),
         }
     }
-    let len = |msgs: &[Clean]| {
-        msgs.iter()
-            .map(|m| m.content.chars().count())
-            .sum::<usize>()
-    };
+    let len = |msgs: &[Clean]| msgs.iter().map(|m| m.content.chars().count()).sum::<usize>();
     let mut chunks: Vec<Vec<Clean<'a>>> = Vec::new();
     let mut current: Vec<Clean<'a>> = Vec::new();
     for ex in exchanges {
         let (cur_len, ex_len) = (len(&current), len(&ex));
-        let shift = cur_len >= cfg.min_chunk_chars && overlap(&current, &ex) < 0.08;
+        // A topic shift splits once the chunk holds a whole exchange: an explicit cue ("另外",
+        // "by the way") or almost no shared vocabulary. Chunks stay small rather than mixed.
+        let whole_exchange = current.len() >= 2 || cur_len >= cfg.min_chunk_chars;
+        let shift = whole_exchange && (TOPIC_CUE.is_match(&ex[0].content) || overlap(&current, &ex) < 0.08);
         if !current.is_empty() && (cur_len + ex_len > cfg.max_chunk_chars || shift) {
             chunks.push(std::mem::take(&mut current));
         }
@@ -230,28 +199,17 @@ fn vocabulary(text: &str) -> HashSet<String> {
 
 /// Function words that say nothing about a topic.
 const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "with", "from", "our", "you", "your", "has", "have", "had", "been", "was",
-    "were", "are", "this", "that", "these", "those", "get", "got", "into", "about", "what", "when",
-    "where", "which", "who", "how", "but", "not", "can", "will", "would", "should", "could", "all",
-    "any", "some", "just", "also", "very", "too", "there", "their", "they", "them", "then", "than",
-    "its", "it's", "i'm", "don't", "yes", "yeah", "okay", "really", "try", "trying", "use", "make",
-    "more", "most", "much", "many", "one", "two", "out", "over", "during",
+    "the", "and", "for", "with", "from", "our", "you", "your", "has", "have", "had", "been", "was", "were", "are",
+    "this", "that", "these", "those", "get", "got", "into", "about", "what", "when", "where", "which", "who", "how",
+    "but", "not", "can", "will", "would", "should", "could", "all", "any", "some", "just", "also", "very", "too",
+    "there", "their", "they", "them", "then", "than", "its", "it's", "i'm", "don't", "yes", "yeah", "okay", "really",
+    "try", "trying", "use", "make", "more", "most", "much", "many", "one", "two", "out", "over", "during",
 ];
 
 /// The share of the smaller vocabulary that the other one also has.
 fn overlap(a: &[Clean], b: &[Clean]) -> f64 {
-    let va = vocabulary(
-        &a.iter()
-            .map(|m| m.content.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
-    let vb = vocabulary(
-        &b.iter()
-            .map(|m| m.content.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
+    let va = vocabulary(&a.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join(" "));
+    let vb = vocabulary(&b.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join(" "));
     let smaller = va.len().min(vb.len());
     if smaller == 0 {
         return 1.0; // nothing to compare: keep together
@@ -280,26 +238,12 @@ fn mostly_chinese(text: &str) -> bool {
 // --------------------------------------------------------------------------------- summaries
 
 fn summarize(chunk: &[Clean], max_chars: usize) -> Option<String> {
-    let all = chunk
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let all = chunk.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join(" ");
     let zh = mostly_chinese(&all);
-    let user: Vec<&str> = chunk
-        .iter()
-        .filter(|m| m.role == Role::User)
-        .map(|m| m.content.as_str())
-        .collect();
-    let other = chunk
-        .iter()
-        .find(|m| m.role != Role::User)
-        .map(|m| first_sentence(&m.content));
-    let (user_label, other_label, sep) = if zh {
-        ("用户：", "助手：", "；")
-    } else {
-        ("User: ", "Assistant: ", "; ")
-    };
+    let user: Vec<&str> = chunk.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect();
+    let other = chunk.iter().find(|m| m.role != Role::User).map(|m| first_sentence(&m.content));
+    let (user_label, other_label, sep) =
+        if zh { ("用户：", "助手：", "；") } else { ("User: ", "Assistant: ", "; ") };
     let mut s = String::new();
     if !user.is_empty() {
         s.push_str(user_label);
@@ -324,10 +268,7 @@ fn summarize(chunk: &[Clean], max_chars: usize) -> Option<String> {
 fn first_sentence(text: &str) -> &str {
     let end = text
         .char_indices()
-        .find(|&(i, c)| {
-            matches!(c, '。' | '！' | '？' | '!' | '?')
-                || (c == '.' && text[i + 1..].starts_with(' '))
-        })
+        .find(|&(i, c)| matches!(c, '。' | '！' | '？' | '!' | '?') || (c == '.' && text[i + 1..].starts_with(' ')))
         .map(|(i, c)| i + c.len_utf8())
         .unwrap_or(text.len());
     &text[..end]
@@ -345,14 +286,7 @@ fn truncate_chars(s: &str, max: usize) -> String {
 fn original_messages(chunk: &[Clean]) -> String {
     chunk
         .iter()
-        .map(|m| {
-            format!(
-                "{}({}):{}",
-                m.name.unwrap_or(m.role.as_str()),
-                m.role.as_str(),
-                m.content
-            )
-        })
+        .map(|m| format!("{}({}):{}", m.name.unwrap_or(m.role.as_str()), m.role.as_str(), m.content))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -376,68 +310,32 @@ static RULES: LazyLock<Vec<(Regex, Op)>> = LazyLock::new(|| {
     let en = |p: &str| Regex::new(&format!("(?i){p}{EN_END}")).unwrap();
     vec![
         (zh(r"我叫([^，。！？,.!?；;\s]{1,12}?)"), Op::Set("name")),
-        (
-            zh(r"我的名字是([^，。！？,.!?；;\s]{1,12}?)"),
-            Op::Set("name"),
-        ),
+        (zh(r"我的名字是([^，。！？,.!?；;\s]{1,12}?)"), Op::Set("name")),
         (zh(r"我今年(\d{1,3}岁)"), Op::Set("age")),
+        (zh(r"我(?:们|家)?(?:现在|目前)?(?:住在|生活在|定居在?)([^，。！？,.!?；;\s]{1,16}?)"), Op::Set("city")),
         (
-            zh(r"我(?:现在|目前)?(?:住在|生活在|定居在?)([^，。！？,.!?；;\s]{1,16}?)"),
-            Op::Set("city"),
-        ),
-        (
-            zh(r"我(?:家)?(?:宝宝|孩子|儿子|女儿|小孩)(?:今年|现在|已经)?(\d{1,2}(?:岁半?|个月))"),
+            zh(
+                r"(?:我家|我的|我们家)?(?:宝宝|孩子|儿子|女儿|小孩|闺女)(?:今年|现在|已经|刚)?(?:满)?(\d{1,2}(?:岁半?|个月))",
+            ),
             Op::Set("child_age"),
         ),
-        (
-            zh(r"我(?:现在|目前)?在([^，。！？,.!?；;\s]{1,16}?)(?:工作|上班)"),
-            Op::Set("workplace"),
-        ),
-        (
-            zh(r"我是一[名个位]([^，。！？,.!?；;\s]{1,16}?)"),
-            Op::Set("occupation"),
-        ),
-        (
-            zh(r"我是(?:个)?([^一，。！？,.!?；;\s][^，。！？,.!?；;\s]{0,15}?)"),
-            Op::Append("identity", None),
-        ),
+        (zh(r"我(?:现在|目前)?在([^，。！？,.!?；;\s]{1,16}?)(?:工作|上班)"), Op::Set("workplace")),
+        (zh(r"我是一[名个位]([^，。！？,.!?；;\s]{1,16}?)"), Op::Set("occupation")),
+        (zh(r"我是(?:个)?([^一，。！？,.!?；;\s][^，。！？,.!?；;\s]{0,15}?)"), Op::Append("identity", None)),
         (
             zh(r"我(?:很|最|特别|非常|比较|超)?(?:喜欢|爱吃|爱喝|热爱)([^，。！？,.!?；;]{1,20}?)"),
             Op::Append("likes", Some("dislikes")),
         ),
-        (
-            zh(r"我(?:不喜欢|不爱|讨厌|受不了)([^，。！？,.!?；;]{1,20}?)"),
-            Op::Append("dislikes", Some("likes")),
-        ),
-        (
-            zh(r"我(?:更)?(?:偏好|倾向于?|更喜欢|习惯)([^，。！？,.!?；;]{1,20}?)"),
-            Op::Append("prefers", None),
-        ),
-        (
-            zh(r"我对([^，。！？,.!?；;\s]{1,12}?)过敏"),
-            Op::Append("allergies", None),
-        ),
-        (
-            en(r"\bmy name is ([A-Za-z][A-Za-z'-]*(?: [A-Z][A-Za-z'-]*)?)"),
-            Op::Set("name"),
-        ),
+        (zh(r"我(?:不喜欢|不爱|讨厌|受不了)([^，。！？,.!?；;]{1,20}?)"), Op::Append("dislikes", Some("likes"))),
+        (zh(r"我(?:更)?(?:偏好|倾向于?|更喜欢|习惯)([^，。！？,.!?；;]{1,20}?)"), Op::Append("prefers", None)),
+        (zh(r"我对([^，。！？,.!?；;\s]{1,12}?)过敏"), Op::Append("allergies", None)),
+        (zh(r"我(?:是|只)?(吃素|素食者?|纯素)"), Op::Set("diet")),
+        (en(r"\bmy name is ([A-Za-z][A-Za-z'-]*(?: [A-Z][A-Za-z'-]*)?)"), Op::Set("name")),
         (en(r"\bI(?: am|'m) (\d{1,3}) years? old"), Op::Set("age")),
-        (
-            en(r"\bI (?:currently |now )?live in ([A-Za-z][A-Za-z .'-]{1,30}?)"),
-            Op::Set("city"),
-        ),
-        (
-            en(r"\bI work (?:at|for) ([A-Za-z0-9][A-Za-z0-9 &.'-]{1,30}?)"),
-            Op::Set("workplace"),
-        ),
-        (
-            en(r"\bI work as (?:an? )?([A-Za-z][A-Za-z -]{1,30}?)"),
-            Op::Set("occupation"),
-        ),
-        (
-            en(r"\bI(?: am|'m) an? ([A-Za-z][A-Za-z -]{1,30}?)"),
-            Op::Append("identity", None),
-        ),
+        (en(r"\bI (?:currently |now )?live in ([A-Za-z][A-Za-z .'-]{1,30}?)"), Op::Set("city")),
+        (en(r"\bI work (?:at|for) ([A-Za-z0-9][A-Za-z0-9 &.'-]{1,30}?)"), Op::Set("workplace")),
+        (en(r"\bI work as (?:an? )?([A-Za-z][A-Za-z -]{1,30}?)"), Op::Set("occupation")),
+        (en(r"\bI(?: am|'m) an? ([A-Za-z][A-Za-z -]{1,30}?)"), Op::Append("identity", None)),
         (
             en(r"\bI (?:really |also |just )?(?:like|love|enjoy|adore) ([^,.!?;\n]{1,40}?)"),
             Op::Append("likes", Some("dislikes")),
@@ -446,26 +344,18 @@ static RULES: LazyLock<Vec<(Regex, Op)>> = LazyLock::new(|| {
             en(r"\bI (?:don't|do not|really don't) (?:like|enjoy) ([^,.!?;\n]{1,40}?)"),
             Op::Append("dislikes", Some("likes")),
         ),
+        (en(r"\bI (?:hate|dislike|can't stand) ([^,.!?;\n]{1,40}?)"), Op::Append("dislikes", Some("likes"))),
+        (en(r"\bI (?:usually |generally )?prefer ([^,.!?;\n]{1,40}?)"), Op::Append("prefers", None)),
+        (en(r"\bI(?: am|'m) allergic to ([^,.!?;\n]{1,30}?)"), Op::Append("allergies", None)),
         (
-            en(r"\bI (?:hate|dislike|can't stand) ([^,.!?;\n]{1,40}?)"),
-            Op::Append("dislikes", Some("likes")),
-        ),
-        (
-            en(r"\bI (?:usually |generally )?prefer ([^,.!?;\n]{1,40}?)"),
-            Op::Append("prefers", None),
-        ),
-        (
-            en(r"\bI(?: am|'m) allergic to ([^,.!?;\n]{1,30}?)"),
-            Op::Append("allergies", None),
+            en(r"\bI(?: am|'m) (?:a |an )?(vegetarian|vegan|pescatarian|gluten-free|lactose intolerant)"),
+            Op::Set("diet"),
         ),
     ]
 });
 
 fn clean_value(v: &str) -> Option<String> {
-    let v = v
-        .trim()
-        .trim_end_matches(['了', '的', '啊', '呢', '吧', '呀', '哦'])
-        .trim();
+    let v = v.trim().trim_end_matches(['了', '的', '啊', '呢', '吧', '呀', '哦']).trim();
     let v = v.strip_prefix("the ").unwrap_or(v);
     let v = [
         " anymore",
@@ -500,22 +390,10 @@ pub fn profile_changes<'a>(user_texts: impl Iterator<Item = &'a str>) -> Vec<Pro
                     continue;
                 };
                 let (change, undo) = match *op {
-                    Op::Set(key) => (
-                        ProfileChange::Set {
-                            key: key.into(),
-                            value: Value::String(value),
-                        },
-                        None,
-                    ),
+                    Op::Set(key) => (ProfileChange::Set { key: key.into(), value: Value::String(value) }, None),
                     Op::Append(key, opposite) => (
-                        ProfileChange::Append {
-                            key: key.into(),
-                            items: vec![value.clone()],
-                        },
-                        opposite.map(|o| ProfileChange::RemoveItems {
-                            key: o.into(),
-                            items: vec![value],
-                        }),
+                        ProfileChange::Append { key: key.into(), items: vec![value.clone()] },
+                        opposite.map(|o| ProfileChange::RemoveItems { key: o.into(), items: vec![value] }),
                     ),
                 };
                 found.push((mi, whole.start(), change, undo));
@@ -576,11 +454,7 @@ mod tests {
     fn chinese_conversation_gives_events_and_profile() {
         let out = run(vec![
             m(1, Role::System, "你是一个育儿助手"),
-            m(
-                2,
-                Role::User,
-                "我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？我住在上海。",
-            ),
+            m(2, Role::User, "我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？我住在上海。"),
             m(
                 3,
                 Role::Assistant,
@@ -595,17 +469,8 @@ mod tests {
         let summary = e.memory_info["summary"].as_str().unwrap();
         assert!(summary.starts_with("用户：我家宝宝1岁"), "{summary}");
         assert!(summary.chars().count() <= 200);
-        assert_eq!(
-            e.source_message_ids,
-            vec![2, 3, 6],
-            "system, tool and bare acks are cleaned out"
-        );
-        assert!(
-            !e.memory_info["original_messages"]
-                .as_str()
-                .unwrap()
-                .contains("育儿助手")
-        );
+        assert_eq!(e.source_message_ids, vec![2, 3, 6], "system, tool and bare acks are cleaned out");
+        assert!(!e.memory_info["original_messages"].as_str().unwrap().contains("育儿助手"));
         assert_eq!(
             apply(&out.profile_changes),
             json!({"child_age": "1岁", "city": "上海", "likes": ["性价比高"], "dislikes": ["进口的太贵"]})
@@ -615,33 +480,16 @@ mod tests {
     #[test]
     fn english_conversation_gives_profile_and_later_statements_win() {
         let out = run(vec![
-            m(
-                1,
-                Role::User,
-                "Hi, my name is Alice and I live in Berlin. I love pour-over coffee.",
-            ),
-            m(
-                2,
-                Role::Assistant,
-                "Nice to meet you, Alice! Berlin has great cafés.",
-            ),
-            m(
-                3,
-                Role::User,
-                "Actually I don't like pour-over coffee anymore, I prefer espresso. I'm 34 years old.",
-            ),
+            m(1, Role::User, "Hi, my name is Alice and I live in Berlin. I love pour-over coffee."),
+            m(2, Role::Assistant, "Nice to meet you, Alice! Berlin has great cafés."),
+            m(3, Role::User, "Actually I don't like pour-over coffee anymore, I prefer espresso. I'm 34 years old."),
         ]);
         assert_eq!(
             apply(&out.profile_changes),
             json!({"name": "Alice", "city": "Berlin", "dislikes": ["pour-over coffee"], "prefers": ["espresso"], "age": "34"})
         );
         assert_eq!(out.events.len(), 1);
-        assert!(
-            out.events[0].memory_info["summary"]
-                .as_str()
-                .unwrap()
-                .starts_with("User: Hi, my name is Alice")
-        );
+        assert!(out.events[0].memory_info["summary"].as_str().unwrap().starts_with("User: Hi, my name is Alice"));
     }
 
     #[test]
@@ -650,29 +498,38 @@ mod tests {
         let db = "Separately, our production PostgreSQL database keeps timing out on the billing report query; the connection pool is exhausted during the nightly batch and the index on invoices is missing.";
         let out = run(vec![
             m(1, Role::User, coffee),
-            m(
-                2,
-                Role::Assistant,
-                "Try a finer grind and 93 degree water for light roasts.",
-            ),
+            m(2, Role::Assistant, "Try a finer grind and 93 degree water for light roasts."),
             m(3, Role::User, db),
-            m(
-                4,
-                Role::Assistant,
-                "Add the index and raise the pool size for the batch window.",
-            ),
+            m(4, Role::Assistant, "Add the index and raise the pool size for the batch window."),
         ]);
         assert_eq!(
             out.events.len(),
             2,
             "{:#?}",
-            out.events
-                .iter()
-                .map(|e| &e.memory_info["summary"])
-                .collect::<Vec<_>>()
+            out.events.iter().map(|e| &e.memory_info["summary"]).collect::<Vec<_>>()
         );
         assert_eq!(out.events[1].source_message_ids, vec![3, 4]);
         assert_eq!(out.events[1].time, 1_003);
+    }
+
+    #[test]
+    fn statements_without_a_leading_first_person() {
+        let out = run(vec![m(1, Role::User, "我是28岁宝妈，宝宝1岁，我们住在上海。")]);
+        assert_eq!(apply(&out.profile_changes), json!({"identity": ["28岁宝妈"], "child_age": "1岁", "city": "上海"}));
+    }
+
+    #[test]
+    fn short_sessions_still_split_by_topic_and_diet_is_a_fact() {
+        let out = run(vec![
+            m(1, Role::User, "宝宝喝普通奶粉总是胀气，医生说可能是乳糖不耐受。"),
+            m(2, Role::Assistant, "可以选择无乳糖配方。"),
+            m(3, Role::User, "另外我周末想带宝宝去公园野餐，需要准备什么？"),
+            m(4, Role::Assistant, "带好遮阳帽和驱蚊液。"),
+            m(5, Role::User, "I'm vegetarian, by the way."),
+        ]);
+        let ids: Vec<_> = out.events.iter().map(|e| e.source_message_ids.clone()).collect();
+        assert_eq!(ids, vec![vec![1, 2], vec![3, 4], vec![5]], "a cue and a change of subject each start a new event");
+        assert_eq!(apply(&out.profile_changes), json!({"diet": "vegetarian"}));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 mod rows;
 mod schema;
+mod search;
 mod writer;
 
 use async_trait::async_trait;
@@ -44,11 +45,7 @@ pub struct SqliteOptions {
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self {
-            durability: Durability::Process,
-            cache_mib: 64,
-            readers: 4,
-        }
+        Self { durability: Durability::Process, cache_mib: 64, readers: 4 }
     }
 }
 
@@ -64,29 +61,14 @@ pub const DB_FILE: &str = "mnemo.db";
 impl SqliteStore {
     /// Opens (creating if needed) the store in `dir`, migrating it to the current schema.
     pub fn open(dir: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Backend(format!(
-                "cannot create data directory {}: {e}",
-                dir.display()
-            ))
-        })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Backend(format!("cannot create data directory {}: {e}", dir.display())))?;
         let path = dir.join(DB_FILE);
         let mut conn = open_conn(&path, &options, false).map_err(backend)?;
-        schema::migrate(&mut conn)
-            .map_err(backend)?
-            .map_err(StoreError::Backend)?;
+        schema::migrate(&mut conn).map_err(backend)?.map_err(StoreError::Backend)?;
         // Jobs left `running` by a previous process of this single-process store resume now.
-        conn.execute(
-            "UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'",
-            [],
-        )
-        .map_err(backend)?;
-        Ok(Self {
-            path,
-            writer: Writer::spawn(conn),
-            readers: Arc::new(Mutex::new(Vec::new())),
-            options,
-        })
+        conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
+        Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options })
     }
 
     pub fn path(&self) -> &Path {
@@ -127,9 +109,7 @@ fn open_conn(path: &Path, o: &SqliteOptions, read_only: bool) -> rusqlite::Resul
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -147,6 +127,8 @@ fn open_conn(path: &Path, o: &SqliteOptions, read_only: bool) -> rusqlite::Resul
     Ok(conn)
 }
 
+pub(crate) use event_filter_sql as filter_sql;
+
 pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -154,15 +136,9 @@ pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
 // ---------------------------------------------------------------------------------------------
 // Transaction bodies (run on the writer connection, inside the writer's transaction)
 
-fn collection_by_name(
-    conn: &Connection,
-    project: &str,
-    name: &str,
-) -> StoreResult<Option<Collection>> {
+fn collection_by_name(conn: &Connection, project: &str, name: &str) -> StoreResult<Option<Collection>> {
     conn.query_row(
-        &format!(
-            "SELECT {COLLECTION_COLS} FROM collections WHERE project_name=?1 AND collection_name=?2"
-        ),
+        &format!("SELECT {COLLECTION_COLS} FROM collections WHERE project_name=?1 AND collection_name=?2"),
         params![project, name],
         collection_from_row,
     )
@@ -171,19 +147,16 @@ fn collection_by_name(
 }
 
 fn collection_by_id(conn: &Connection, id: CollectionId) -> StoreResult<Collection> {
-    conn.query_row(
-        &format!("SELECT {COLLECTION_COLS} FROM collections WHERE id=?1"),
-        [id],
-        collection_from_row,
-    )
-    .map_err(backend)
+    conn.query_row(&format!("SELECT {COLLECTION_COLS} FROM collections WHERE id=?1"), [id], collection_from_row)
+        .map_err(backend)
 }
 
 fn insert_collection(conn: &Connection, c: &NewCollection) -> StoreResult<Collection> {
     let schema = serde_json::to_string(&c.schema).map_err(backend)?;
     conn.execute(
-        "INSERT INTO collections(project_name, collection_name, description, schema_json, created_at) VALUES (?1,?2,?3,?4,?5)",
-        params![c.project_name, c.collection_name, c.description, schema, c.created_at],
+        "INSERT INTO collections(project_name, collection_name, description, schema_json, created_at, embedding_model, embedding_dim)
+         VALUES (?1,?2,?3,?4,?5,?6,?7)",
+        params![c.project_name, c.collection_name, c.description, schema, c.created_at, c.embedding_model, c.embedding_dim],
     )
     .map_err(backend)?;
     collection_by_id(conn, conn.last_insert_rowid())
@@ -195,11 +168,7 @@ struct ConversationRow {
     open_tokens: u64,
 }
 
-fn load_conversation(
-    conn: &Connection,
-    cid: CollectionId,
-    conv: &str,
-) -> StoreResult<Option<ConversationRow>> {
+fn load_conversation(conn: &Connection, cid: CollectionId, conv: &str) -> StoreResult<Option<ConversationRow>> {
     conn.query_row(
         "SELECT meta_json, open_messages, open_tokens FROM conversations WHERE collection_id=?1 AND conversation_id=?2",
         params![cid, conv],
@@ -217,13 +186,11 @@ fn load_conversation(
 
 /// Creates or updates the conversation row with merged metadata; returns the merged state.
 fn upsert_conversation(conn: &Connection, req: &AppendRequest) -> StoreResult<ConversationRow> {
-    let mut row = load_conversation(conn, req.collection_id, &req.conversation_id)?.unwrap_or(
-        ConversationRow {
-            meta: ConversationMeta::default(),
-            open_messages: 0,
-            open_tokens: 0,
-        },
-    );
+    let mut row = load_conversation(conn, req.collection_id, &req.conversation_id)?.unwrap_or(ConversationRow {
+        meta: ConversationMeta::default(),
+        open_messages: 0,
+        open_tokens: 0,
+    });
     row.meta.merge(&req.meta);
     conn.execute(
         "INSERT INTO conversations(collection_id, conversation_id, meta_json, wait_timeout_ms, last_write_at, created_at)
@@ -301,13 +268,7 @@ fn insert_session_and_job(
         params![job_id, cid, conv, session_id, max_attempts, now],
     )
     .map_err(backend)?;
-    Ok(SessionClosed {
-        session_id,
-        job_id,
-        conversation_id: conv.to_string(),
-        reason,
-        message_count: messages,
-    })
+    Ok(SessionClosed { session_id, job_id, conversation_id: conv.to_string(), reason, message_count: messages })
 }
 
 /// Closes the conversation's open messages into a session with a queued job.
@@ -351,19 +312,11 @@ fn close_open_messages(
     Ok(Some(closed))
 }
 
-fn messages_where(
-    conn: &Connection,
-    where_sql: &str,
-    args: &[SqlValue],
-) -> StoreResult<Vec<StoredMessage>> {
+fn messages_where(conn: &Connection, where_sql: &str, args: &[SqlValue]) -> StoreResult<Vec<StoredMessage>> {
     let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {MESSAGE_COLS} FROM messages m WHERE {where_sql} ORDER BY m.id"
-        ))
+        .prepare_cached(&format!("SELECT {MESSAGE_COLS} FROM messages m WHERE {where_sql} ORDER BY m.id"))
         .map_err(backend)?;
-    let rows = stmt
-        .query_map(params_from_iter(args.iter()), message_from_row)
-        .map_err(backend)?;
+    let rows = stmt.query_map(params_from_iter(args.iter()), message_from_row).map_err(backend)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(backend)
 }
 
@@ -371,23 +324,15 @@ fn session_summary(
     conn: &Connection,
     session_id: &str,
 ) -> StoreResult<Option<(CollectionId, SessionSummary, ConversationMeta)>> {
-    conn.query_row(
-        &format!("SELECT {SESSION_COLS} FROM sessions WHERE session_id=?1"),
-        [session_id],
-        session_from_row,
-    )
-    .optional()
-    .map_err(backend)
+    conn.query_row(&format!("SELECT {SESSION_COLS} FROM sessions WHERE session_id=?1"), [session_id], session_from_row)
+        .optional()
+        .map_err(backend)
 }
 
 fn job_by_id(conn: &Connection, job_id: &str) -> StoreResult<Option<(CollectionId, Job)>> {
-    conn.query_row(
-        &format!("SELECT {JOB_COLS} FROM jobs WHERE job_id=?1"),
-        [job_id],
-        job_from_row,
-    )
-    .optional()
-    .map_err(backend)
+    conn.query_row(&format!("SELECT {JOB_COLS} FROM jobs WHERE job_id=?1"), [job_id], job_from_row)
+        .optional()
+        .map_err(backend)
 }
 
 fn profile_for(
@@ -451,18 +396,66 @@ fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
         e.now
     ])
     .map_err(backend)?;
+    let rowid = conn.last_insert_rowid();
+    index_event(conn, e.collection_id, &id, rowid, &e.memory_info, e.embedding.as_deref())?;
     let mut subj = conn
-        .prepare_cached("INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (?1,?2,?3,?4)")
+        .prepare_cached(
+            "INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (?1,?2,?3,?4)",
+        )
         .map_err(backend)?;
     for u in &e.user_id {
-        subj.execute(params![e.collection_id, "u", u, id])
-            .map_err(backend)?;
+        subj.execute(params![e.collection_id, "u", u, id]).map_err(backend)?;
     }
     for a in &e.assistant_id {
-        subj.execute(params![e.collection_id, "a", a, id])
-            .map_err(backend)?;
+        subj.execute(params![e.collection_id, "a", a, id]).map_err(backend)?;
     }
     Ok(id)
+}
+
+/// (Re)writes an event's full-text terms and, if given, its vector.
+fn index_event(
+    conn: &Connection,
+    cid: CollectionId,
+    id: &str,
+    rowid: i64,
+    memory_info: &serde_json::Map<String, serde_json::Value>,
+    vector: Option<&[f32]>,
+) -> StoreResult<()> {
+    let terms = mnemo_core::text::search_tokens(&event_text(memory_info)).join(" ");
+    conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    conn.prepare_cached("INSERT INTO event_fts(rowid, terms) VALUES (?1, ?2)")
+        .map_err(backend)?
+        .execute(params![rowid, terms])
+        .map_err(backend)?;
+    if let Some(v) = vector {
+        conn.prepare_cached("INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) VALUES (?1,?2,?3)")
+            .map_err(backend)?
+            .execute(params![id, cid, vec_to_blob(v)])
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Removes an event and everything indexed about it.
+fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<bool> {
+    let rowid: Option<i64> = conn
+        .prepare_cached("SELECT rowid FROM events WHERE collection_id=?1 AND id=?2")
+        .map_err(backend)?
+        .query_row(params![cid, id], |r| r.get(0))
+        .optional()
+        .map_err(backend)?;
+    let Some(rowid) = rowid else { return Ok(false) };
+    conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    conn.prepare_cached("DELETE FROM event_vectors WHERE event_id=?1")
+        .map_err(backend)?
+        .execute([id])
+        .map_err(backend)?;
+    conn.prepare_cached("DELETE FROM event_subjects WHERE event_id=?1")
+        .map_err(backend)?
+        .execute([id])
+        .map_err(backend)?;
+    conn.prepare_cached("DELETE FROM events WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    Ok(true)
 }
 
 /// Builds `WHERE` conditions for an event filter; `?1` is always the collection id.
@@ -496,12 +489,7 @@ fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue
     list(&mut sql, &mut args, "memory_type IN ({})", &f.memory_type);
     list(&mut sql, &mut args, "group_id IN ({})", &f.group_id);
     list(&mut sql, &mut args, "session_id IN ({})", &f.session_id);
-    list(
-        &mut sql,
-        &mut args,
-        "conversation_id IN ({})",
-        &f.conversation_id,
-    );
+    list(&mut sql, &mut args, "conversation_id IN ({})", &f.conversation_id);
     list(&mut sql, &mut args, "scope IN ({})", &f.scope);
     if let Some(t) = f.start_time {
         args.push(SqlValue::Integer(t));
@@ -510,6 +498,9 @@ fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue
     if let Some(t) = f.end_time {
         args.push(SqlValue::Integer(t));
         sql.push_str(&format!(" AND time <= ?{}", args.len()));
+    }
+    if f.active_only {
+        sql.push_str(" AND status = 'active'");
     }
     (sql, args)
 }
@@ -538,33 +529,41 @@ impl Store for SqliteStore {
 
     async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
         let (p, n) = (project.to_string(), name.to_string());
-        self.read(move |conn| collection_by_name(conn, &p, &n))
+        self.read(move |conn| collection_by_name(conn, &p, &n)).await
+    }
+
+    async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection> {
+        if let Some(found) = self.get_collection(&c.project_name, &c.collection_name).await? {
+            return Ok(found);
+        }
+        self.writer
+            .write(move |conn| match collection_by_name(conn, &c.project_name, &c.collection_name)? {
+                Some(found) => Ok(found),
+                None => insert_collection(conn, &c),
+            })
             .await
     }
 
-    async fn ensure_collection(
-        &self,
-        project: &str,
-        name: &str,
-        now: Millis,
-    ) -> StoreResult<Collection> {
-        if let Some(c) = self.get_collection(project, name).await? {
-            return Ok(c);
-        }
-        let (p, n) = (project.to_string(), name.to_string());
+    async fn all_collections(&self) -> StoreResult<Vec<Collection>> {
+        self.read(|conn| {
+            let mut stmt =
+                conn.prepare(&format!("SELECT {COLLECTION_COLS} FROM collections ORDER BY id")).map_err(backend)?;
+            let rows = stmt.query_map([], collection_from_row).map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
+        let model = model.to_string();
         self.writer
-            .write(move |conn| match collection_by_name(conn, &p, &n)? {
-                Some(c) => Ok(c),
-                None => insert_collection(
-                    conn,
-                    &NewCollection {
-                        project_name: p,
-                        collection_name: n,
-                        description: String::new(),
-                        schema: CollectionSchema::default(),
-                        created_at: now,
-                    },
-                ),
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE collections SET embedding_model=?2, embedding_dim=?3 WHERE id=?1",
+                    params![id, model, dim],
+                )
+                .map_err(backend)?;
+                Ok(())
             })
             .await
     }
@@ -573,7 +572,9 @@ impl Store for SqliteStore {
         let p = project.to_string();
         self.read(move |conn| {
             let mut stmt = conn
-                .prepare(&format!("SELECT {COLLECTION_COLS} FROM collections WHERE project_name=?1 ORDER BY collection_name"))
+                .prepare(&format!(
+                    "SELECT {COLLECTION_COLS} FROM collections WHERE project_name=?1 ORDER BY collection_name"
+                ))
                 .map_err(backend)?;
             let rows = stmt.query_map([p], collection_from_row).map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
@@ -585,7 +586,13 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 // Children first (explicitly, so it does not depend on foreign-key enforcement).
+                conn.execute(
+                    "DELETE FROM event_fts WHERE rowid IN (SELECT rowid FROM events WHERE collection_id=?1)",
+                    [id],
+                )
+                .map_err(backend)?;
                 for t in [
+                    "event_vectors",
                     "event_subjects",
                     "events",
                     "profiles",
@@ -594,13 +601,9 @@ impl Store for SqliteStore {
                     "messages",
                     "conversations",
                 ] {
-                    conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id])
-                        .map_err(backend)?;
+                    conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id]).map_err(backend)?;
                 }
-                Ok(conn
-                    .execute("DELETE FROM collections WHERE id=?1", [id])
-                    .map_err(backend)?
-                    > 0)
+                Ok(conn.execute("DELETE FROM collections WHERE id=?1", [id]).map_err(backend)? > 0)
             })
             .await
     }
@@ -668,14 +671,7 @@ impl Store for SqliteStore {
         let conv = conversation_id.to_string();
         self.writer
             .write(move |conn| {
-                close_open_messages(
-                    conn,
-                    collection_id,
-                    &conv,
-                    TriggerReason::Flush,
-                    now,
-                    max_job_attempts,
-                )
+                close_open_messages(conn, collection_id, &conv, TriggerReason::Flush, now, max_job_attempts)
             })
             .await
     }
@@ -718,11 +714,9 @@ impl Store for SqliteStore {
 
     async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
         self.read(|conn| {
-            conn.query_row(
-                "SELECT MIN(idle_deadline) FROM conversations WHERE idle_deadline IS NOT NULL",
-                [],
-                |r| r.get(0),
-            )
+            conn.query_row("SELECT MIN(idle_deadline) FROM conversations WHERE idle_deadline IS NOT NULL", [], |r| {
+                r.get(0)
+            })
             .map_err(backend)
         })
         .await
@@ -771,11 +765,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn session_info(
-        &self,
-        cid: CollectionId,
-        session_id: &str,
-    ) -> StoreResult<Option<SessionDetail>> {
+    async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
         let sid = session_id.to_string();
         self.read(move |conn| {
             let Some((scid, session, _)) = session_summary(conn, &sid)? else { return Ok(None) };
@@ -784,11 +774,21 @@ impl Store for SqliteStore {
             }
             let messages = messages_where(conn, "m.session_id=?1", &[SqlValue::Text(sid.clone())])?;
             let mut stmt = conn
-                .prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND session_id=?2 ORDER BY time, id"))
+                .prepare_cached(&format!(
+                    "SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND session_id=?2 ORDER BY time, id"
+                ))
                 .map_err(backend)?;
-            let events = stmt.query_map(params![cid, sid], event_from_row).map_err(backend)?.collect::<Result<Vec<_>, _>>().map_err(backend)?;
+            let events = stmt
+                .query_map(params![cid, sid], event_from_row)
+                .map_err(backend)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(backend)?;
             let job = conn
-                .query_row(&format!("SELECT {JOB_COLS} FROM jobs WHERE session_id=?1 ORDER BY created_at DESC LIMIT 1"), [&sid], job_from_row)
+                .query_row(
+                    &format!("SELECT {JOB_COLS} FROM jobs WHERE session_id=?1 ORDER BY created_at DESC LIMIT 1"),
+                    [&sid],
+                    job_from_row,
+                )
                 .optional()
                 .map_err(backend)?
                 .map(|(_, j)| j);
@@ -830,16 +830,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn complete_job(
-        &self,
-        job_id: &str,
-        output: ExtractionOutput,
-        now: Millis,
-    ) -> StoreResult<Vec<String>> {
+    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
         let job_id = job_id.to_string();
         self.writer
             .write(move |conn| {
-                let (cid, job) = job_by_id(conn, &job_id)?.ok_or_else(|| StoreError::NotFound(format!("job_id: no job \"{job_id}\"")))?;
+                let (cid, job) = job_by_id(conn, &job_id)?
+                    .ok_or_else(|| StoreError::NotFound(format!("job_id: no job \"{job_id}\"")))?;
                 if job.state != JobState::Running {
                     return Err(StoreError::Conflict(format!("job {job_id} is {}, not running", job.state.as_str())));
                 }
@@ -862,6 +858,7 @@ impl Store for SqliteStore {
                             time: e.time,
                             memory_info: e.memory_info.clone(),
                             source_message_ids: e.source_message_ids.clone(),
+                            embedding: e.embedding.clone(),
                             now,
                         },
                     )?);
@@ -869,8 +866,11 @@ impl Store for SqliteStore {
                 if let (Some(user), false) = (&meta.user_id, output.profile_changes.is_empty()) {
                     apply_profile_changes(conn, cid, user, &session.session_id, &output.profile_changes, now)?;
                 }
-                conn.execute("UPDATE sessions SET state='extracted', extracted_at=?2 WHERE session_id=?1", params![sid, now])
-                    .map_err(backend)?;
+                conn.execute(
+                    "UPDATE sessions SET state='extracted', extracted_at=?2 WHERE session_id=?1",
+                    params![sid, now],
+                )
+                .map_err(backend)?;
                 conn.execute(
                     "UPDATE jobs SET state='done', lease_until=NULL, last_error=NULL, prompt_tokens=prompt_tokens+?2,
                      completion_tokens=completion_tokens+?3, updated_at=?4 WHERE job_id=?1",
@@ -882,17 +882,8 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn fail_job(
-        &self,
-        job_id: &str,
-        error: &str,
-        retry_at: Option<Millis>,
-        now: Millis,
-    ) -> StoreResult<()> {
-        let (job_id, error) = (
-            job_id.to_string(),
-            error.chars().take(2000).collect::<String>(),
-        );
+    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
+        let (job_id, error) = (job_id.to_string(), error.chars().take(2000).collect::<String>());
         self.writer
             .write(move |conn| {
                 let (state, run_after) = match retry_at {
@@ -930,17 +921,10 @@ impl Store for SqliteStore {
                 sql.push_str(&format!(" AND session_id=?{}", args.len()));
             }
             args.push(SqlValue::Integer(f.limit.max(1) as i64));
-            sql.push_str(&format!(
-                " ORDER BY created_at DESC, job_id DESC LIMIT ?{}",
-                args.len()
-            ));
+            sql.push_str(&format!(" ORDER BY created_at DESC, job_id DESC LIMIT ?{}", args.len()));
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
-            let rows = stmt
-                .query_map(params_from_iter(args.iter()), job_from_row)
-                .map_err(backend)?;
-            rows.map(|r| r.map(|(_, j)| j))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(backend)
+            let rows = stmt.query_map(params_from_iter(args.iter()), job_from_row).map_err(backend)?;
+            rows.map(|r| r.map(|(_, j)| j)).collect::<Result<Vec<_>, _>>().map_err(backend)
         })
         .await
     }
@@ -961,8 +945,7 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = insert_event_row(conn, &e)?;
-                event_by_id(conn, e.collection_id, &id)?
-                    .ok_or_else(|| backend("inserted event vanished"))
+                event_by_id(conn, e.collection_id, &id)?.ok_or_else(|| backend("inserted event vanished"))
             })
             .await
     }
@@ -972,13 +955,7 @@ impl Store for SqliteStore {
         self.read(move |conn| event_by_id(conn, cid, &id)).await
     }
 
-    async fn update_event(
-        &self,
-        cid: CollectionId,
-        id: &str,
-        patch: EventPatch,
-        now: Millis,
-    ) -> StoreResult<Event> {
+    async fn update_event(&self, cid: CollectionId, id: &str, patch: EventPatch, now: Millis) -> StoreResult<Event> {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
@@ -987,6 +964,9 @@ impl Store for SqliteStore {
                     for (k, v) in info {
                         e.memory_info.insert(k, v);
                     }
+                    let rowid: i64 =
+                        conn.query_row("SELECT rowid FROM events WHERE id=?1", [&id], |r| r.get(0)).map_err(backend)?;
+                    index_event(conn, cid, &id, rowid, &e.memory_info, patch.embedding.as_deref())?;
                 }
                 if let Some(t) = patch.time {
                     e.time = t;
@@ -1015,70 +995,94 @@ impl Store for SqliteStore {
 
     async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
-        self.writer
-            .write(move |conn| {
-                conn.execute("DELETE FROM event_subjects WHERE event_id=?1", [&id])
-                    .map_err(backend)?;
-                Ok(conn
-                    .execute(
-                        "DELETE FROM events WHERE collection_id=?1 AND id=?2",
-                        params![cid, id],
-                    )
-                    .map_err(backend)?
-                    > 0)
-            })
-            .await
+        self.writer.write(move |conn| delete_event_row(conn, cid, &id)).await
     }
 
-    async fn batch_delete_events(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-    ) -> StoreResult<u64> {
+    async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
         self.writer
             .write(move |conn| {
                 let (where_sql, args) = event_filter_sql(cid, &filter);
                 // Resolve the ids first: the user/assistant filter reads event_subjects.
                 let ids: Vec<String> = {
-                    let mut stmt = conn
-                        .prepare(&format!("SELECT id FROM events WHERE {where_sql}"))
-                        .map_err(backend)?;
-                    let rows = stmt
-                        .query_map(params_from_iter(args.iter()), |r| r.get(0))
-                        .map_err(backend)?;
+                    let mut stmt =
+                        conn.prepare(&format!("SELECT id FROM events WHERE {where_sql}")).map_err(backend)?;
+                    let rows = stmt.query_map(params_from_iter(args.iter()), |r| r.get(0)).map_err(backend)?;
                     rows.collect::<Result<_, _>>().map_err(backend)?
                 };
-                let mut del_subjects = conn
-                    .prepare_cached("DELETE FROM event_subjects WHERE event_id=?1")
-                    .map_err(backend)?;
-                let mut del_event = conn
-                    .prepare_cached("DELETE FROM events WHERE id=?1")
-                    .map_err(backend)?;
                 let mut n = 0;
                 for id in &ids {
-                    del_subjects.execute([id]).map_err(backend)?;
-                    n += del_event.execute([id]).map_err(backend)?;
+                    n += delete_event_row(conn, cid, id)? as usize;
                 }
                 Ok(n as u64)
             })
             .await
     }
 
-    async fn list_events(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        limit: u32,
-    ) -> StoreResult<Vec<Event>> {
+    async fn list_events(&self, cid: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>> {
         self.read(move |conn| {
             let (where_sql, mut args) = event_filter_sql(cid, &filter);
             args.push(SqlValue::Integer(limit as i64));
-            let sql = format!("SELECT {EVENT_COLS} FROM events WHERE {where_sql} ORDER BY time DESC, id DESC LIMIT ?{}", args.len());
+            let sql = format!(
+                "SELECT {EVENT_COLS} FROM events WHERE {where_sql} ORDER BY time DESC, id DESC LIMIT ?{}",
+                args.len()
+            );
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
             let rows = stmt.query_map(params_from_iter(args.iter()), event_from_row).map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
         })
         .await
+    }
+
+    async fn search_candidates(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        q: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>> {
+        self.read(move |conn| search::candidates(conn, cid, &filter, &q)).await
+    }
+
+    async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "UPDATE events SET hit_count=hit_count+1, last_hit_at=?3 WHERE collection_id=?1 AND id=?2",
+                    )
+                    .map_err(backend)?;
+                for id in &ids {
+                    stmt.execute(params![cid, id, now]).map_err(backend)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id NOT IN (SELECT event_id FROM event_vectors WHERE collection_id=?1) LIMIT ?2"
+                ))
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![cid, limit], event_from_row).map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn set_event_vector(&self, cid: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+        let id = id.to_string();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) SELECT id, collection_id, ?3 FROM events WHERE collection_id=?1 AND id=?2",
+                    params![cid, id, vec_to_blob(&vector)],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
     }
 
     async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
@@ -1113,7 +1117,8 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
-                let mut p = profile_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
+                let mut p = profile_by_id(conn, cid, &id)?
+                    .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
                 let auto_content = p.content == profile::describe(&p.attributes);
                 if let Some(attrs) = patch.attributes {
                     if patch.replace_attributes {
@@ -1148,30 +1153,20 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 Ok(conn
-                    .execute(
-                        "DELETE FROM profiles WHERE collection_id=?1 AND id=?2",
-                        params![cid, id],
-                    )
+                    .execute("DELETE FROM profiles WHERE collection_id=?1 AND id=?2", params![cid, id])
                     .map_err(backend)?
                     > 0)
             })
             .await
     }
 
-    async fn list_profiles(
-        &self,
-        cid: CollectionId,
-        f: ProfileFilter,
-        limit: u32,
-    ) -> StoreResult<Vec<Profile>> {
+    async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
         self.read(move |conn| {
             let mut sql = format!("SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1");
             let mut args = vec![SqlValue::Integer(cid)];
-            for (col, values) in [
-                ("user_id", &f.user_id),
-                ("assistant_id", &f.assistant_id),
-                ("profile_type", &f.profile_type),
-            ] {
+            for (col, values) in
+                [("user_id", &f.user_id), ("assistant_id", &f.assistant_id), ("profile_type", &f.profile_type)]
+            {
                 if values.is_empty() {
                     continue;
                 }
@@ -1183,14 +1178,9 @@ impl Store for SqliteStore {
                 sql.push_str(&format!(" AND {col} IN ({})", marks.join(",")));
             }
             args.push(SqlValue::Integer(limit as i64));
-            sql.push_str(&format!(
-                " ORDER BY updated_at DESC, id LIMIT ?{}",
-                args.len()
-            ));
+            sql.push_str(&format!(" ORDER BY updated_at DESC, id LIMIT ?{}", args.len()));
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
-            let rows = stmt
-                .query_map(params_from_iter(args.iter()), profile_from_row)
-                .map_err(backend)?;
+            let rows = stmt.query_map(params_from_iter(args.iter()), profile_from_row).map_err(backend)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(backend)
         })
         .await

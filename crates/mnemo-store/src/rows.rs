@@ -7,15 +7,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub const COLLECTION_COLS: &str =
-    "id, project_name, collection_name, description, schema_json, created_at";
-pub const MESSAGE_COLS: &str =
-    "m.id, m.conversation_id, m.session_id, m.role, m.name, m.content, m.time, m.tokens";
+    "id, project_name, collection_name, description, schema_json, created_at, embedding_model, embedding_dim";
+pub const MESSAGE_COLS: &str = "m.id, m.conversation_id, m.session_id, m.role, m.name, m.content, m.time, m.tokens";
 pub const SESSION_COLS: &str = "collection_id, session_id, conversation_id, reason, state, message_count, token_count, meta_json, created_at, extracted_at";
 pub const JOB_COLS: &str = "collection_id, job_id, kind, state, conversation_id, session_id, attempts, max_attempts, last_error, \
      run_after, prompt_tokens, completion_tokens, created_at, updated_at";
 pub const EVENT_COLS: &str = "id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope, class, \
      status, time, memory_info, source_message_ids, hit_count, last_hit_at, created_at, updated_at";
-pub const PROFILE_COLS: &str = "id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at";
+pub const PROFILE_COLS: &str =
+    "id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at";
 
 pub fn json<T: Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).expect("plain data serializes")
@@ -34,11 +34,7 @@ pub fn parse_meta(s: &str) -> ConversationMeta {
 }
 
 fn bad_column(i: usize, what: &str) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        i,
-        rusqlite::types::Type::Text,
-        what.to_string().into(),
-    )
+    rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, what.to_string().into())
 }
 
 pub fn collection_from_row(r: &Row) -> rusqlite::Result<Collection> {
@@ -50,7 +46,17 @@ pub fn collection_from_row(r: &Row) -> rusqlite::Result<Collection> {
         description: r.get(3)?,
         schema: serde_json::from_str(&schema).map_err(|_| bad_column(4, "collection schema"))?,
         created_at: r.get(5)?,
+        embedding_model: r.get(6)?,
+        embedding_dim: r.get(7)?,
     })
+}
+
+pub fn vec_to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn blob_to_vec(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 pub fn message_from_row(r: &Row) -> rusqlite::Result<StoredMessage> {
@@ -67,9 +73,7 @@ pub fn message_from_row(r: &Row) -> rusqlite::Result<StoredMessage> {
     })
 }
 
-pub fn session_from_row(
-    r: &Row,
-) -> rusqlite::Result<(CollectionId, SessionSummary, ConversationMeta)> {
+pub fn session_from_row(r: &Row) -> rusqlite::Result<(CollectionId, SessionSummary, ConversationMeta)> {
     let meta = parse_meta(&r.get::<_, String>(7)?);
     Ok((
         r.get(0)?,

@@ -124,6 +124,20 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE(collection_id, profile_type, user_id, assistant_id)
     );
     "#,
+    // v2: retrieval — the model a collection is indexed with, event vectors, full text.
+    r#"
+    ALTER TABLE collections ADD COLUMN embedding_model TEXT;
+    ALTER TABLE collections ADD COLUMN embedding_dim INTEGER;
+    CREATE TABLE event_vectors(
+        event_id TEXT PRIMARY KEY REFERENCES events(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL,
+        vec BLOB NOT NULL              -- little-endian f32, unit length
+    );
+    CREATE INDEX event_vectors_collection ON event_vectors(collection_id);
+    -- Terms from mnemo_core::text::search_tokens (jieba for Chinese, stemmed English), space
+    -- separated; rowid = events.rowid. Contentless: the text lives in events.memory_info.
+    CREATE VIRTUAL TABLE event_fts USING fts5(terms, content='', contentless_delete=1);
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

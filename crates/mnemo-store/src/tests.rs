@@ -16,10 +16,22 @@ fn msg(role: Role, content: &str, tokens: u64, key: Option<&str>) -> NewMessage 
     }
 }
 
+fn new_coll() -> NewCollection {
+    NewCollection {
+        project_name: "default".into(),
+        collection_name: "c1".into(),
+        description: String::new(),
+        schema: CollectionSchema::default(),
+        embedding_model: "test-hashing".into(),
+        embedding_dim: 64,
+        created_at: 1,
+    }
+}
+
 async fn setup() -> (tempfile::TempDir, SqliteStore, Collection) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
-    let c = store.ensure_collection("default", "c1", 1).await.unwrap();
+    let c = store.ensure_collection(new_coll()).await.unwrap();
     (dir, store, c)
 }
 
@@ -33,10 +45,7 @@ fn append(
     AppendRequest {
         collection_id: c.id,
         conversation_id: conv.into(),
-        meta: ConversationMeta {
-            user_id: Some("u1".into()),
-            ..Default::default()
-        },
+        meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
         messages,
         trigger,
         now,
@@ -47,56 +56,25 @@ fn append(
 #[tokio::test]
 async fn trigger_closes_a_session_and_queues_a_job_atomically() {
     let (_d, s, c) = setup().await;
-    let t = ExtractTrigger {
-        token_count: 100,
-        message_count: 3,
-        wait_timeout: 60,
-    };
+    let t = ExtractTrigger { token_count: 100, message_count: 3, wait_timeout: 60 };
     let o = s
         .append_messages(append(
             &c,
             "conv",
-            vec![
-                msg(Role::User, "a", 1, None),
-                msg(Role::Assistant, "b", 1, None),
-            ],
+            vec![msg(Role::User, "a", 1, None), msg(Role::Assistant, "b", 1, None)],
             t,
             10,
         ))
         .await
         .unwrap();
-    assert_eq!(
-        (o.accepted, o.pending_messages, o.closed.is_none()),
-        (2, 2, true)
-    );
-    let o = s
-        .append_messages(append(
-            &c,
-            "conv",
-            vec![msg(Role::User, "c", 1, None)],
-            t,
-            20,
-        ))
-        .await
-        .unwrap();
+    assert_eq!((o.accepted, o.pending_messages, o.closed.is_none()), (2, 2, true));
+    let o = s.append_messages(append(&c, "conv", vec![msg(Role::User, "c", 1, None)], t, 20)).await.unwrap();
     let closed = o.closed.expect("message_count reached");
     assert_eq!(closed.reason, TriggerReason::MessageCount);
     assert_eq!((o.pending_messages, closed.message_count), (0, 3));
-    let jobs = s
-        .list_jobs(
-            c.id,
-            JobFilter {
-                limit: 10,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let jobs = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
     assert_eq!(jobs.len(), 1);
-    assert_eq!(
-        jobs[0].session_id.as_deref(),
-        Some(closed.session_id.as_str())
-    );
+    assert_eq!(jobs[0].session_id.as_deref(), Some(closed.session_id.as_str()));
     // Still short-term until extracted.
     let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
     assert_eq!(info.short_term.len(), 3);
@@ -108,15 +86,7 @@ async fn idempotent_retries_are_stored_once() {
     let (_d, s, c) = setup().await;
     let t = ExtractTrigger::default();
     for _ in 0..3 {
-        s.append_messages(append(
-            &c,
-            "conv",
-            vec![msg(Role::User, "hello", 1, Some("k1"))],
-            t,
-            10,
-        ))
-        .await
-        .unwrap();
+        s.append_messages(append(&c, "conv", vec![msg(Role::User, "hello", 1, Some("k1"))], t, 10)).await.unwrap();
     }
     let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
     assert_eq!(info.short_term.len(), 1);
@@ -126,76 +96,37 @@ async fn idempotent_retries_are_stored_once() {
 #[tokio::test]
 async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile() {
     let (_d, s, c) = setup().await;
-    let t = ExtractTrigger {
-        token_count: 1,
-        message_count: 100,
-        wait_timeout: 60,
-    };
-    let o = s
-        .append_messages(append(
-            &c,
-            "conv",
-            vec![msg(Role::User, "我住在上海", 5, None)],
-            t,
-            10,
-        ))
-        .await
-        .unwrap();
+    let t = ExtractTrigger { token_count: 1, message_count: 100, wait_timeout: 60 };
+    let o = s.append_messages(append(&c, "conv", vec![msg(Role::User, "我住在上海", 5, None)], t, 10)).await.unwrap();
     let closed = o.closed.unwrap();
     let job = s.claim_job(100, 1000).await.unwrap().expect("a due job");
     assert_eq!(job.messages.len(), 1);
-    assert!(
-        s.claim_job(100, 1000).await.unwrap().is_none(),
-        "leased job is not handed out twice"
-    );
+    assert!(s.claim_job(100, 1000).await.unwrap().is_none(), "leased job is not handed out twice");
     // A failed attempt keeps the messages short-term and re-queues.
-    s.fail_job(&job.job.job_id, "boom", Some(200), 150)
-        .await
-        .unwrap();
-    assert!(
-        s.claim_job(150, 1000).await.unwrap().is_none(),
-        "not due yet"
-    );
+    s.fail_job(&job.job.job_id, "boom", Some(200), 150).await.unwrap();
+    assert!(s.claim_job(150, 1000).await.unwrap().is_none(), "not due yet");
     let job = s.claim_job(200, 1000).await.unwrap().unwrap();
     assert_eq!(job.job.attempts, 2);
     let out = ExtractionOutput {
         events: vec![ExtractedEvent {
             memory_type: EVENT_V1.into(),
-            memory_info: json!({"summary": "用户住在上海"})
-                .as_object()
-                .unwrap()
-                .clone(),
+            memory_info: json!({"summary": "用户住在上海"}).as_object().unwrap().clone(),
             time: 10,
             source_message_ids: vec![job.messages[0].message_id],
+            embedding: None,
         }],
-        profile_changes: vec![ProfileChange::Set {
-            key: "city".into(),
-            value: json!("上海"),
-        }],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
         ..Default::default()
     };
     let ids = s.complete_job(&job.job.job_id, out, 300).await.unwrap();
     assert_eq!(ids.len(), 1);
     let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
     assert!(info.short_term.is_empty());
-    let detail = s
-        .session_info(c.id, &closed.session_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let detail = s.session_info(c.id, &closed.session_id).await.unwrap().unwrap();
     assert_eq!(detail.events[0].user_id, vec!["u1".to_string()]);
     assert_eq!(detail.job.unwrap().state, JobState::Done);
-    let profiles = s
-        .list_profiles(
-            c.id,
-            ProfileFilter {
-                user_id: vec!["u1".into()],
-                ..Default::default()
-            },
-            5,
-        )
-        .await
-        .unwrap();
+    let profiles =
+        s.list_profiles(c.id, ProfileFilter { user_id: vec!["u1".into()], ..Default::default() }, 5).await.unwrap();
     assert_eq!(profiles[0].attributes.get("city"), Some(&json!("上海")));
 }
 
@@ -205,28 +136,11 @@ async fn idle_deadline_closes_and_survives_reopen() {
     let c;
     {
         let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
-        c = s.ensure_collection("default", "c1", 1).await.unwrap();
-        let t = ExtractTrigger {
-            token_count: 1000,
-            message_count: 100,
-            wait_timeout: 5,
-        };
-        s.append_messages(append(
-            &c,
-            "conv",
-            vec![msg(Role::User, "hi", 1, None)],
-            t,
-            1_000,
-        ))
-        .await
-        .unwrap();
+        c = s.ensure_collection(new_coll()).await.unwrap();
+        let t = ExtractTrigger { token_count: 1000, message_count: 100, wait_timeout: 5 };
+        s.append_messages(append(&c, "conv", vec![msg(Role::User, "hi", 1, None)], t, 1_000)).await.unwrap();
         assert_eq!(s.next_idle_deadline().await.unwrap(), Some(6_000));
-        assert!(
-            s.close_idle_conversations(5_999, 10, 3)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(s.close_idle_conversations(5_999, 10, 3).await.unwrap().is_empty());
     }
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     let closed = s.close_idle_conversations(6_000, 10, 3).await.unwrap();
@@ -250,19 +164,12 @@ async fn event_filters_and_batch_delete() {
         scope: None,
         class: "conclusion".into(),
         time,
-        memory_info: json!({"summary": format!("{user} {ty} {time}")})
-            .as_object()
-            .unwrap()
-            .clone(),
+        memory_info: json!({"summary": format!("{user} {ty} {time}")}).as_object().unwrap().clone(),
         source_message_ids: vec![],
+        embedding: None,
         now: time,
     };
-    for (u, ty, t) in [
-        ("a", "event_v1", 1),
-        ("a", "event_v1", 3),
-        ("b", "event_v1", 2),
-        ("a", "x", 4),
-    ] {
+    for (u, ty, t) in [("a", "event_v1", 1), ("a", "event_v1", 3), ("b", "event_v1", 2), ("a", "x", 4)] {
         s.insert_event(mk(u, ty, t)).await.unwrap();
     }
     let f = |u: &[&str], ty: &[&str]| EventFilter {
@@ -270,32 +177,12 @@ async fn event_filters_and_batch_delete() {
         memory_type: ty.iter().map(|s| s.to_string()).collect(),
         ..Default::default()
     };
-    let got = s
-        .list_events(c.id, f(&["a"], &["event_v1"]), 10)
-        .await
-        .unwrap();
-    assert_eq!(
-        got.iter().map(|e| e.time).collect::<Vec<_>>(),
-        vec![3, 1],
-        "newest first"
-    );
-    let got = s
-        .list_events(
-            c.id,
-            EventFilter {
-                start_time: Some(2),
-                end_time: Some(3),
-                ..f(&[], &[])
-            },
-            10,
-        )
-        .await
-        .unwrap();
+    let got = s.list_events(c.id, f(&["a"], &["event_v1"]), 10).await.unwrap();
+    assert_eq!(got.iter().map(|e| e.time).collect::<Vec<_>>(), vec![3, 1], "newest first");
+    let got =
+        s.list_events(c.id, EventFilter { start_time: Some(2), end_time: Some(3), ..f(&[], &[]) }, 10).await.unwrap();
     assert_eq!(got.len(), 2);
-    assert_eq!(
-        s.batch_delete_events(c.id, f(&["a"], &[])).await.unwrap(),
-        3
-    );
+    assert_eq!(s.batch_delete_events(c.id, f(&["a"], &[])).await.unwrap(), 3);
     let rest = s.list_events(c.id, f(&[], &[]), 10).await.unwrap();
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].user_id, vec!["b".to_string()]);
@@ -305,12 +192,8 @@ async fn event_filters_and_batch_delete() {
 async fn concurrent_writes_are_group_committed_and_all_durable() {
     let dir = tempfile::tempdir().unwrap();
     let s = Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
-    let c = s.ensure_collection("default", "c1", 1).await.unwrap();
-    let t = ExtractTrigger {
-        token_count: 1_000_000,
-        message_count: 100_000,
-        wait_timeout: 60,
-    };
+    let c = s.ensure_collection(new_coll()).await.unwrap();
+    let t = ExtractTrigger { token_count: 1_000_000, message_count: 100_000, wait_timeout: 60 };
     let mut tasks = Vec::new();
     for w in 0..16 {
         let s = s.clone();
@@ -335,11 +218,65 @@ async fn concurrent_writes_are_group_committed_and_all_durable() {
     drop(s);
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     for w in 0..16 {
-        let info = s
-            .conversation_info(c.id, &format!("conv{w}"))
-            .await
-            .unwrap()
-            .unwrap();
+        let info = s.conversation_info(c.id, &format!("conv{w}")).await.unwrap().unwrap();
         assert_eq!(info.short_term.len(), 25);
     }
+}
+
+#[tokio::test]
+async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace() {
+    use mnemo_core::embed::{EmbedKind, Embedder, HashingEmbedder};
+    let (_d, s, c) = setup().await;
+    let emb = HashingEmbedder { dim: 64 };
+    let texts = ["用户喜欢手冲咖啡", "The user adopted a puppy named Max", "用户住在上海"];
+    let mut ids = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let v = emb.embed(&[t.to_string()], EmbedKind::Document).await.unwrap().remove(0);
+        let e = s
+            .insert_event(NewEvent {
+                collection_id: c.id,
+                memory_type: EVENT_V1.into(),
+                user_id: vec![if i < 2 { "u1".into() } else { "u2".into() }],
+                assistant_id: vec![],
+                group_id: None,
+                session_id: None,
+                conversation_id: None,
+                scope: None,
+                class: "conclusion".into(),
+                time: i as i64,
+                memory_info: json!({"summary": t}).as_object().unwrap().clone(),
+                source_message_ids: vec![],
+                embedding: Some(v),
+                now: 0,
+            })
+            .await
+            .unwrap();
+        ids.push(e.id);
+    }
+    let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
+    let q =
+        |terms: &[&str]| CandidateQuery { vector: None, terms: terms.iter().map(|t| t.to_string()).collect(), k: 10 };
+    let got = s.search_candidates(c.id, f.clone(), q(&["咖啡"])).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].event.id, ids[0]);
+    assert!(got[0].bm25.unwrap() > 0.0);
+    // Other users' events never come back, even when they match.
+    assert!(s.search_candidates(c.id, f.clone(), q(&["上海"])).await.unwrap().is_empty());
+    // FTS syntax in user text is quoted, never parsed.
+    assert!(s.search_candidates(c.id, f.clone(), q(&["\"a\" OR *", "NEAR(", "puppi"])).await.is_ok());
+    let qv = emb.embed(&["puppy named Max".to_string()], EmbedKind::Query).await.unwrap().remove(0);
+    let got = s
+        .search_candidates(c.id, f.clone(), CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 1 })
+        .await
+        .unwrap();
+    assert_eq!(got[0].event.id, ids[1]);
+    assert!(got[0].cosine.unwrap() > 0.5);
+    // Deleting removes the row, the vector and the full-text entry.
+    assert!(s.delete_event(c.id, &ids[1]).await.unwrap());
+    let got = s
+        .search_candidates(c.id, f.clone(), CandidateQuery { vector: Some(qv), terms: vec!["max".into()], k: 10 })
+        .await
+        .unwrap();
+    assert!(got.iter().all(|g| g.event.id != ids[1]));
+    assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
 }

@@ -49,12 +49,8 @@ impl Writer {
                 None
             }
         });
-        self.tx
-            .send(job)
-            .map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
-        rx.await.map_err(|_| {
-            StoreError::Backend("the store writer dropped a request (see the log)".into())
-        })?
+        self.tx.send(job).map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
+        rx.await.map_err(|_| StoreError::Backend("the store writer dropped a request (see the log)".into()))?
     }
 }
 

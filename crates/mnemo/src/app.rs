@@ -3,8 +3,10 @@
 
 use crate::config::Config;
 use anyhow::{Context, Result, bail};
-use mnemo_core::service::ServiceConfig;
-use mnemo_core::{Clock, Extractor, Service, Store, SystemClock};
+use mnemo_core::ranking::TimeDecay;
+use mnemo_core::service::{RetrievalConfig, ServiceConfig};
+use mnemo_core::{Clock, Embedder, Extractor, Service, Store, SystemClock};
+use mnemo_providers::embed::{LocalUseEmbedder, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
 use mnemo_providers::{FaultInjectingExtractor, RulesConfig, RulesExtractor};
 use mnemo_store::{Durability, SqliteOptions, SqliteStore};
 use std::net::SocketAddr;
@@ -13,7 +15,43 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
+    let e = &cfg.embedding;
+    Ok(match e.provider.as_str() {
+        "local" => {
+            let dir = find_model_dir(e.model_dir.as_deref()).map_err(anyhow::Error::msg)?;
+            Arc::new(LocalUseEmbedder::open(&dir, e.sessions.max(1)).map_err(anyhow::Error::msg)?)
+        }
+        "openai" => {
+            let need = |v: &Option<String>, k: &str| {
+                v.clone().with_context(|| format!("embedding.{k} is required with provider openai"))
+            };
+            let api_key = match &e.api_key_env {
+                Some(var) => {
+                    Some(std::env::var(var).with_context(|| format!("embedding.api_key_env: {var} is not set"))?)
+                }
+                None => None,
+            };
+            Arc::new(
+                OpenAiEmbedder::new(OpenAiEmbedderConfig {
+                    base_url: need(&e.base_url, "base_url")?,
+                    model: need(&e.model, "model")?,
+                    dimension: e.dimension.context("embedding.dimension is required with provider openai")?,
+                    api_key,
+                    timeout: Duration::from_secs(e.timeout_secs.max(1)),
+                })
+                .map_err(anyhow::Error::msg)?,
+            )
+        }
+        other => bail!("embedding.provider: must be local or openai, got {other:?}"),
+    })
+}
+
 pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
+    build_service_with(cfg, clock, build_embedder(cfg)?)
+}
+
+pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn Embedder>) -> Result<Arc<Service>> {
     let store: Arc<dyn Store> = match cfg.store.engine.as_str() {
         "sqlite" => {
             let durability = match cfg.store.durability.as_str() {
@@ -21,15 +59,10 @@ pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>
                 "power_loss" => Durability::PowerLoss,
                 other => bail!("store.durability: must be process or power_loss, got {other:?}"),
             };
-            let opts = SqliteOptions {
-                durability,
-                cache_mib: cfg.store.cache_mib,
-                ..Default::default()
-            };
+            let opts = SqliteOptions { durability, cache_mib: cfg.store.cache_mib, ..Default::default() };
             Arc::new(
-                SqliteStore::open(&cfg.store.path, opts).with_context(|| {
-                    format!("opening the store in {}", cfg.store.path.display())
-                })?,
+                SqliteStore::open(&cfg.store.path, opts)
+                    .with_context(|| format!("opening the store in {}", cfg.store.path.display()))?,
             )
         }
         other => bail!("store.engine: {other:?} is not available in this build (use sqlite)"),
@@ -45,10 +78,7 @@ pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>
     let extractor: Arc<dyn Extractor> = match cfg.extraction.fault_injection.fail_first_attempts {
         0 => extractor,
         n => {
-            tracing::warn!(
-                n,
-                "fault injection is on: the first {n} extraction attempts will fail"
-            );
+            tracing::warn!(n, "fault injection is on: the first {n} extraction attempts will fail");
             Arc::new(FaultInjectingExtractor::new(extractor, n))
         }
     };
@@ -71,8 +101,41 @@ pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>
         extraction_timeout: Duration::from_secs(e.timeout_secs.max(1)),
         workers: e.workers.max(1),
         poll_interval: Duration::from_millis(s.poll_interval_ms.clamp(10, 60_000)),
+        retrieval: retrieval_config(cfg)?,
     };
-    Ok(Service::new(store, extractor, clock, config))
+    Ok(Service::new(store, extractor, embedder, clock, config))
+}
+
+fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
+    let r = &cfg.retrieval;
+    let d = &r.time_decay;
+    let time_decay = TimeDecay::new(d.weight, Some(d.no_decay_period), d.half_life_days.max(0.001))
+        .map_err(|e| anyhow::anyhow!("retrieval.{e}"))?;
+    if let Some(t) = r.similarity_threshold
+        && !(0.0..=1.0).contains(&t)
+    {
+        bail!("retrieval.similarity_threshold: must be in [0,1], got {t}");
+    }
+    if !(1..=200_000).contains(&cfg.inject.max_tokens) {
+        bail!("inject.max_tokens: must be in 1..=200000, got {}", cfg.inject.max_tokens);
+    }
+    Ok(RetrievalConfig {
+        top_k: r.top_k.clamp(1, 5000),
+        similarity_threshold: r.similarity_threshold,
+        freshness_days: r.freshness_days,
+        time_decay,
+        max_tokens: cfg.inject.max_tokens,
+    })
+}
+
+/// Checks the store against the embedding model and indexes events that have no vector.
+pub async fn prepare(service: &Service) -> Result<()> {
+    service.check_embedding_model().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let n = service.reindex_missing().await.map_err(|e| anyhow::anyhow!("re-indexing: {e}"))?;
+    if n > 0 {
+        tracing::info!(events = n, "embedded events that had no vector");
+    }
+    Ok(())
 }
 
 /// Refuses a non-loopback bind without API keys (secure by default).
@@ -110,6 +173,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
     let keys = cfg.api_keys()?;
     check_bind_security(&bind, &keys)?;
     let service = build_service(cfg, Arc::new(SystemClock))?;
+    prepare(&service).await?;
     let router = mnemo_http::router(
         service.clone(),
         mnemo_http::HttpConfig {
@@ -118,9 +182,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             max_in_flight: cfg.server.max_in_flight,
         },
     );
-    let listener = TcpListener::bind(bind)
-        .await
-        .with_context(|| format!("binding {bind}"))?;
+    let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
     let addr = listener.local_addr()?;
     let (stop, stop_rx) = watch::channel(false);
     let background = service.spawn_background(stop_rx.clone());
@@ -132,12 +194,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             })
             .await
     });
-    Ok(Running {
-        addr,
-        stop,
-        server,
-        background,
-    })
+    Ok(Running { addr, stop, server, background })
 }
 
 /// `mnemo serve`: runs until SIGTERM or Ctrl-C.
@@ -145,11 +202,7 @@ pub async fn serve(cfg: Config) -> Result<()> {
     let bind = cfg.bind_addr()?;
     let running = start(&cfg, bind).await?;
     // Written without println!: a closed stdout (a supervisor that stopped reading) must not panic.
-    say(&format!(
-        "mnemo listening on http://{} (data: {})",
-        running.addr,
-        cfg.store.path.display()
-    ));
+    say(&format!("mnemo listening on http://{} (data: {})", running.addr, cfg.store.path.display()));
     wait_for_signal().await;
     tracing::info!("shutting down");
     running.shutdown().await;
@@ -168,8 +221,8 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -118,54 +118,21 @@ pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
             base
         }
     };
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(b.concurrency * 2)
-        .build()?;
+    let client = reqwest::Client::builder().pool_max_idle_per_host(b.concurrency * 2).build()?;
     let dur = Duration::from_secs(b.seconds);
     println!(
         "write benchmark: {} clients, {} s per run, {} runs, server {}",
         b.concurrency,
         b.seconds,
         b.runs,
-        if b.url.is_some() {
-            base.as_str()
-        } else {
-            "in-process (temporary data dir)"
-        }
+        if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
     );
     // Warm-up: connections, tokenizer, SQLite caches.
-    drive(
-        &client,
-        &base,
-        b.key.as_deref(),
-        b.concurrency,
-        Duration::from_secs(1),
-        true,
-        999,
-    )
-    .await;
+    drive(&client, &base, b.key.as_deref(), b.concurrency, Duration::from_secs(1), true, 999).await;
     let (mut hz, mut wr) = (Vec::new(), Vec::new());
     for run in 0..b.runs {
-        let h = drive(
-            &client,
-            &base,
-            b.key.as_deref(),
-            b.concurrency,
-            dur,
-            false,
-            run,
-        )
-        .await;
-        let w = drive(
-            &client,
-            &base,
-            b.key.as_deref(),
-            b.concurrency,
-            dur,
-            true,
-            run,
-        )
-        .await;
+        let h = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, false, run).await;
+        let w = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, true, run).await;
         println!(
             "run {run}: healthz {:>8.0} req/s p50 {:.2} ms p99 {:.2} ms | streaming_write {:>8.0} msg/s ({} acks) p50 {:.2} ms p99 {:.2} ms errors {}",
             h.per_sec, h.p50_ms, h.p99_ms, w.per_sec, w.requests, w.p50_ms, w.p99_ms, w.errors

@@ -15,7 +15,74 @@ pub struct Config {
     pub store: StoreConfig,
     pub extraction: ExtractionConfig,
     pub session: SessionConfig,
+    pub embedding: EmbeddingConfig,
+    pub retrieval: RetrievalConfig,
     pub inject: InjectConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingConfig {
+    /// `local` (the installed multilingual model) or `openai` (any OpenAI-compatible endpoint).
+    pub provider: String,
+    /// local: where the model is (default: $MNEMO_MODEL_DIR, then ./models/use-m3 or beside the binary).
+    pub model_dir: Option<PathBuf>,
+    /// local: parallel inference sessions (one thread each).
+    pub sessions: usize,
+    /// openai: e.g. http://127.0.0.1:11434/v1
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub dimension: Option<usize>,
+    pub api_key_env: Option<String>,
+    pub timeout_secs: u64,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self {
+            provider: "local".into(),
+            model_dir: None,
+            sessions: 2,
+            base_url: None,
+            model: None,
+            dimension: None,
+            api_key_env: None,
+            timeout_secs: 30,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrievalConfig {
+    /// Events per get_context section unless the request says otherwise.
+    pub top_k: u32,
+    /// Leave out results whose relevance (origin_score) is below this; none by default.
+    pub similarity_threshold: Option<f64>,
+    /// Only events from the last N days; none by default.
+    pub freshness_days: Option<f64>,
+    pub time_decay: TimeDecayConfig,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self { top_k: 5, similarity_threshold: None, freshness_days: None, time_decay: TimeDecayConfig::default() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeDecayConfig {
+    /// 0 = time has no effect (the default); seed 002's preset is 0.8.
+    pub weight: f64,
+    pub no_decay_period: f64,
+    pub half_life_days: f64,
+}
+
+impl Default for TimeDecayConfig {
+    fn default() -> Self {
+        Self { weight: 0.0, no_decay_period: 0.0, half_life_days: 30.0 }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -29,12 +96,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self {
-            bind: "127.0.0.1:8600".into(),
-            api_keys: vec![],
-            max_body_bytes: 4 * 1024 * 1024,
-            max_in_flight: 2048,
-        }
+        Self { bind: "127.0.0.1:8600".into(), api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
     }
 }
 
@@ -151,13 +213,12 @@ impl Config {
     pub fn load(file: Option<&Path>, env: impl Iterator<Item = (String, String)>) -> Result<Self> {
         let mut tree: Value = match file {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("reading config file {}", p.display()))?;
+                let text =
+                    std::fs::read_to_string(p).with_context(|| format!("reading config file {}", p.display()))?;
                 if text.trim().is_empty() {
                     Value::Object(Default::default())
                 } else {
-                    serde_norway::from_str(&text)
-                        .with_context(|| format!("parsing config file {}", p.display()))?
+                    serde_norway::from_str(&text).with_context(|| format!("parsing config file {}", p.display()))?
                 }
             }
             None => Value::Object(Default::default()),
@@ -176,8 +237,7 @@ impl Config {
             let value: Value = serde_norway::from_str(&v).unwrap_or(Value::String(v.clone()));
             set_path(&mut tree, &path, value).with_context(|| format!("applying {k}"))?;
         }
-        serde_json::from_value(tree)
-            .context("invalid configuration (see mnemo.example.yaml for every key)")
+        serde_json::from_value(tree).context("invalid configuration (see mnemo.example.yaml for every key)")
     }
 
     /// Resolves API keys from their environment variables.
@@ -185,30 +245,24 @@ impl Config {
         let mut out = Vec::new();
         for (i, k) in self.server.api_keys.iter().enumerate() {
             let key = match (&k.key_env, &k.key) {
-                (Some(var), _) => std::env::var(var).with_context(|| {
-                    format!("server.api_keys[{i}].key_env: environment variable {var} is not set")
-                })?,
+                (Some(var), _) => std::env::var(var)
+                    .with_context(|| format!("server.api_keys[{i}].key_env: environment variable {var} is not set"))?,
                 (None, Some(key)) => key.clone(),
                 (None, None) => bail!("server.api_keys[{i}]: give key_env (preferred) or key"),
             };
             if key.len() < 16 {
                 bail!("server.api_keys[{i}]: a key must be at least 16 characters");
             }
-            out.push(mnemo_http::ApiKey {
-                key,
-                projects: k.projects.clone(),
-            });
+            out.push(mnemo_http::ApiKey { key, projects: k.projects.clone() });
         }
         Ok(out)
     }
 
     pub fn bind_addr(&self) -> Result<SocketAddr> {
-        self.server.bind.parse().with_context(|| {
-            format!(
-                "server.bind: {:?} is not an address like 127.0.0.1:8600",
-                self.server.bind
-            )
-        })
+        self.server
+            .bind
+            .parse()
+            .with_context(|| format!("server.bind: {:?} is not an address like 127.0.0.1:8600", self.server.bind))
     }
 }
 
@@ -223,9 +277,7 @@ fn set_path(tree: &mut Value, path: &[String], value: Value) -> Result<()> {
             obj.insert(key.clone(), value);
             return Ok(());
         }
-        node = obj
-            .entry(key.clone())
-            .or_insert_with(|| Value::Object(Default::default()));
+        node = obj.entry(key.clone()).or_insert_with(|| Value::Object(Default::default()));
     }
     Ok(())
 }
@@ -238,17 +290,10 @@ mod tests {
     fn layers_apply_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("m.yaml");
-        std::fs::write(
-            &f,
-            "server:\n  bind: 127.0.0.1:9000\ninject: {max_tokens: 800}\n",
-        )
-        .unwrap();
+        std::fs::write(&f, "server:\n  bind: 127.0.0.1:9000\ninject: {max_tokens: 800}\n").unwrap();
         let env = vec![
             ("MNEMO_INJECT__MAX_TOKENS".to_string(), "900".to_string()),
-            (
-                "MNEMO_EXTRACTION__PROVIDER".to_string(),
-                "rules".to_string(),
-            ),
+            ("MNEMO_EXTRACTION__PROVIDER".to_string(), "rules".to_string()),
             ("MNEMO_KEY_A".to_string(), "not an override".to_string()),
         ];
         let c = Config::load(Some(&f), env.into_iter()).unwrap();

@@ -3,7 +3,9 @@
 
 mod app;
 mod bench;
+mod bench_locomo;
 mod config;
+mod demo;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -11,11 +13,7 @@ use config::Config;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(
-    name = "mnemo",
-    version,
-    about = "mnemo — a memory service for LLM applications"
-)]
+#[command(name = "mnemo", version, about = "mnemo — a memory service for LLM applications")]
 struct Cli {
     /// YAML config file (every key optional; see mnemo.example.yaml).
     #[arg(long, global = true, env = "MNEMO_CONFIG")]
@@ -35,6 +33,8 @@ enum Command {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// The whole loop on a temporary embedded store: write, extract, print get_context.
+    Demo,
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -44,6 +44,15 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Retrieval quality and latency on LoCoMo (shared/bench/locomo/dev): BM25 and vector baselines vs hybrid.
+    Locomo {
+        /// The folder with conversations.jsonl and questions.jsonl.
+        #[arg(default_value = "../shared/bench/locomo/dev")]
+        dir: PathBuf,
+        /// Also run the end-to-end figure (streaming_write → rules extraction → get_context).
+        #[arg(long)]
+        e2e: bool,
+    },
     /// Concurrent streaming_write clients: messages/s and ack latency, against GET /healthz as baseline.
     Write {
         /// A running server; default: an in-process server on a temporary data directory.
@@ -71,9 +80,7 @@ fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Serve { bind, data } => {
             if let Some(b) = bind {
@@ -84,24 +91,19 @@ fn main() -> Result<()> {
             }
             rt.block_on(app::serve(cfg))
         }
-        Command::Bench {
-            which:
-                BenchCommand::Write {
+        Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),
+        Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs } } => {
+            rt.block_on(bench::run(
+                bench::WriteBench {
                     url,
                     key,
-                    concurrency,
-                    seconds,
-                    runs,
+                    concurrency: concurrency.max(1),
+                    seconds: seconds.max(1),
+                    runs: runs.max(1),
                 },
-        } => rt.block_on(bench::run(
-            bench::WriteBench {
-                url,
-                key,
-                concurrency: concurrency.max(1),
-                seconds: seconds.max(1),
-                runs: runs.max(1),
-            },
-            cfg,
-        )),
+                cfg,
+            ))
+        }
     }
 }

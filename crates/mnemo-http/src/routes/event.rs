@@ -11,10 +11,7 @@ use mnemo_core::ranking::{TimeDecay, check_custom_weight};
 use mnemo_core::service::{AddEventRequest, EventSearch, Target};
 use serde_json::json;
 
-pub async fn search(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<EventSearchBody>,
-) -> ApiResult {
+pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventSearchBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let req = (|| -> Result<EventSearch, CoreError> {
         let decay = match &body.time_decay_config {
@@ -22,61 +19,33 @@ pub async fn search(
             None => TimeDecay::NONE,
         };
         Ok(EventSearch {
-            target: Target {
-                project: body.project_name.clone(),
-                collection: body.collection_name.clone(),
-            },
+            target: Target { project: body.project_name.clone(), collection: body.collection_name.clone() },
             query: body.query.clone(),
             limit: limit(body.limit, 10)?,
             custom_weight: check_custom_weight(body.custom_weight)?,
+            similarity_threshold: body.similarity_threshold,
+            freshness_days: body.freshness_days,
             decay,
             filter: std::mem::take(&mut { body.filter }).into_filter()?,
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
-    let results = s
-        .service
-        .search_events(req)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    let list: Vec<_> = results
-        .iter()
-        .map(|r| {
-            let sc = r.scores;
-            event_json(
-                &r.event,
-                Some(Scores {
-                    score: sc.score,
-                    origin_score: sc.origin_score,
-                    time_score: sc.time_score,
-                    custom_weight_score: sc.custom_weight_score,
-                }),
-            )
-        })
-        .collect();
+    let results = s.service.search_events(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let list: Vec<_> = results.iter().map(scored_event_json).collect();
     Ok(ApiOk::new(
         rid,
         json!({"collection_name": body.collection_name, "count": list.len(), "result_list": list, "token_usage": 0}),
     ))
 }
 
-pub async fn add(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<EventAddBody>,
-) -> ApiResult {
+pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventAddBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let req = (|| -> Result<AddEventRequest, CoreError> {
         Ok(AddEventRequest {
-            target: Target {
-                project: body.project_name,
-                collection: body.collection_name,
-            },
+            target: Target { project: body.project_name, collection: body.collection_name },
             memory_type: body.event_type,
             user_id: body.user_id.unwrap_or_default().into_checked("user_id")?,
-            assistant_id: body
-                .assistant_id
-                .unwrap_or_default()
-                .into_checked("assistant_id")?,
+            assistant_id: body.assistant_id.unwrap_or_default().into_checked("assistant_id")?,
             group_id: body.group_id,
             session_id: body.session_id,
             conversation_id: body.conversation_id,
@@ -87,26 +56,13 @@ pub async fn add(
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
-    let e = s
-        .service
-        .add_event(req)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"event_id": e.id, "event": event_json(&e, None)}),
-    ))
+    let e = s.service.add_event(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"event_id": e.id, "event": event_json(&e, None)})))
 }
 
-pub async fn update(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<EventUpdateBody>,
-) -> ApiResult {
+pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventUpdateBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
+    let t = Target { project: body.project_name, collection: body.collection_name };
     let patch = EventPatch {
         memory_info: body.memory_info,
         time: body.time,
@@ -114,6 +70,7 @@ pub async fn update(
         scope: body.scope,
         class: body.class,
         status: body.status,
+        embedding: None,
     };
     if let Some(st) = &patch.status
         && !["active", "archived", "superseded"].contains(&st.as_str())
@@ -123,62 +80,27 @@ pub async fn update(
             format!("status: must be one of active, archived, superseded; got {st:?}"),
         ));
     }
-    let e = s
-        .service
-        .update_event(&t, &body.event_id, patch)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"event_id": e.id, "event": event_json(&e, None)}),
-    ))
+    let e = s.service.update_event(&t, &body.event_id, patch).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"event_id": e.id, "event": event_json(&e, None)})))
 }
 
-pub async fn delete(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<EventIdBody>,
-) -> ApiResult {
+pub async fn delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventIdBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
-    s.service
-        .delete_event(&t, &body.event_id)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"event_id": body.event_id, "deleted": true}),
-    ))
+    let t = Target { project: body.project_name, collection: body.collection_name };
+    s.service.delete_event(&t, &body.event_id).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"event_id": body.event_id, "deleted": true})))
 }
 
-pub async fn batch_delete(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<BatchDeleteBody>,
-) -> ApiResult {
+pub async fn batch_delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<BatchDeleteBody>) -> ApiResult {
     let rid = &ctx.request_id;
     match body.delete_type.as_deref() {
         None | Some("full") => {}
         Some(other) => {
-            return Err(ApiError::bad_request(
-                rid,
-                format!("delete_type: must be \"full\", got {other:?}"),
-            ));
+            return Err(ApiError::bad_request(rid, format!("delete_type: must be \"full\", got {other:?}")));
         }
     }
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
-    let filter = body
-        .filter
-        .into_filter()
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    let n = s
-        .service
-        .batch_delete_events(&t, filter)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
+    let t = Target { project: body.project_name, collection: body.collection_name };
+    let filter = body.filter.into_filter().map_err(|e| ApiError::from_core(rid, e))?;
+    let n = s.service.batch_delete_events(&t, filter).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, json!({"deleted": n})))
 }

@@ -1,6 +1,7 @@
 //! Route table: one module per route group; handlers translate DTOs and call the `Service`.
 
 mod collection;
+mod context;
 mod event;
 mod job;
 mod profile;
@@ -32,6 +33,7 @@ pub fn api_routes() -> Router<AppState> {
         ("/profile/update", p(profile::update)),
         ("/profile/delete", p(profile::delete)),
         ("/job/list", p(job::list)),
+        ("/get_context", p(context::get_context)),
     ])
 }
 
@@ -42,5 +44,6 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "store": svc.store().engine(),
         "extractor": svc.extractor_name(),
+        "embedding_model": svc.embedder().model_id(),
     }))
 }

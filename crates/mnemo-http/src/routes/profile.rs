@@ -6,66 +6,35 @@ use crate::error::{ApiError, ApiOk, ApiResult};
 use crate::json::ApiJson;
 use axum::extract::State;
 use mnemo_core::CoreError;
-use mnemo_core::model::{PROFILE_V1, ProfileFilter, ProfilePatch};
+use mnemo_core::model::{PROFILE_V1, ProfilePatch};
 use mnemo_core::service::Target;
 use serde_json::json;
 
-pub async fn search(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<ProfileSearchBody>,
-) -> ApiResult {
+pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ProfileSearchBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let filter = (|| -> Result<ProfileFilter, CoreError> {
-        let f = body.filter;
-        let pf = ProfileFilter {
-            user_id: f
-                .user_id
-                .unwrap_or_default()
-                .into_checked("filter.user_id")?,
-            assistant_id: f
-                .assistant_id
-                .unwrap_or_default()
-                .into_checked("filter.assistant_id")?,
-            profile_type: f
-                .profile_type
-                .unwrap_or_default()
-                .into_checked("filter.profile_type")?,
-        };
-        if pf.user_id.is_empty() && pf.assistant_id.is_empty() {
-            return Err(CoreError::invalid(
-                "filter.user_id",
-                "at least one of filter.user_id and filter.assistant_id is required",
-            ));
-        }
-        Ok(pf)
-    })()
-    .map_err(|e| ApiError::from_core(rid, e))?;
-    let limit = limit(body.limit, 10).map_err(|e| ApiError::from_core(rid, e))?;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name.clone(),
-    };
-    let ps = s
-        .service
-        .list_profiles(&t, filter, limit)
-        .await
+    let filter = body
+        .filter
+        .into_filter()
+        .and_then(|pf| {
+            if pf.user_id.is_empty() && pf.assistant_id.is_empty() {
+                return Err(CoreError::invalid(
+                    "filter.user_id",
+                    "at least one of filter.user_id and filter.assistant_id is required",
+                ));
+            }
+            Ok(pf)
+        })
         .map_err(|e| ApiError::from_core(rid, e))?;
+    let limit = limit(body.limit, 10).map_err(|e| ApiError::from_core(rid, e))?;
+    let t = Target { project: body.project_name, collection: body.collection_name.clone() };
+    let ps = s.service.list_profiles(&t, filter, limit).await.map_err(|e| ApiError::from_core(rid, e))?;
     let list: Vec<_> = ps.iter().map(profile_json).collect();
-    Ok(ApiOk::new(
-        rid,
-        json!({"collection_name": body.collection_name, "count": list.len(), "result_list": list}),
-    ))
+    Ok(ApiOk::new(rid, json!({"collection_name": body.collection_name, "count": list.len(), "result_list": list})))
 }
 
-pub async fn add(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<ProfileAddBody>,
-) -> ApiResult {
+pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ProfileAddBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
+    let t = Target { project: body.project_name, collection: body.collection_name };
     let p = s
         .service
         .add_profile(
@@ -78,52 +47,24 @@ pub async fn add(
         )
         .await
         .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"profile_id": p.id, "profile": profile_json(&p)}),
-    ))
+    Ok(ApiOk::new(rid, json!({"profile_id": p.id, "profile": profile_json(&p)})))
 }
 
-pub async fn update(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<ProfileUpdateBody>,
-) -> ApiResult {
+pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ProfileUpdateBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
+    let t = Target { project: body.project_name, collection: body.collection_name };
     let patch = ProfilePatch {
         content: body.content,
         attributes: body.attributes,
         replace_attributes: body.replace_attributes,
     };
-    let p = s
-        .service
-        .update_profile(&t, &body.profile_id, patch)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"profile_id": p.id, "profile": profile_json(&p)}),
-    ))
+    let p = s.service.update_profile(&t, &body.profile_id, patch).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"profile_id": p.id, "profile": profile_json(&p)})))
 }
 
-pub async fn delete(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<ProfileIdBody>,
-) -> ApiResult {
+pub async fn delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ProfileIdBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
-    s.service
-        .delete_profile(&t, &body.profile_id)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"profile_id": body.profile_id, "deleted": true}),
-    ))
+    let t = Target { project: body.project_name, collection: body.collection_name };
+    s.service.delete_profile(&t, &body.profile_id).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"profile_id": body.profile_id, "deleted": true})))
 }

@@ -18,20 +18,11 @@ fn closed_json(c: Option<&SessionClosed>) -> Value {
     }
 }
 
-pub async fn streaming_write(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<WriteBody>,
-) -> ApiResult {
+pub async fn streaming_write(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<WriteBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let conversation_id = body.conversation_id.clone();
-    let req = body
-        .into_request(s.service.config().default_trigger)
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    let out = s
-        .service
-        .streaming_write(req)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
+    let req = body.into_request(s.service.config().default_trigger).map_err(|e| ApiError::from_core(rid, e))?;
+    let out = s.service.streaming_write(req).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(
         rid,
         json!({
@@ -45,20 +36,11 @@ pub async fn streaming_write(
     ))
 }
 
-pub async fn add(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<WriteBody>,
-) -> ApiResult {
+pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<WriteBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let conversation_id = body.conversation_id.clone();
-    let req = body
-        .into_request(s.service.config().default_trigger)
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    let closed = s
-        .service
-        .session_add(req)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
+    let req = body.into_request(s.service.config().default_trigger).map_err(|e| ApiError::from_core(rid, e))?;
+    let closed = s.service.session_add(req).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(
         rid,
         json!({
@@ -71,42 +53,19 @@ pub async fn add(
     ))
 }
 
-pub async fn flush(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<ConversationBody>,
-) -> ApiResult {
+pub async fn flush(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ConversationBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
-    let closed = s
-        .service
-        .flush(&t, &body.conversation_id)
-        .await
-        .map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(
-        rid,
-        json!({"conversation_id": body.conversation_id, "extraction": closed_json(closed.as_ref())}),
-    ))
+    let t = Target { project: body.project_name, collection: body.collection_name };
+    let closed = s.service.flush(&t, &body.conversation_id).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"conversation_id": body.conversation_id, "extraction": closed_json(closed.as_ref())})))
 }
 
-pub async fn info(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<SessionInfoBody>,
-) -> ApiResult {
+pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<SessionInfoBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let t = Target {
-        project: body.project_name,
-        collection: body.collection_name,
-    };
+    let t = Target { project: body.project_name, collection: body.collection_name };
     match (body.conversation_id, body.session_id) {
         (Some(conv), None) => {
-            let info = s
-                .service
-                .conversation_info(&t, &conv)
-                .await
-                .map_err(|e| ApiError::from_core(rid, e))?;
+            let info = s.service.conversation_info(&t, &conv).await.map_err(|e| ApiError::from_core(rid, e))?;
             Ok(ApiOk::new(
                 rid,
                 json!({
@@ -121,12 +80,11 @@ pub async fn info(
             ))
         }
         (None, Some(sid)) => {
-            let d = s
-                .service
-                .session_info(&t, &sid)
-                .await
-                .map_err(|e| ApiError::from_core(rid, e))?;
-            let usage = d.job.as_ref().map(|j| json!({"prompt_tokens": j.prompt_tokens, "completion_tokens": j.completion_tokens}));
+            let d = s.service.session_info(&t, &sid).await.map_err(|e| ApiError::from_core(rid, e))?;
+            let usage = d
+                .job
+                .as_ref()
+                .map(|j| json!({"prompt_tokens": j.prompt_tokens, "completion_tokens": j.completion_tokens}));
             Ok(ApiOk::new(
                 rid,
                 json!({
@@ -138,9 +96,6 @@ pub async fn info(
                 }),
             ))
         }
-        _ => Err(ApiError::bad_request(
-            rid,
-            "conversation_id: give exactly one of conversation_id and session_id",
-        )),
+        _ => Err(ApiError::bad_request(rid, "conversation_id: give exactly one of conversation_id and session_id")),
     }
 }

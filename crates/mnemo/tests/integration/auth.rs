@@ -9,9 +9,7 @@ async fn non_loopback_bind_without_keys_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("m.yaml");
     std::fs::write(&cfg, "").unwrap();
-    let err = Server::spawn(&cfg, &dir.path().join("d"), "0.0.0.0:0", &[])
-        .err()
-        .expect("must refuse");
+    let err = Server::spawn(&cfg, &dir.path().join("d"), "0.0.0.0:0", &[]).err().expect("must refuse");
     assert!(err.contains("without API keys"), "{err}");
 }
 
@@ -24,13 +22,9 @@ async fn keys_are_required_and_scoped_to_projects() {
         "server:\n  api_keys:\n    - {key_env: TEST_KEY_A, projects: [default]}\n    - {key: bbbbbbbbbbbbbbbbbbbbbbbb, projects: [other]}\n",
     )
     .unwrap();
-    let mut s = Server::spawn(
-        &cfg,
-        &dir.path().join("d"),
-        "127.0.0.1:0",
-        &[("TEST_KEY_A", "aaaaaaaaaaaaaaaaaaaaaaaa")],
-    )
-    .unwrap();
+    let mut s =
+        Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &[("TEST_KEY_A", "aaaaaaaaaaaaaaaaaaaaaaaa")])
+            .unwrap();
     let body = json!({"collection_name": "c", "conversation_id": "x", "messages": [{"role": "user", "content": "hi"}]});
     let (st, v) = s.post("session/streaming_write", body.clone()).await;
     assert_eq!((st, v["code"].clone()), (401, json!(40100)), "{v}");
@@ -52,15 +46,13 @@ async fn oversized_bodies_get_413() {
     let s = Server::start("server:\n  max_body_bytes: 10000\n");
     let big = "x".repeat(20_000);
     let (st, v) = s
-        .post("session/streaming_write", json!({"collection_name": "c", "conversation_id": "big", "messages": [{"role": "user", "content": big}]}))
+        .post(
+            "session/streaming_write",
+            json!({"collection_name": "c", "conversation_id": "big", "messages": [{"role": "user", "content": big}]}),
+        )
         .await;
     assert_eq!((st, v["code"].clone()), (413, json!(41300)), "{v}");
     assert!(v["message"].as_str().unwrap().contains("10000"));
-    let (st, _) = s
-        .post(
-            "session/info",
-            json!({"collection_name": "c", "conversation_id": "big"}),
-        )
-        .await;
+    let (st, _) = s.post("session/info", json!({"collection_name": "c", "conversation_id": "big"})).await;
     assert_eq!(st, 404, "nothing was stored");
 }

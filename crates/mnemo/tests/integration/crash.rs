@@ -41,20 +41,12 @@ async fn sigkill_during_concurrent_writes_loses_nothing_acknowledged() {
         t.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(
-        acked.len() > 50,
-        "the writers got going ({} acks)",
-        acked.len()
-    );
+    assert!(acked.len() > 50, "the writers got going ({} acks)", acked.len());
 
     s.restart();
     for w in 0..writers {
-        let stored: HashSet<String> = s
-            .all_messages(&format!("w{w}"))
-            .await
-            .iter()
-            .map(|m| m["content"].as_str().unwrap().to_string())
-            .collect();
+        let stored: HashSet<String> =
+            s.all_messages(&format!("w{w}")).await.iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
         for (aw, i) in acked.iter().filter(|(aw, _)| *aw == w) {
             let want = format!("writer {aw} message {i}");
             assert!(stored.contains(&want), "acknowledged message lost: {want}");
@@ -67,23 +59,12 @@ async fn sigkill_during_concurrent_writes_loses_nothing_acknowledged() {
     })
     .await;
     assert!(!jobs.is_empty());
-    let sessions: HashSet<_> = jobs
-        .iter()
-        .map(|j| j["session_id"].as_str().unwrap().to_string())
-        .collect();
+    let sessions: HashSet<_> = jobs.iter().map(|j| j["session_id"].as_str().unwrap().to_string()).collect();
     assert_eq!(sessions.len(), jobs.len(), "one job per session");
     for w in 0..writers {
         let events = s.events(&format!("u{w}")).await;
-        let per_session: HashSet<_> = events
-            .iter()
-            .map(|e| e["session_id"].as_str().unwrap().to_string())
-            .collect();
-        let info = s
-            .ok(
-                "session/info",
-                json!({"collection_name": "c", "conversation_id": format!("w{w}")}),
-            )
-            .await;
+        let per_session: HashSet<_> = events.iter().map(|e| e["session_id"].as_str().unwrap().to_string()).collect();
+        let info = s.ok("session/info", json!({"collection_name": "c", "conversation_id": format!("w{w}")})).await;
         assert_eq!(
             per_session.len(),
             info["sessions"].as_array().unwrap().len(),

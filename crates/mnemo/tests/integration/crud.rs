@@ -16,16 +16,10 @@ async fn collections_create_list_info_delete() {
                                                {"name": "rating_score", "type": "int"}]}]}),
         )
         .await;
-    let names: Vec<_> = d["event_types"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect();
+    let names: Vec<_> =
+        d["event_types"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(names, vec!["event_v1", "lesson"], "built-ins always exist");
-    let (st, v) = s
-        .post("collection/create", json!({"collection_name": "tutor"}))
-        .await;
+    let (st, v) = s.post("collection/create", json!({"collection_name": "tutor"})).await;
     assert_eq!((st, v["code"].clone()), (409, json!(40900)));
     let l = s.ok("collection/list", json!({})).await;
     assert_eq!(l["count"], 1);
@@ -37,18 +31,9 @@ async fn collections_create_list_info_delete() {
         .post("event/add", json!({"collection_name": "tutor", "event_type": "lesson", "user_id": "s1", "memory_info": {"rating": "meh"}}))
         .await;
     assert_eq!(st, 400);
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("memory_info.rating:"),
-        "{v}"
-    );
-    s.ok("collection/delete", json!({"collection_name": "tutor"}))
-        .await;
-    let (st, _) = s
-        .post("collection/info", json!({"collection_name": "tutor"}))
-        .await;
+    assert!(v["message"].as_str().unwrap().starts_with("memory_info.rating:"), "{v}");
+    s.ok("collection/delete", json!({"collection_name": "tutor"})).await;
+    let (st, _) = s.post("collection/info", json!({"collection_name": "tutor"})).await;
     assert_eq!(st, 404);
 }
 
@@ -59,49 +44,26 @@ async fn events_add_update_delete_and_newest_first() {
         json!({"collection_name": "c", "event_type": "event_v1", "user_id": user, "assistant_id": "bot",
                "memory_info": {"summary": summary}, "time": time})
     };
-    let e1 = s
-        .ok(
-            "event/add",
-            add("用户说周末想去一家新的咖啡店", 1_000, "u1"),
-        )
-        .await["event_id"]
+    let e1 = s.ok("event/add", add("用户说周末想去一家新的咖啡店", 1_000, "u1")).await["event_id"]
         .as_str()
         .unwrap()
         .to_string();
-    s.ok("event/add", add("用户在学习意式浓缩", 3_000, "u1"))
-        .await;
+    s.ok("event/add", add("用户在学习意式浓缩", 3_000, "u1")).await;
     s.ok("event/add", add("other user", 2_000, "u2")).await;
     // Searchable at once (read-your-writes), newest first, filtered by user.
     let ev = s.events("u1").await;
-    assert_eq!(
-        ev.iter()
-            .map(|e| e["time"].as_i64().unwrap())
-            .collect::<Vec<_>>(),
-        vec![3_000, 1_000]
-    );
-    assert!(
-        ev[0]["score"].is_number()
-            && ev[0]["time_score"].is_number()
-            && ev[0]["custom_weight_score"].is_number()
-    );
-    let upd = s.ok("event/update", json!({"collection_name": "c", "event_id": e1, "memory_info": {"summary": "改了"}, "time": 5_000})).await;
-    assert_eq!(upd["event"]["memory_info"]["summary"], "改了");
-    assert_eq!(
-        s.events("u1").await[0]["event_id"],
-        e1.as_str(),
-        "new time moves it first"
-    );
-    s.ok(
-        "event/delete",
-        json!({"collection_name": "c", "event_id": e1}),
-    )
-    .await;
-    let (st, v) = s
-        .post(
-            "event/delete",
-            json!({"collection_name": "c", "event_id": e1}),
+    assert_eq!(ev.iter().map(|e| e["time"].as_i64().unwrap()).collect::<Vec<_>>(), vec![3_000, 1_000]);
+    assert!(ev[0]["score"].is_number() && ev[0]["time_score"].is_number() && ev[0]["custom_weight_score"].is_number());
+    let upd = s
+        .ok(
+            "event/update",
+            json!({"collection_name": "c", "event_id": e1, "memory_info": {"summary": "改了"}, "time": 5_000}),
         )
         .await;
+    assert_eq!(upd["event"]["memory_info"]["summary"], "改了");
+    assert_eq!(s.events("u1").await[0]["event_id"], e1.as_str(), "new time moves it first");
+    s.ok("event/delete", json!({"collection_name": "c", "event_id": e1})).await;
+    let (st, v) = s.post("event/delete", json!({"collection_name": "c", "event_id": e1})).await;
     assert_eq!((st, v["code"].clone()), (404, json!(40400)));
     assert_eq!(s.events("u1").await.len(), 1);
     // Time range and type filters.
@@ -123,24 +85,13 @@ async fn batch_delete_by_filter_touches_only_matches() {
         .await;
     assert_eq!(d["deleted"], 1);
     let d = s
-        .ok(
-            "event/batch_delete",
-            json!({"collection_name": "c", "filter": {"user_id": "u1"}, "delete_type": "full"}),
-        )
+        .ok("event/batch_delete", json!({"collection_name": "c", "filter": {"user_id": "u1"}, "delete_type": "full"}))
         .await;
     assert_eq!(d["deleted"], 1);
     assert!(s.events("u1").await.is_empty());
-    assert_eq!(
-        s.events("u2").await.len(),
-        1,
-        "another user's events are untouched"
-    );
-    let (st, v) = s
-        .post(
-            "event/batch_delete",
-            json!({"collection_name": "c", "filter": {}, "delete_type": "full"}),
-        )
-        .await;
+    assert_eq!(s.events("u2").await.len(), 1, "another user's events are untouched");
+    let (st, v) =
+        s.post("event/batch_delete", json!({"collection_name": "c", "filter": {}, "delete_type": "full"})).await;
     assert_eq!(st, 400, "an empty filter must not wipe the collection: {v}");
     assert_eq!(s.events("u2").await.len(), 1);
 }
@@ -148,46 +99,31 @@ async fn batch_delete_by_filter_touches_only_matches() {
 #[tokio::test]
 async fn profiles_add_update_delete_search() {
     let s = Server::start("");
-    let d = s.ok("profile/add", json!({"collection_name": "c", "user_id": "u1", "attributes": {"city": "上海", "child_age": "1岁"}})).await;
-    let pid = d["profile_id"].as_str().unwrap().to_string();
-    assert_eq!(d["profile"]["content"], "child_age: 1岁; city: 上海");
-    let (st, v) = s
-        .post(
+    let d = s
+        .ok(
             "profile/add",
-            json!({"collection_name": "c", "user_id": "u1"}),
+            json!({"collection_name": "c", "user_id": "u1", "attributes": {"city": "上海", "child_age": "1岁"}}),
         )
         .await;
+    let pid = d["profile_id"].as_str().unwrap().to_string();
+    assert_eq!(d["profile"]["content"], "child_age: 1岁; city: 上海");
+    let (st, v) = s.post("profile/add", json!({"collection_name": "c", "user_id": "u1"})).await;
     assert_eq!(st, 409, "one profile per user and type: {v}");
-    let d = s.ok("profile/update", json!({"collection_name": "c", "profile_id": pid, "attributes": {"city": "北京", "child_age": null}})).await;
-    assert_eq!(d["profile"]["attributes"], json!({"city": "北京"}));
-    assert_eq!(
-        d["profile"]["content"], "city: 北京",
-        "generated content follows the attributes"
-    );
     let d = s
         .ok(
             "profile/update",
-            json!({"collection_name": "c", "profile_id": pid, "content": "28岁宝妈，住在北京"}),
+            json!({"collection_name": "c", "profile_id": pid, "attributes": {"city": "北京", "child_age": null}}),
         )
+        .await;
+    assert_eq!(d["profile"]["attributes"], json!({"city": "北京"}));
+    assert_eq!(d["profile"]["content"], "city: 北京", "generated content follows the attributes");
+    let d = s
+        .ok("profile/update", json!({"collection_name": "c", "profile_id": pid, "content": "28岁宝妈，住在北京"}))
         .await;
     assert_eq!(d["profile"]["content"], "28岁宝妈，住在北京");
-    let r = s
-        .ok(
-            "profile/search",
-            json!({"collection_name": "c", "filter": {"user_id": ["u1", "u9"]}}),
-        )
-        .await;
+    let r = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": ["u1", "u9"]}})).await;
     assert_eq!(r["count"], 1);
-    s.ok(
-        "profile/delete",
-        json!({"collection_name": "c", "profile_id": pid}),
-    )
-    .await;
-    let r = s
-        .ok(
-            "profile/search",
-            json!({"collection_name": "c", "filter": {"user_id": "u1"}}),
-        )
-        .await;
+    s.ok("profile/delete", json!({"collection_name": "c", "profile_id": pid})).await;
+    let r = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "u1"}})).await;
     assert_eq!(r["count"], 0);
 }

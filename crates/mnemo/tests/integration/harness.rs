@@ -34,32 +34,18 @@ impl Server {
     }
 
     /// Spawns `mnemo serve`; returns the error output if it exits instead of listening.
-    pub fn spawn(
-        config: &Path,
-        data: &Path,
-        bind: &str,
-        env: &[(&str, &str)],
-    ) -> Result<Server, String> {
+    pub fn spawn(config: &Path, data: &Path, bind: &str, env: &[(&str, &str)]) -> Result<Server, String> {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--config"])
-            .arg(config)
-            .args(["--bind", bind, "--data"])
-            .arg(data);
+        cmd.args(["serve", "--config"]).arg(config).args(["--bind", bind, "--data"]).arg(data);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.env("MNEMO_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.env("MNEMO_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn mnemo");
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
-        let Some(addr) = line
-            .trim()
-            .strip_prefix("mnemo listening on ")
-            .and_then(|r| r.split(' ').next())
-        else {
+        let Some(addr) = line.trim().strip_prefix("mnemo listening on ").and_then(|r| r.split(' ').next()) else {
             let out = child.wait_with_output().unwrap();
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         };
@@ -85,10 +71,7 @@ impl Server {
     /// SIGTERM, then waits for a clean exit; returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().expect("running");
-        Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status()
-            .unwrap();
+        Command::new("kill").args(["-TERM", &c.id().to_string()]).status().unwrap();
         c.wait().unwrap()
     }
 
@@ -103,18 +86,14 @@ impl Server {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let mut req = self
-            .client
-            .post(format!("{}/api/memory/{path}", self.base))
-            .json(&body);
+        let mut req = self.client.post(format!("{}/api/memory/{path}", self.base)).json(&body);
         if let Some(k) = &self.key {
             req = req.bearer_auth(k);
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap();
-        let v: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|_| panic!("{path}: non-JSON body {text:?}"));
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: non-JSON body {text:?}"));
         (status, v)
     }
 
@@ -138,20 +117,10 @@ impl Server {
 
     /// Every message of a conversation, pending or closed, oldest first (by message id).
     pub async fn all_messages(&self, conv: &str) -> Vec<Value> {
-        let info = self
-            .ok(
-                "session/info",
-                json!({"collection_name": "c", "conversation_id": conv}),
-            )
-            .await;
+        let info = self.ok("session/info", json!({"collection_name": "c", "conversation_id": conv})).await;
         let mut out: Vec<Value> = info["messages"].as_array().unwrap().clone();
         for s in info["sessions"].as_array().unwrap() {
-            let d = self
-                .ok(
-                    "session/info",
-                    json!({"collection_name": "c", "session_id": s["session_id"]}),
-                )
-                .await;
+            let d = self.ok("session/info", json!({"collection_name": "c", "session_id": s["session_id"]})).await;
             for m in d["messages"].as_array().unwrap() {
                 if !out.iter().any(|o| o["message_id"] == m["message_id"]) {
                     out.push(m.clone());
@@ -163,11 +132,7 @@ impl Server {
     }
 
     pub async fn jobs(&self) -> Vec<Value> {
-        self.ok("job/list", json!({"collection_name": "c", "limit": 5000}))
-            .await["jobs"]
-            .as_array()
-            .unwrap()
-            .clone()
+        self.ok("job/list", json!({"collection_name": "c", "limit": 5000})).await["jobs"].as_array().unwrap().clone()
     }
 
     pub async fn events(&self, user: &str) -> Vec<Value> {
@@ -199,19 +164,11 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {secs} s waiting for: {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 pub fn msgs(pairs: &[(&str, &str)]) -> Value {
-    Value::Array(
-        pairs
-            .iter()
-            .map(|(r, c)| json!({"role": r, "content": c}))
-            .collect(),
-    )
+    Value::Array(pairs.iter().map(|(r, c)| json!({"role": r, "content": c})).collect())
 }

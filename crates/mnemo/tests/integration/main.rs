@@ -5,7 +5,9 @@ mod harness;
 
 mod auth;
 mod bad_input;
+mod context;
 mod crash;
 mod crud;
 mod extraction;
+mod retrieval;
 mod write_path;

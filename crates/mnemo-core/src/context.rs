@@ -1,0 +1,396 @@
+//! Assembling the context string for the next LLM call (SPEC §2.2, seed 000): user profile,
+//! recent (not yet extracted) turns, this conversation's events, other conversations' events that
+//! match the query — in that priority, within a hard token budget.
+//!
+//! [`assemble`] is pure: it takes the candidates (already ranked) and returns the string and the
+//! items that made it in. Budget rule: items are admitted in priority order (profile lines, then
+//! short-term turns newest first, then this conversation's events best first, then other
+//! conversations' events best first) while the whole string stays within `max_tokens`; so when
+//! space runs out, the lowest-priority parts are the ones left out, and short-term memory loses
+//! its oldest turns first. Empty sections are left out; nothing at all gives the empty string.
+
+use crate::model::{Millis, Profile, StoredMessage};
+use crate::service::ScoredEvent;
+use crate::tokens::TokenCounter;
+use serde_json::Value;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Locale {
+    Zh,
+    En,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Candidates {
+    pub profiles: Vec<Profile>,
+    /// Oldest first, as stored.
+    pub short_term: Vec<StoredMessage>,
+    /// Best first.
+    pub intra_events: Vec<ScoredEvent>,
+    /// Best first.
+    pub cross_events: Vec<ScoredEvent>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Assembled {
+    pub context_str: String,
+    pub token_count: usize,
+    /// What made it into the string.
+    pub included: Candidates,
+    /// How many candidates the budget left out.
+    pub dropped: usize,
+}
+
+struct Labels {
+    header: &'static str,
+    profile: &'static str,
+    recent: &'static str,
+    events: &'static str,
+    intra: &'static str,
+    cross: &'static str,
+    created: &'static str,
+    content: &'static str,
+}
+
+const ZH: Labels = Labels {
+    header: "以下是需优先参考的用户记忆，按优先级排序：",
+    profile: "用户画像",
+    recent: "最近对话内容",
+    events: "事件记忆",
+    intra: "本次对话的事件记忆",
+    cross: "其他对话的相关事件记忆",
+    created: "[创建时间]",
+    content: "[内容]",
+};
+
+const EN: Labels = Labels {
+    header: "The following user memories should be consulted first, in priority order:",
+    profile: "User profile",
+    recent: "Recent conversation",
+    events: "Event memories",
+    intra: "Events from this conversation",
+    cross: "Related events from other conversations",
+    created: "[created]",
+    content: "[content]",
+};
+
+pub fn format_time(ms: Millis) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+fn attribute_label(key: &str, locale: Locale) -> String {
+    let zh = match key {
+        "name" => "姓名",
+        "age" => "年龄",
+        "city" => "居住城市",
+        "child_age" => "孩子年龄",
+        "workplace" => "工作单位",
+        "occupation" => "职业",
+        "identity" => "身份",
+        "likes" => "喜欢",
+        "dislikes" => "不喜欢",
+        "prefers" => "偏好",
+        "allergies" => "过敏",
+        other => other,
+    };
+    match locale {
+        Locale::Zh => zh.to_string(),
+        Locale::En => {
+            let mut s = key.replace('_', " ");
+            if let Some(f) = s.get_mut(0..1) {
+                f.make_ascii_uppercase();
+            }
+            s
+        }
+    }
+}
+
+fn value_text(v: &Value, locale: Locale) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string()))
+            .collect::<Vec<_>>()
+            .join(if locale == Locale::Zh { "、" } else { ", " }),
+        other => other.to_string(),
+    }
+}
+
+/// The lines a profile contributes: its written description, then its attributes.
+pub fn profile_lines(p: &Profile, locale: Locale) -> Vec<String> {
+    let mut out = Vec::new();
+    let generated = p.content == crate::profile::describe(&p.attributes);
+    if !p.content.trim().is_empty() && !generated {
+        out.push(format!("- {}", p.content.trim()));
+    }
+    for (k, v) in &p.attributes {
+        out.push(format!("- {}: {}", attribute_label(k, locale), value_text(v, locale)));
+    }
+    out
+}
+
+fn message_line(m: &StoredMessage) -> String {
+    let who = match &m.name {
+        Some(n) if !n.is_empty() => format!("{}({})", n, m.role.as_str()),
+        _ => m.role.as_str().to_string(),
+    };
+    format!("{} {}: {}", format_time(m.time), who, m.content.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+fn event_line(e: &ScoredEvent, l: &Labels) -> String {
+    format!(
+        "- {}{} {}{}",
+        l.created,
+        format_time(e.event.time),
+        l.content,
+        e.event.text().split_whitespace().collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// Renders the sections that have lines.
+fn render(sections: &[(&str, Vec<String>)], l: &Labels) -> String {
+    let present: Vec<_> = sections.iter().filter(|(_, lines)| !lines.is_empty()).collect();
+    if present.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(l.header);
+    for (i, (title, lines)) in present.iter().enumerate() {
+        s.push_str(&format!("\n\n{}. {}", i + 1, title));
+        for line in lines.iter() {
+            s.push('\n');
+            s.push_str(line);
+        }
+    }
+    s
+}
+
+pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
+    let l = match locale {
+        Locale::Zh => &ZH,
+        Locale::En => &EN,
+    };
+    let (intra_title, cross_title) = match (c.intra_events.is_empty(), c.cross_events.is_empty()) {
+        (false, false) => (l.intra, l.cross),
+        _ => (l.events, l.events),
+    };
+    // Section lines as admitted so far; short-term is collected newest first and reversed on render.
+    let mut profile: Vec<String> = Vec::new();
+    let mut recent_rev: Vec<String> = Vec::new();
+    let mut intra: Vec<String> = Vec::new();
+    let mut cross: Vec<String> = Vec::new();
+    let mut included = Candidates::default();
+    let mut dropped = 0usize;
+    let build = |p: &[String], r: &[String], i: &[String], x: &[String]| {
+        let recent: Vec<String> = r.iter().rev().cloned().collect();
+        render(&[(l.profile, p.to_vec()), (l.recent, recent), (intra_title, i.to_vec()), (cross_title, x.to_vec())], l)
+    };
+    let fits = |s: &str| TokenCounter::count(s) <= max_tokens;
+
+    for p in &c.profiles {
+        let lines = profile_lines(p, locale);
+        let mut any = false;
+        for line in lines {
+            profile.push(line);
+            if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+                any = true;
+            } else {
+                profile.pop();
+                dropped += 1;
+            }
+        }
+        if any {
+            included.profiles.push(p.clone());
+        }
+    }
+    let mut short_full = false;
+    for (i, m) in c.short_term.iter().rev().enumerate() {
+        if short_full {
+            dropped += 1;
+            continue;
+        }
+        recent_rev.push(message_line(m));
+        if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+            included.short_term.push(m.clone());
+            continue;
+        }
+        recent_rev.pop();
+        // The newest turn alone is too long: keep its beginning rather than lose it entirely.
+        if i == 0 {
+            let base = TokenCounter::count(&build(&profile, &recent_rev, &intra, &cross));
+            let room = max_tokens.saturating_sub(base + 24);
+            if room > 16 {
+                let mut cut = m.clone();
+                cut.content = format!("{}…", TokenCounter::truncate(&m.content, room));
+                recent_rev.push(message_line(&cut));
+                if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+                    included.short_term.push(cut);
+                    short_full = true;
+                    continue;
+                }
+                recent_rev.pop();
+            }
+        }
+        // Older turns are not admitted past a turn that did not fit: the window stays contiguous.
+        short_full = true;
+        dropped += 1;
+    }
+    included.short_term.reverse();
+    for e in &c.intra_events {
+        intra.push(event_line(e, l));
+        if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+            included.intra_events.push(e.clone());
+        } else {
+            intra.pop();
+            dropped += 1;
+        }
+    }
+    for e in &c.cross_events {
+        cross.push(event_line(e, l));
+        if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+            included.cross_events.push(e.clone());
+        } else {
+            cross.pop();
+            dropped += 1;
+        }
+    }
+    let context_str = build(&profile, &recent_rev, &intra, &cross);
+    let token_count = TokenCounter::count(&context_str);
+    debug_assert!(token_count <= max_tokens);
+    Assembled { context_str, token_count, included, dropped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Event, Role};
+    use crate::ranking::Scores;
+    use serde_json::json;
+
+    const T0: Millis = 1_780_387_830_000; // 2026-06-02 08:10:30 UTC
+
+    fn msg(i: i64, role: Role, content: &str) -> StoredMessage {
+        StoredMessage {
+            message_id: i,
+            conversation_id: "c".into(),
+            session_id: None,
+            role,
+            name: None,
+            content: content.into(),
+            time: T0 + i * 45_000,
+            tokens: 0,
+        }
+    }
+
+    fn ev(id: &str, summary: &str, t: Millis) -> ScoredEvent {
+        ScoredEvent {
+            event: Event {
+                id: id.into(),
+                memory_type: "event_v1".into(),
+                user_id: vec!["u".into()],
+                assistant_id: vec![],
+                group_id: None,
+                session_id: None,
+                conversation_id: None,
+                scope: None,
+                class: "conclusion".into(),
+                status: "active".into(),
+                time: t,
+                memory_info: json!({"summary": summary}).as_object().unwrap().clone(),
+                source_message_ids: vec![],
+                hit_count: 0,
+                last_hit_at: None,
+                created_at: t,
+                updated_at: t,
+            },
+            scores: Scores::default(),
+            layer: None,
+        }
+    }
+
+    fn profile() -> Profile {
+        Profile {
+            id: "p".into(),
+            profile_type: "profile_v1".into(),
+            user_id: "u".into(),
+            assistant_id: None,
+            content: "用户为28岁宝妈，宝宝1岁，居住于上海".into(),
+            attributes: json!({"prefers": ["无乳糖", "含DHA"]}).as_object().unwrap().clone(),
+            source_session_ids: vec![],
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn seed() -> Candidates {
+        Candidates {
+            profiles: vec![profile()],
+            short_term: vec![
+                msg(1, Role::User, "我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？"),
+                msg(
+                    2,
+                    Role::Assistant,
+                    "您好，宝宝胀气大概率和奶粉乳糖含量有关，建议优先选择无乳糖配方奶粉，我给您推荐2款高性价比的~",
+                ),
+            ],
+            intra_events: vec![],
+            cross_events: vec![
+                ev("e1", "用户偏好简洁的报告格式", T0 - 86_400_000),
+                ev("e2", "用户反馈折线图的颜色主题不适合深色模式，已提交反馈单。", T0 - 86_000_000),
+            ],
+        }
+    }
+
+    #[test]
+    fn seed_layout_in_chinese() {
+        let a = assemble(seed(), Locale::Zh, 1200);
+        insta::assert_snapshot!(a.context_str);
+        assert_eq!(a.dropped, 0);
+        assert_eq!(a.token_count, TokenCounter::count(&a.context_str));
+    }
+
+    #[test]
+    fn english_layout_with_both_event_sections() {
+        let mut c = seed();
+        c.profiles[0].content = "Mother of a one-year-old, lives in Shanghai".into();
+        c.short_term = vec![msg(1, Role::User, "Any formula with DHA?")];
+        c.intra_events = vec![ev("e0", "User asked about lactose-free formula", T0 - 60_000)];
+        c.cross_events.truncate(1);
+        insta::assert_snapshot!(assemble(c, Locale::En, 1200).context_str);
+    }
+
+    #[test]
+    fn empty_sections_are_left_out_and_nothing_gives_empty() {
+        assert_eq!(assemble(Candidates::default(), Locale::Zh, 1200).context_str, "");
+        let mut c = seed();
+        c.profiles.clear();
+        c.cross_events.clear();
+        let s = assemble(c, Locale::Zh, 1200).context_str;
+        assert!(s.contains("1. 最近对话内容") && !s.contains("用户画像") && !s.contains("事件记忆"), "{s}");
+    }
+
+    #[test]
+    fn budget_drops_lowest_priority_first_and_trims_oldest_turns() {
+        let mut c = seed();
+        for i in 3..30 {
+            c.short_term.push(msg(i, Role::User, &format!("第{i}条消息：今天聊了很多关于奶粉和辅食的话题")));
+        }
+        for budget in [50usize, 80, 120, 200, 400, 800, 1200, 4000] {
+            let a = assemble(c.clone(), Locale::Zh, budget);
+            assert!(a.token_count <= budget, "budget {budget}: {}", a.token_count);
+            let kept = &a.included.short_term;
+            if let Some(last) = kept.last() {
+                assert_eq!(last.message_id, 29, "budget {budget}: the newest turn is kept");
+                let ids: Vec<_> = kept.iter().map(|m| m.message_id).collect();
+                assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "budget {budget}: contiguous newest window {ids:?}");
+            }
+            if !a.included.cross_events.is_empty() {
+                assert_eq!(a.included.short_term.len(), c.short_term.len(), "events only once all turns fit");
+            }
+        }
+        let tight = assemble(c.clone(), Locale::Zh, 120);
+        assert!(tight.included.cross_events.is_empty() && tight.dropped > 0);
+    }
+}

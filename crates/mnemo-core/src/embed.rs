@@ -1,0 +1,75 @@
+//! The embedding contract. One model per collection: a collection records the model id and
+//! dimension it was indexed with, and a server started with another model refuses to serve it
+//! (vectors from two models are not comparable — seed 002 §2.2).
+
+use async_trait::async_trait;
+use thiserror::Error;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbedKind {
+    /// A search query.
+    Query,
+    /// A memory being stored.
+    Document,
+}
+
+#[derive(Debug, Error)]
+pub enum EmbedError {
+    #[error("transient: {0}")]
+    Transient(String),
+    #[error("{0}")]
+    Permanent(String),
+}
+
+#[async_trait]
+pub trait Embedder: Send + Sync + 'static {
+    /// Identifies the model and its preprocessing, e.g. `use-multilingual-v3-int8`.
+    fn model_id(&self) -> &str;
+    fn dimension(&self) -> usize;
+    /// One unit-length vector per text, in order.
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// Cosine similarity of two unit vectors (their dot product).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+pub fn normalize(v: &mut [f32]) {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n > 0.0 {
+        v.iter_mut().for_each(|x| *x /= n);
+    }
+}
+
+/// A deterministic hashing embedder (token hashes into buckets) — for unit tests only: it knows
+/// word overlap, not meaning. Never configured in a running server.
+pub struct HashingEmbedder {
+    pub dim: usize,
+}
+
+#[async_trait]
+impl Embedder for HashingEmbedder {
+    fn model_id(&self) -> &str {
+        "test-hashing"
+    }
+
+    fn dimension(&self) -> usize {
+        self.dim
+    }
+
+    async fn embed(&self, texts: &[String], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0f32; self.dim];
+                for tok in crate::text::search_tokens(t) {
+                    let h = tok.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3));
+                    v[(h % self.dim as u64) as usize] += 1.0;
+                }
+                normalize(&mut v);
+                v
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,8 @@
+//! Embedders, one module per provider: the local default model and any OpenAI-compatible
+//! `/v1/embeddings` endpoint. (A hashing embedder for unit tests lives in `mnemo-core`.)
+
+pub mod local;
+pub mod openai;
+
+pub use local::{LocalUseEmbedder, find_model_dir};
+pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};

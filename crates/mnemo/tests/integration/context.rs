@@ -1,0 +1,201 @@
+//! get_context over HTTP: the seed's sections and layout, include switches, locale, the token
+//! budget from 50 to 4000 tokens, and the embedding-model mismatch refusal.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+
+async fn seed(s: &Server) {
+    // An earlier conversation, extracted.
+    s.write(
+        "old",
+        msgs(&[
+            ("user", "我是28岁宝妈，宝宝1岁，我们住在上海。我喜欢性价比高的奶粉。"),
+            ("assistant", "好的，之后推荐会优先考虑性价比。"),
+            ("user", "宝宝喝普通奶粉总是胀气，医生说可能是乳糖不耐受。"),
+            ("assistant", "可以试试无乳糖配方奶粉。"),
+        ]),
+        json!({"message_count": 4}),
+        "user_123",
+    )
+    .await;
+    eventually(10, "extraction", || async { s.jobs().await.iter().all(|j| j["state"] == "done").then_some(()) }).await;
+    // The current conversation, still short-term.
+    s.write(
+        "now",
+        msgs(&[
+            ("user", "我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？"),
+            ("assistant", "您好，宝宝胀气大概率和奶粉乳糖含量有关，建议优先选择无乳糖配方奶粉。"),
+        ]),
+        json!({}),
+        "user_123",
+    )
+    .await;
+}
+
+async fn context(s: &Server, extra: Value) -> Value {
+    let mut body = json!({"collection_name": "c", "conversation_id": "now", "query": "除了无乳糖，还有没有含DHA的推荐？",
+        "event_search_config": {"filter": {"user_id": "user_123"}, "limit": 5, "time_decay_config": {"weight": 0.6, "no_decay_period": 3}},
+        "profile_search_config": {"filter": {"user_id": "user_123"}, "limit": 1}});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    s.ok("get_context", body).await
+}
+
+#[tokio::test]
+async fn the_seed_example_gives_the_seed_layout() {
+    let s = Server::start("");
+    seed(&s).await;
+    let d = context(&s, json!({})).await;
+    let c = d["context_str"].as_str().unwrap();
+    assert!(c.starts_with("以下是需优先参考的用户记忆，按优先级排序：\n\n1. 用户画像\n"), "{c}");
+    assert!(c.contains("- 居住城市: 上海") && c.contains("- 孩子年龄: 1岁"), "{c}");
+    assert!(c.contains("\n\n2. 最近对话内容\n"), "{c}");
+    assert!(c.contains(" user: 我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？"), "{c}");
+    assert!(c.contains("\n\n3. 事件记忆\n- [创建时间]"), "{c}");
+    assert!(c.contains("[内容]用户：") && c.contains("乳糖不耐受"), "{c}");
+    assert_eq!(d["locale"], "zh");
+    let parts = &d["context_parts"];
+    assert_eq!(parts["profiles"].as_array().unwrap().len(), 1);
+    assert_eq!(parts["short_term_memory"].as_array().unwrap().len(), 2);
+    assert!(parts["intra_conversation_events"].as_array().unwrap().is_empty());
+    let cross = parts["cross_conversation_events"].as_array().unwrap();
+    assert!(!cross.is_empty() && cross[0]["score"].is_number() && cross[0]["conversation_id"] == "old");
+    assert!(d["token_count"].as_u64().unwrap() <= 1200);
+
+    // include switches and locale.
+    let d = context(&s, json!({"include": {"profile": false, "cross_events": false}, "locale": "en"})).await;
+    let c = d["context_str"].as_str().unwrap();
+    assert!(
+        c.starts_with("The following user memories") && c.contains("1. Recent conversation") && !c.contains("profile"),
+        "{c}"
+    );
+    // An unknown conversation with no query: only the profile.
+    let d = s
+        .ok("get_context", json!({"collection_name": "c", "conversation_id": "brand-new", "profile_search_config": {"filter": {"user_id": "user_123"}}}))
+        .await;
+    let c = d["context_str"].as_str().unwrap();
+    assert!(c.contains("1. 用户画像") && !c.contains("2."), "{c}");
+    // Nothing known at all: the empty string.
+    let d = s.ok("get_context", json!({"collection_name": "c", "conversation_id": "nobody"})).await;
+    assert_eq!(d["context_str"], "");
+    assert_eq!(d["token_count"], 0);
+}
+
+#[tokio::test]
+async fn intra_conversation_events_come_before_other_conversations() {
+    let s = Server::start("");
+    let t = json!({"message_count": 2});
+    s.write(
+        "a",
+        msgs(&[("user", "I'm planning a trip to Kyoto in April."), ("assistant", "Cherry blossom season!")]),
+        t.clone(),
+        "bob",
+    )
+    .await;
+    s.write(
+        "b",
+        msgs(&[("user", "For the Kyoto trip I booked a ryokan near Gion."), ("assistant", "Great choice.")]),
+        t.clone(),
+        "bob",
+    )
+    .await;
+    eventually(10, "extraction", || async { (s.events("bob").await.len() == 2).then_some(()) }).await;
+    s.write("b", msgs(&[("user", "What should I pack?")]), json!({}), "bob").await;
+    let d = s
+        .ok("get_context", json!({"collection_name": "c", "conversation_id": "b", "query": "packing for Kyoto"}))
+        .await;
+    let c = d["context_str"].as_str().unwrap();
+    assert!(c.contains("\n\n1. Recent conversation\n") && c.contains("\n\n2. Events from this conversation\n"), "{c}");
+    let intra = c.find("Events from this conversation").expect(c);
+    let cross = c.find("3. Related events from other conversations").expect(c);
+    assert!(intra < cross && c.find("ryokan").unwrap() < cross && c.find("April").unwrap() > cross, "{c}");
+    assert_eq!(d["context_parts"]["intra_conversation_events"][0]["conversation_id"], "b");
+}
+
+#[tokio::test]
+async fn the_token_budget_holds_from_50_to_4000() {
+    let s = Server::start("");
+    seed(&s).await;
+    let mut long = Vec::new();
+    for i in 0..40 {
+        long.push(("user", format!("第{i}轮：宝宝今天辅食吃了南瓜泥和米粉，晚上睡得不太好，醒了三次。")));
+    }
+    let pairs: Vec<(&str, &str)> = long.iter().map(|(r, c)| (*r, c.as_str())).collect();
+    s.write("now", msgs(&pairs), json!({"message_count": 1000, "token_count": 100000}), "user_123").await;
+    let mut last_len = 0;
+    for budget in [50, 80, 120, 200, 400, 800, 1200, 2000, 4000] {
+        let d = context(&s, json!({"max_tokens": budget})).await;
+        let n = d["token_count"].as_u64().unwrap();
+        assert!(n <= budget, "budget {budget}: {n} tokens");
+        let kept = d["context_parts"]["short_term_memory"].as_array().unwrap();
+        let len = d["context_str"].as_str().unwrap().len();
+        assert!(len >= last_len, "a bigger budget never gives less");
+        last_len = len;
+        if let Some(newest) = kept.last() {
+            assert!(
+                newest["content"].as_str().unwrap().starts_with("第39轮"),
+                "budget {budget}: the newest turn survives"
+            );
+        }
+        if budget >= 4000 {
+            assert_eq!(kept.len(), 42, "everything fits in 4000");
+        } else if budget <= 400 {
+            assert!(d["context_parts"]["cross_conversation_events"].as_array().unwrap().is_empty(), "events go first");
+        }
+    }
+}
+
+/// A tiny OpenAI-compatible embeddings server: deterministic vectors, so a second model exists.
+async fn fake_embeddings(dim: usize) -> String {
+    use axum::{Json, Router, routing::post};
+    let app = Router::new().route(
+        "/v1/embeddings",
+        post(move |Json(body): Json<Value>| async move {
+            let inputs = body["input"].as_array().cloned().unwrap_or_default();
+            let data: Vec<Value> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut v = vec![0.0f32; dim];
+                    for (j, b) in t.as_str().unwrap_or("").bytes().enumerate() {
+                        v[(b as usize + j) % dim] += 1.0;
+                    }
+                    json!({"index": i, "embedding": v})
+                })
+                .collect();
+            Json(json!({"data": data, "model": body["model"]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test]
+async fn a_server_with_another_embedding_model_refuses_existing_data() {
+    let mut s = Server::start("");
+    s.ok(
+        "event/add",
+        json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "x"}}),
+    )
+    .await;
+    s.kill9();
+    let url = fake_embeddings(16).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("other.yaml");
+    std::fs::write(
+        &cfg,
+        format!("embedding:\n  provider: openai\n  base_url: {url}\n  model: tiny-test\n  dimension: 16\n"),
+    )
+    .unwrap();
+    let err = Server::spawn(&cfg, &s.data, "127.0.0.1:0", &[]).err().expect("must refuse");
+    assert!(err.contains("use-multilingual-v3-int8") && err.contains("openai:tiny-test"), "{err}");
+    // The same OpenAI-compatible model on a fresh directory works end to end.
+    let fresh = Server::spawn(&cfg, &dir.path().join("fresh"), "127.0.0.1:0", &[]).unwrap();
+    fresh.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "hello"}})).await;
+    let r =
+        fresh.ok("event/search", json!({"collection_name": "c", "query": "hello", "filter": {"user_id": "u"}})).await;
+    assert_eq!(r["count"], 1);
+}
