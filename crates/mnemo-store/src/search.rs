@@ -10,7 +10,31 @@ use mnemo_core::embed::dot;
 use mnemo_core::model::*;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params_from_iter};
-use std::collections::HashMap;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+
+/// An f32 with a total order (for the top-k heap).
+#[derive(PartialEq)]
+struct OrdF32(f32);
+
+impl Eq for OrdF32 {}
+
+impl PartialOrd for OrdF32 {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for OrdF32 {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
+fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
+    q.iter().zip(blob.chunks_exact(4)).map(|(a, b)| a * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).sum()
+}
 
 pub fn candidates(
     conn: &Connection,
@@ -27,17 +51,24 @@ pub fn candidates(
             ))
             .map_err(backend)?;
         let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;
-        let mut scored: Vec<(f32, String)> = Vec::new();
+        // A bounded min-heap of the best k; scores are computed from the blob's bytes in place and
+        // an id is copied only when it enters the top k.
+        let mut heap: BinaryHeap<Reverse<(OrdF32, String)>> = BinaryHeap::with_capacity(q.k + 1);
         while let Some(r) = rows.next().map_err(backend)? {
             let blob = r.get_ref(1).map_err(backend)?.as_blob().map_err(backend)?;
-            let v = blob_to_vec(blob);
-            if v.len() != qv.len() {
+            if blob.len() != qv.len() * 4 {
                 continue; // a vector from another model; the start-up check prevents this
             }
-            scored.push((dot(qv, &v), r.get(0).map_err(backend)?));
+            let score = dot_blob(qv, blob);
+            if heap.len() < q.k || heap.peek().is_some_and(|Reverse((min, _))| score > min.0) {
+                let id = r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string();
+                heap.push(Reverse((OrdF32(score), id)));
+                if heap.len() > q.k {
+                    heap.pop();
+                }
+            }
         }
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        scored.truncate(q.k);
+        let scored: Vec<(f32, String)> = heap.into_iter().map(|Reverse((s, id))| (s.0, id)).collect();
         cosine = scored.into_iter().map(|(s, id)| (id, s)).collect();
     }
     let mut bm25: HashMap<String, f64> = HashMap::new();

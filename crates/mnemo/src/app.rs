@@ -22,7 +22,8 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
             let dir = match find_model_dir(e.model_dir.as_deref()) {
                 Ok(d) => d,
                 Err(missing) => {
-                    install_model_from_checkout(e.model_dir.is_none()).map_err(|_| anyhow::Error::msg(missing.clone()))?;
+                    install_model_from_checkout(e.model_dir.is_none())
+                        .map_err(|_| anyhow::Error::msg(missing.clone()))?;
                     find_model_dir(e.model_dir.as_deref()).map_err(anyhow::Error::msg)?
                 }
             };
@@ -68,7 +69,10 @@ fn install_model_from_checkout(default_location: bool) -> Result<()> {
         .find(|p| p.is_file())
         .context("no scripts/setup-model beside this binary")?;
     eprintln!("The embedding model is not installed yet; running {} (one time) …", script.display());
-    let status = std::process::Command::new("bash").arg(&script).stdout(std::process::Stdio::from(std::io::stderr())).status()?;
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .stdout(std::process::Stdio::from(std::io::stderr()))
+        .status()?;
     if !status.success() {
         bail!("{} failed", script.display());
     }

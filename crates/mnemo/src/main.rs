@@ -4,6 +4,7 @@
 mod app;
 mod bench;
 mod bench_locomo;
+mod bench_scope;
 mod config;
 mod demo;
 
@@ -44,6 +45,11 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Search latency against the number of events in one user's scope (exact scan vs an in-memory floor).
+    Scope {
+        #[arg(long, value_delimiter = ',', default_values_t = vec![1000usize, 10000, 50000])]
+        sizes: Vec<usize>,
+    },
     /// Retrieval quality and latency on LoCoMo (shared/bench/locomo/dev): BM25 and vector baselines vs hybrid.
     Locomo {
         /// The folder with conversations.jsonl and questions.jsonl.
@@ -92,6 +98,7 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),
         Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs } } => {
             rt.block_on(bench::run(
