@@ -198,7 +198,13 @@ pub struct Service {
     config: ServiceConfig,
     /// Woken whenever a job is queued, so workers do not wait for their next poll.
     job_queued: Notify,
+    /// Recently looked-up collections: saves a store read on every write. Entries live briefly
+    /// (`COLLECTION_CACHE_MS`) so a collection deleted by another replica is noticed soon; this
+    /// process's own create/delete invalidates at once.
+    collections: std::sync::RwLock<std::collections::HashMap<(String, String), (Millis, Collection)>>,
 }
+
+const COLLECTION_CACHE_MS: Millis = 5_000;
 
 impl Service {
     pub fn new(
@@ -210,7 +216,15 @@ impl Service {
     ) -> Arc<Self> {
         TokenCounter::warm();
         crate::text::warm();
-        Arc::new(Self { store, extractor, embedder, clock, config, job_queued: Notify::new() })
+        Arc::new(Self {
+            store,
+            extractor,
+            embedder,
+            clock,
+            config,
+            job_queued: Notify::new(),
+            collections: Default::default(),
+        })
     }
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
@@ -299,23 +313,40 @@ impl Service {
 
     /// The collection a write goes to: created with the default schema on first use.
     pub async fn collection_for_write(&self, t: &Target) -> CoreResult<Collection> {
-        validate_names(t)?;
-        if self.config.auto_create_collections {
-            Ok(self.store.ensure_collection(self.new_collection(t, String::new(), CollectionSchema::default())).await?)
-        } else {
-            self.collection_for_read(t).await
+        if !self.config.auto_create_collections {
+            return self.collection_for_read(t).await;
+        }
+        match self.collection_for_read(t).await {
+            Err(CoreError::NotFound(_)) => Ok(self
+                .store
+                .ensure_collection(self.new_collection(t, String::new(), CollectionSchema::default()))
+                .await?),
+            other => other,
         }
     }
 
     /// The collection a read goes to: it must exist.
     pub async fn collection_for_read(&self, t: &Target) -> CoreResult<Collection> {
         validate_names(t)?;
-        self.store.get_collection(&t.project, &t.collection).await?.ok_or_else(|| {
+        let key = (t.project.clone(), t.collection.clone());
+        let now = self.now();
+        if let Some((at, c)) = self.collections.read().expect("collection cache").get(&key)
+            && now - at < COLLECTION_CACHE_MS
+        {
+            return Ok(c.clone());
+        }
+        let c = self.store.get_collection(&t.project, &t.collection).await?.ok_or_else(|| {
             CoreError::NotFound(format!(
                 "collection_name: no collection \"{}\" in project \"{}\" (it is created by the first write, or by collection/create)",
                 t.collection, t.project
             ))
-        })
+        })?;
+        self.collections.write().expect("collection cache").insert(key, (now, c.clone()));
+        Ok(c)
+    }
+
+    fn forget_collection(&self, t: &Target) {
+        self.collections.write().expect("collection cache").remove(&(t.project.clone(), t.collection.clone()));
     }
 
     pub async fn create_collection(
@@ -337,7 +368,9 @@ impl Service {
 
     pub async fn delete_collection(&self, t: &Target) -> CoreResult<()> {
         let c = self.collection_for_read(t).await?;
+        self.forget_collection(t);
         self.store.delete_collection(c.id).await?;
+        self.forget_collection(t);
         Ok(())
     }
 

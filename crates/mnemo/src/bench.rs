@@ -13,6 +13,9 @@ pub struct WriteBench {
     pub concurrency: usize,
     pub seconds: u64,
     pub runs: usize,
+    /// The trigger's message_count: 20 (the default) also runs extraction alongside the writes;
+    /// a huge value measures the write path alone.
+    pub message_count: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -37,6 +40,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     percentile(&v, 0.5)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     client: &reqwest::Client,
     base: &str,
@@ -45,6 +49,7 @@ async fn drive(
     dur: Duration,
     write: bool,
     run: usize,
+    message_count: u64,
 ) -> Figures {
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -64,7 +69,8 @@ async fn drive(
                         "conversation_id": format!("bench-r{run}-w{w}"),
                         "messages": [{"role": if i.is_multiple_of(2) {"user"} else {"assistant"},
                                       "content": format!("Message {i} from writer {w}: 我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？")}],
-                        "metadata": {"user_id": format!("user-{w}")}
+                        "metadata": {"user_id": format!("user-{w}")},
+                        "extract_trigger": {"message_count": message_count, "token_count": 10_000_000}
                     });
                     let mut req = client.post(format!("{base}/api/memory/session/streaming_write")).json(&body);
                     if let Some(k) = &key {
@@ -121,18 +127,19 @@ pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
     let client = reqwest::Client::builder().pool_max_idle_per_host(b.concurrency * 2).build()?;
     let dur = Duration::from_secs(b.seconds);
     println!(
-        "write benchmark: {} clients, {} s per run, {} runs, server {}",
+        "write benchmark: {} clients, {} s per run, {} runs, a session closes every {} messages, server {}",
         b.concurrency,
         b.seconds,
         b.runs,
+        b.message_count,
         if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
     );
     // Warm-up: connections, tokenizer, SQLite caches.
-    drive(&client, &base, b.key.as_deref(), b.concurrency, Duration::from_secs(1), true, 999).await;
+    drive(&client, &base, b.key.as_deref(), b.concurrency, Duration::from_secs(1), true, 999, b.message_count).await;
     let (mut hz, mut wr) = (Vec::new(), Vec::new());
     for run in 0..b.runs {
-        let h = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, false, run).await;
-        let w = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, true, run).await;
+        let h = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, false, run, b.message_count).await;
+        let w = drive(&client, &base, b.key.as_deref(), b.concurrency, dur, true, run, b.message_count).await;
         println!(
             "run {run}: healthz {:>8.0} req/s p50 {:.2} ms p99 {:.2} ms | streaming_write {:>8.0} msg/s ({} acks) p50 {:.2} ms p99 {:.2} ms errors {}",
             h.per_sec, h.p50_ms, h.p99_ms, w.per_sec, w.requests, w.p50_ms, w.p99_ms, w.errors

@@ -73,6 +73,10 @@ enum BenchCommand {
         seconds: u64,
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Messages per session (the trigger). 20 = the default, so extraction runs alongside;
+        /// use a huge value to measure the write path alone.
+        #[arg(long, default_value_t = 20)]
+        message_count: u64,
     },
 }
 
@@ -100,17 +104,17 @@ fn main() -> Result<()> {
         Command::Demo => rt.block_on(demo::run(cfg)),
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),
-        Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs } } => {
-            rt.block_on(bench::run(
+        Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count } } => rt
+            .block_on(bench::run(
                 bench::WriteBench {
                     url,
                     key,
                     concurrency: concurrency.max(1),
                     seconds: seconds.max(1),
                     runs: runs.max(1),
+                    message_count: message_count.clamp(1, 100_000),
                 },
                 cfg,
-            ))
-        }
+            )),
     }
 }

@@ -13,20 +13,21 @@ use serde_json::json;
 
 pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventSearchBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let req = (|| -> Result<EventSearch, CoreError> {
+    let collection_name = body.collection_name.clone();
+    let req = (move || -> Result<EventSearch, CoreError> {
         let decay = match &body.time_decay_config {
             Some(d) => TimeDecay::new(d.weight, d.no_decay_period, 30.0)?,
             None => TimeDecay::NONE,
         };
         Ok(EventSearch {
-            target: Target { project: body.project_name.clone(), collection: body.collection_name.clone() },
+            target: Target { project: body.project_name, collection: body.collection_name },
             query: body.query.clone(),
             limit: limit(body.limit, 10)?,
             custom_weight: check_custom_weight(body.custom_weight)?,
             similarity_threshold: body.similarity_threshold,
             freshness_days: body.freshness_days,
             decay,
-            filter: std::mem::take(&mut { body.filter }).into_filter()?,
+            filter: body.filter.into_filter()?,
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
@@ -34,7 +35,7 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
     let list: Vec<_> = results.iter().map(scored_event_json).collect();
     Ok(ApiOk::new(
         rid,
-        json!({"collection_name": body.collection_name, "count": list.len(), "result_list": list, "token_usage": 0}),
+        json!({"collection_name": collection_name, "count": list.len(), "result_list": list, "token_usage": 0}),
     ))
 }
 
