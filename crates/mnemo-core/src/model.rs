@@ -427,6 +427,18 @@ impl Event {
     }
 }
 
+/// The text full-text search indexes for an event: its text plus the messages it came from, so a
+/// search finds what was said even when the summary left it out (the summary stays what a
+/// context shows, and what is embedded).
+pub fn event_search_text(memory_info: &Map<String, Value>) -> String {
+    let mut text = event_text(memory_info);
+    if let Some(Value::String(raw)) = memory_info.get("original_messages") {
+        text.push('\n');
+        text.push_str(raw);
+    }
+    text
+}
+
 /// The text of an event's `memory_info`: its summary, or its fields (not the raw messages).
 pub fn event_text(memory_info: &Map<String, Value>) -> String {
     {

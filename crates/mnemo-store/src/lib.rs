@@ -421,7 +421,7 @@ fn index_event(
     memory_info: &serde_json::Map<String, serde_json::Value>,
     vector: Option<&[f32]>,
 ) -> StoreResult<()> {
-    let terms = mnemo_core::text::search_tokens(&event_text(memory_info)).join(" ");
+    let terms = mnemo_core::text::search_tokens(&event_search_text(memory_info)).join(" ");
     conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
     conn.prepare_cached("INSERT INTO event_fts(rowid, terms) VALUES (?1, ?2)")
         .map_err(backend)?
