@@ -81,14 +81,16 @@ enum BenchCommand {
 }
 
 fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // The server logs its work; one-shot commands only warnings, so their output stays readable.
+    let default_level = if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
