@@ -9,5 +9,6 @@ mod context;
 mod crash;
 mod crud;
 mod extraction;
+mod hostile;
 mod retrieval;
 mod write_path;
