@@ -15,6 +15,7 @@ pub mod extract;
 pub mod model;
 pub mod profile;
 pub mod ranking;
+pub mod redact;
 pub mod service;
 pub mod store;
 pub mod text;

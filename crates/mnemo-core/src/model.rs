@@ -578,3 +578,26 @@ pub struct Candidate {
     /// BM25 relevance (higher is better), if the event matched a query term.
     pub bm25: Option<f64>,
 }
+
+/// Everything stored about one user in one collection (`user/export`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct UserData {
+    pub conversations: Vec<ConversationInfo>,
+    /// Every message of the user's conversations, extracted or not.
+    pub messages: Vec<StoredMessage>,
+    pub sessions: Vec<SessionSummary>,
+    pub jobs: Vec<Job>,
+    pub events: Vec<Event>,
+    pub profiles: Vec<Profile>,
+}
+
+/// What `user/forget` removed, per kind.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct ForgetCounts {
+    pub conversations: u64,
+    pub messages: u64,
+    pub sessions: u64,
+    pub jobs: u64,
+    pub events: u64,
+    pub profiles: u64,
+}

@@ -10,6 +10,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::extract::{ExtractError, ExtractionInput, Extractor};
 use crate::model::*;
 use crate::ranking::{self, Scores, TimeDecay};
+use crate::redact::Redaction;
 use crate::store::Store;
 use crate::tokens::TokenCounter;
 use crate::trigger::ExtractTrigger;
@@ -40,6 +41,8 @@ pub struct ServiceConfig {
     /// Upper bound on how long the background loops sleep between checks.
     pub poll_interval: Duration,
     pub retrieval: RetrievalConfig,
+    /// What is removed or masked before anything is stored.
+    pub redaction: Redaction,
 }
 
 /// Retrieval defaults (SPEC §4): out of the box nothing hides a memory silently — no threshold,
@@ -79,6 +82,7 @@ impl Default for ServiceConfig {
             workers: 2,
             poll_interval: Duration::from_secs(1),
             retrieval: RetrievalConfig::default(),
+            redaction: Redaction::default(),
         }
     }
 }
@@ -432,7 +436,13 @@ impl Service {
         }
         let now = self.now();
         let mut messages = Vec::with_capacity(req.messages.len());
-        for (i, m) in req.messages.into_iter().enumerate() {
+        for (i, mut m) in req.messages.into_iter().enumerate() {
+            if m.content.trim().is_empty() {
+                return Err(CoreError::invalid(format!("messages[{i}].content"), "must not be empty"));
+            }
+            if let std::borrow::Cow::Owned(r) = self.config.redaction.apply(&m.content) {
+                m.content = r;
+            }
             if m.content.trim().is_empty() {
                 return Err(CoreError::invalid(format!("messages[{i}].content"), "must not be empty"));
             }
@@ -463,12 +473,16 @@ impl Service {
             });
         }
         validate_meta(&req.meta)?;
+        let mut meta = req.meta;
+        for v in meta.extra.values_mut() {
+            self.config.redaction.apply_json(v);
+        }
         let collection =
             self.collection_for_write(&Target { project: req.project, collection: req.collection }).await?;
         let append = AppendRequest {
             collection_id: collection.id,
             conversation_id: req.conversation_id,
-            meta: req.meta,
+            meta,
             messages,
             trigger: req.trigger,
             now,
@@ -647,6 +661,10 @@ impl Service {
             }
         }
         validate_memory_info(def, &req.memory_info, "memory_info", true)?;
+        let mut req = req;
+        for v in req.memory_info.values_mut() {
+            self.config.redaction.apply_json(v);
+        }
         let class = validate_class(req.class)?;
         if let Some(t) = req.time {
             check_time("time", t)?;
@@ -692,6 +710,9 @@ impl Service {
             check_time("time", t)?;
         }
         let mut patch = EventPatch { class: patch.class.map(|c| validate_class(Some(c))).transpose()?, ..patch };
+        if let Some(info) = patch.memory_info.as_mut() {
+            info.values_mut().for_each(|v| self.config.redaction.apply_json(v));
+        }
         if let Some(info) = &patch.memory_info {
             let mut merged = existing.memory_info.clone();
             merged.extend(info.clone());
@@ -842,6 +863,53 @@ impl Service {
         Ok(results)
     }
 
+    // ------------------------------------------------------------------ privacy
+
+    /// The collections a user-level call covers: one, or every collection of the project.
+    async fn user_scope(&self, project: &str, collection: Option<&str>, user_id: &str) -> CoreResult<Vec<Collection>> {
+        check_len("user_id", user_id, 1, MAX_ID_CHARS)?;
+        match collection {
+            Some(name) => {
+                Ok(vec![self.collection_for_read(&Target { project: project.into(), collection: name.into() }).await?])
+            }
+            None => {
+                validate_names(&Target { project: project.into(), collection: "all".into() })?;
+                Ok(self.store.list_collections(project).await?)
+            }
+        }
+    }
+
+    /// `user/export`: everything stored about a user, per collection.
+    pub async fn export_user(
+        &self,
+        project: &str,
+        collection: Option<&str>,
+        user_id: &str,
+    ) -> CoreResult<Vec<(String, UserData)>> {
+        let mut out = Vec::new();
+        for c in self.user_scope(project, collection, user_id).await? {
+            out.push((c.collection_name.clone(), self.store.export_user(c.id, user_id).await?));
+        }
+        Ok(out)
+    }
+
+    /// `user/forget`: deletes everything stored about a user (rows, vectors, full text), per
+    /// collection, each in one transaction. Other users' data is untouched.
+    pub async fn forget_user(
+        &self,
+        project: &str,
+        collection: Option<&str>,
+        user_id: &str,
+    ) -> CoreResult<Vec<(String, ForgetCounts)>> {
+        let mut out = Vec::new();
+        for c in self.user_scope(project, collection, user_id).await? {
+            let n = self.store.forget_user(c.id, user_id).await?;
+            tracing::info!(collection = %c.collection_name, ?n, "forgot a user");
+            out.push((c.collection_name.clone(), n));
+        }
+        Ok(out)
+    }
+
     // ------------------------------------------------------------------ get_context
 
     pub async fn get_context(&self, req: ContextRequest) -> CoreResult<ContextResult> {
@@ -953,7 +1021,12 @@ impl Service {
                 ),
             ));
         }
-        let content = content.unwrap_or_else(|| crate::profile::describe(&attributes));
+        let mut attributes = attributes;
+        attributes.values_mut().for_each(|v| self.config.redaction.apply_json(v));
+        let content = match content {
+            Some(c) => self.config.redaction.apply(&c).into_owned(),
+            None => crate::profile::describe(&attributes),
+        };
         Ok(self
             .store
             .insert_profile(NewProfile {
@@ -971,6 +1044,13 @@ impl Service {
     pub async fn update_profile(&self, t: &Target, id: &str, patch: ProfilePatch) -> CoreResult<Profile> {
         validate_id("profile_id", id)?;
         let c = self.collection_for_read(t).await?;
+        let mut patch = patch;
+        if let Some(content) = patch.content.as_mut() {
+            *content = self.config.redaction.apply(content).into_owned();
+        }
+        if let Some(attrs) = patch.attributes.as_mut() {
+            attrs.values_mut().for_each(|v| self.config.redaction.apply_json(v));
+        }
         Ok(self.store.update_profile(c.id, id, patch, self.now()).await?)
     }
 

@@ -107,6 +107,15 @@ pub trait Store: Send + Sync + 'static {
     async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>>;
     async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()>;
 
+    // --- privacy
+    /// Everything about `user_id` in the collection: conversations whose metadata names the user
+    /// (with all their messages, sessions and jobs), events about the user, the user's profiles.
+    async fn export_user(&self, collection_id: CollectionId, user_id: &str) -> StoreResult<UserData>;
+    /// Deletes all of it — rows, vectors and full-text entries — in one transaction, and makes
+    /// sure the bytes are gone from the store's files. Events shared with other users lose only
+    /// this user's id; an event about this user alone is deleted.
+    async fn forget_user(&self, collection_id: CollectionId, user_id: &str) -> StoreResult<ForgetCounts>;
+
     // --- profiles
     /// Conflict if the user already has a profile of that type (and assistant).
     async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile>;

@@ -6,6 +6,7 @@
 //! returned `Ok` is on disk (WAL, `synchronous=NORMAL` survives a killed process; `full` also
 //! survives power loss). This crate knows SQL and nothing of HTTP or models.
 
+mod privacy;
 mod rows;
 mod schema;
 mod search;
@@ -121,7 +122,7 @@ fn open_conn(path: &Path, o: &SqliteOptions, read_only: bool) -> rusqlite::Resul
         Durability::PowerLoss => "FULL",
     };
     conn.execute_batch(&format!(
-        "PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA cache_size=-{}; PRAGMA temp_store=MEMORY;",
+        "PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA cache_size=-{}; PRAGMA temp_store=MEMORY; PRAGMA secure_delete=ON;",
         o.cache_mib as i64 * 1024
     ))?;
     Ok(conn)
@@ -437,7 +438,7 @@ fn index_event(
 }
 
 /// Removes an event and everything indexed about it.
-fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<bool> {
+pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<bool> {
     let rowid: Option<i64> = conn
         .prepare_cached("SELECT rowid FROM events WHERE collection_id=?1 AND id=?2")
         .map_err(backend)?
@@ -1083,6 +1084,30 @@ impl Store for SqliteStore {
                 Ok(())
             })
             .await
+    }
+
+    async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
+        let user = user_id.to_string();
+        self.read(move |conn| privacy::export(conn, cid, &user)).await
+    }
+
+    async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
+        let user = user_id.to_string();
+        let counts = self.writer.write(move |conn| privacy::forget(conn, cid, &user)).await?;
+        // After the commit: move the WAL into the main file (where secure_delete zeroed the freed
+        // content) and truncate it, so no copy of the forgotten pages stays in mnemo.db-wal.
+        let busy: i64 = self
+            .writer
+            .outside_transaction(|conn| {
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0)).map_err(backend)
+            })
+            .await?;
+        if busy != 0 {
+            tracing::warn!(
+                "WAL checkpoint after user/forget was blocked by a reader; the WAL is truncated at the next one"
+            );
+        }
+        Ok(counts)
     }
 
     async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {

@@ -13,7 +13,14 @@ use tokio::sync::oneshot;
 /// Delivers a request's result once its transaction's fate is known.
 type Deliver = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 /// A write request: runs on the writer connection; `None` means it failed (and has answered).
-type WriteFn = Box<dyn FnOnce(&Connection) -> Option<Deliver> + Send>;
+type TxFn = Box<dyn FnOnce(&Connection) -> Option<Deliver> + Send>;
+/// Work that must run outside any transaction (checkpoints), after the batch it arrived with.
+type RawFn = Box<dyn FnOnce(&Connection) + Send>;
+
+enum WriteFn {
+    Tx(TxFn),
+    Raw(RawFn),
+}
 
 /// The most requests one transaction takes, so a flood cannot delay its first request's answer forever.
 const MAX_BATCH: usize = 256;
@@ -40,7 +47,7 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
-        let job: WriteFn = Box::new(move |conn| match f(conn) {
+        let job: TxFn = Box::new(move |conn| match f(conn) {
             Ok(value) => Some(Box::new(move |committed: Result<(), StoreError>| {
                 let _ = tx.send(committed.map(|()| value));
             }) as Deliver),
@@ -49,19 +56,44 @@ impl Writer {
                 None
             }
         });
-        self.tx.send(job).map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
+        self.tx.send(WriteFn::Tx(job)).map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
+        rx.await.map_err(|_| StoreError::Backend("the store writer dropped a request (see the log)".into()))?
+    }
+
+    /// Runs `f` on the writer connection outside any transaction (e.g. a WAL checkpoint).
+    pub async fn outside_transaction<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
+        let job: RawFn = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        self.tx.send(WriteFn::Raw(job)).map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
         rx.await.map_err(|_| StoreError::Backend("the store writer dropped a request (see the log)".into()))?
     }
 }
 
 fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        let (mut batch, mut raw) = (Vec::new(), Vec::new());
+        let mut take = |job: WriteFn| match job {
+            WriteFn::Tx(f) => batch.push(f),
+            WriteFn::Raw(f) => raw.push(f),
+        };
+        take(first);
+        let mut n = 1;
+        while n < MAX_BATCH {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) => take(job),
                 Err(_) => break,
             }
+            n += 1;
+        }
+        if batch.is_empty() {
+            raw.into_iter().for_each(|f| f(&conn));
+            continue;
         }
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
             tracing::error!(error = %e, "BEGIN failed; dropping a batch of writes unacknowledged");
@@ -99,5 +131,6 @@ fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
             };
             deliver(c);
         }
+        raw.into_iter().for_each(|f| f(&conn));
     }
 }

@@ -134,6 +134,10 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
         workers: e.workers.max(1),
         poll_interval: Duration::from_millis(s.poll_interval_ms.clamp(10, 60_000)),
         retrieval: retrieval_config(cfg)?,
+        redaction: mnemo_core::redact::Redaction {
+            private_tags: cfg.redaction.private_tags,
+            secrets: cfg.redaction.secrets,
+        },
     };
     Ok(Service::new(store, extractor, embedder, clock, config))
 }

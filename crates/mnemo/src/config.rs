@@ -18,6 +18,23 @@ pub struct Config {
     pub embedding: EmbeddingConfig,
     pub retrieval: RetrievalConfig,
     pub inject: InjectConfig,
+    pub redaction: RedactionConfig,
+}
+
+/// What is removed or masked before anything is stored (messages, events, profiles, metadata).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedactionConfig {
+    /// Remove text inside <private>…</private>.
+    pub private_tags: bool,
+    /// Mask API keys, tokens, passwords in key=value form, private keys and card numbers.
+    pub secrets: bool,
+}
+
+impl Default for RedactionConfig {
+    fn default() -> Self {
+        Self { private_tags: true, secrets: true }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,6 +6,7 @@ mod event;
 mod job;
 mod profile;
 mod session;
+mod user;
 
 use crate::{AppState, p, post_routes};
 use axum::Json;
@@ -34,6 +35,8 @@ pub fn api_routes() -> Router<AppState> {
         ("/profile/delete", p(profile::delete)),
         ("/job/list", p(job::list)),
         ("/get_context", p(context::get_context)),
+        ("/user/export", p(user::export)),
+        ("/user/forget", p(user::forget)),
     ])
 }
 

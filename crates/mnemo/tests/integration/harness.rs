@@ -35,19 +35,34 @@ impl Server {
 
     /// Spawns `mnemo serve`; returns the error output if it exits instead of listening.
     pub fn spawn(config: &Path, data: &Path, bind: &str, env: &[(&str, &str)]) -> Result<Server, String> {
+        Self::spawn_with_log(config, data, bind, env, None)
+    }
+
+    /// Like `spawn`; with `log`, the server logs at debug level into that file.
+    pub fn spawn_with_log(
+        config: &Path,
+        data: &Path,
+        bind: &str,
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> Result<Server, String> {
         let mut cmd = Command::new(BIN);
         cmd.args(["serve", "--config"]).arg(config).args(["--bind", bind, "--data"]).arg(data);
+        cmd.env("MNEMO_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(path) = log {
+            cmd.env("MNEMO_LOG", "debug").stderr(std::fs::File::create(path).unwrap());
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.env("MNEMO_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn mnemo");
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
         let Some(addr) = line.trim().strip_prefix("mnemo listening on ").and_then(|r| r.split(' ').next()) else {
             let out = child.wait_with_output().unwrap();
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            let log = log.map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default();
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned() + &log);
         };
         Ok(Server {
             base: addr.to_string(),

@@ -10,5 +10,6 @@ mod crash;
 mod crud;
 mod extraction;
 mod hostile;
+mod privacy;
 mod retrieval;
 mod write_path;
