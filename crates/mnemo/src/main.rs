@@ -3,6 +3,7 @@
 
 mod app;
 mod bench;
+mod bench_crash;
 mod bench_locomo;
 mod bench_scope;
 mod config;
@@ -45,6 +46,19 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Crash harness: SIGKILL the server under concurrent writes, restart, repeat; then verify
+    /// nothing acknowledged was lost, every session was extracted once, deadlines still fire.
+    Crash {
+        #[arg(long, default_value_t = 20)]
+        cycles: usize,
+        #[arg(long, default_value_t = 16)]
+        writers: usize,
+        /// Each cycle kills the server after a random 0..this many milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        max_cycle_ms: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Search latency against the number of events in one user's scope (exact scan vs an in-memory floor).
     Scope {
         #[arg(long, value_delimiter = ',', default_values_t = vec![1000usize, 10000, 50000])]
@@ -104,6 +118,14 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Bench { which: BenchCommand::Crash { cycles, writers, max_cycle_ms, seed } } => {
+            rt.block_on(bench_crash::run(bench_crash::CrashBench {
+                cycles: cycles.max(1),
+                writers: writers.max(1),
+                max_cycle_ms,
+                seed,
+            }))
+        }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),
         Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count } } => rt

@@ -1,0 +1,198 @@
+//! `mnemo bench crash`: the crash harness. Runs this binary's `serve` on a temporary data
+//! directory, drives concurrent `streaming_write` clients, SIGKILLs the server at a random moment,
+//! restarts it, and repeats. At the end it checks, over HTTP:
+//! - every acknowledged message is stored exactly once (idempotency keys make retries safe);
+//! - every closed session is extracted exactly once (one job, done; no message in two events);
+//! - `wait_timeout` deadlines still fire after all the crashes (no conversation left open).
+//! Exits non-zero on any violation.
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct CrashBench {
+    pub cycles: usize,
+    pub writers: usize,
+    pub max_cycle_ms: u64,
+    pub seed: u64,
+}
+
+fn spawn(exe: &std::path::Path, cfg: &std::path::Path, data: &std::path::Path) -> Result<(Child, String)> {
+    let mut child = Command::new(exe)
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .args(["--bind", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("MNEMO_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("mnemo listening on ")
+        .and_then(|r| r.split(' ').next())
+        .context("server did not start")?;
+    Ok((child, addr.to_string()))
+}
+
+async fn post(client: &reqwest::Client, base: &str, path: &str, body: Value) -> Result<Value> {
+    let r = client.post(format!("{base}/api/memory/{path}")).json(&body).send().await?;
+    let v: Value = r.json().await?;
+    ensure!(v["code"] == 0, "{path}: {v}");
+    Ok(v["data"].clone())
+}
+
+pub async fn run(b: CrashBench) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let dir = tempfile::tempdir()?;
+    let cfg = dir.path().join("mnemo.yaml");
+    std::fs::write(&cfg, "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 100\n")?;
+    let data = dir.path().join("data");
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let acked: Arc<Mutex<HashSet<(usize, u64)>>> = Arc::default();
+    let next: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(vec![0; b.writers]));
+    let mut rng = b.seed | 1;
+    let t0 = Instant::now();
+    println!("crash harness: {} cycles, {} writers, kill after 0–{} ms each", b.cycles, b.writers, b.max_cycle_ms);
+    for cycle in 0..b.cycles {
+        let (mut child, base) = spawn(&exe, &cfg, &data)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for w in 0..b.writers {
+            let (client, base, acked, next, stop) =
+                (client.clone(), base.clone(), acked.clone(), next.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Retry the same message until it is acknowledged: the idempotency key makes it safe.
+                    let i = next.lock().unwrap()[w];
+                    let body = json!({"collection_name": "crash", "conversation_id": format!("w{w}"),
+                        "messages": [{"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("writer {w} message {i}"), "idempotency_key": format!("{w}-{i}")}],
+                        "extract_trigger": {"message_count": 7, "wait_timeout": 2}, "metadata": {"user_id": format!("u{w}")}});
+                    match client.post(format!("{base}/api/memory/session/streaming_write")).json(&body).send().await {
+                        Ok(r) if r.status().is_success() => {
+                            acked.lock().unwrap().insert((w, i));
+                            next.lock().unwrap()[w] = i + 1;
+                        }
+                        _ => return,
+                    }
+                }
+            }));
+        }
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        tokio::time::sleep(Duration::from_millis(rng % b.max_cycle_ms.max(1))).await;
+        child.kill()?; // SIGKILL
+        child.wait()?;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in tasks {
+            let _ = t.await;
+        }
+        println!("cycle {cycle}: killed; {} messages acknowledged so far", acked.lock().unwrap().len());
+    }
+    // Final run: let jobs finish and deadlines fire, then check everything.
+    let (mut child, base) = spawn(&exe, &cfg, &data)?;
+    let result = verify(&client, &base, b.writers, &acked.lock().unwrap()).await;
+    child.kill()?;
+    child.wait()?;
+    let (stored, sessions, events) = result?;
+    println!(
+        "ok: {} cycles in {:.1} s; {} acknowledged messages all stored exactly once ({stored} stored); {sessions} sessions, each extracted exactly once ({events} events); every idle deadline fired",
+        b.cycles,
+        t0.elapsed().as_secs_f64(),
+        acked.lock().unwrap().len()
+    );
+    Ok(())
+}
+
+async fn verify(
+    client: &reqwest::Client,
+    base: &str,
+    writers: usize,
+    acked: &HashSet<(usize, u64)>,
+) -> Result<(usize, usize, usize)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Deadlines (2 s) fire and every job completes.
+    loop {
+        let mut open = 0;
+        for w in 0..writers {
+            let info = post(
+                client,
+                base,
+                "session/info",
+                json!({"collection_name": "crash", "conversation_id": format!("w{w}")}),
+            )
+            .await;
+            open += info.map(|i| i["pending_messages"].as_u64().unwrap_or(0)).unwrap_or(0);
+        }
+        let mut unfinished = 0;
+        for state in ["queued", "running", "failed"] {
+            let jobs = post(client, base, "job/list", json!({"collection_name": "crash", "state": state, "limit": 10}))
+                .await?;
+            unfinished += jobs["count"].as_u64().unwrap_or(0);
+        }
+        if open == 0 && unfinished == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("after 60 s: {open} messages still open, {unfinished} jobs not done");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (mut stored_total, mut sessions_total, mut events_total) = (0, 0, 0);
+    for w in 0..writers {
+        let conv = format!("w{w}");
+        let info =
+            post(client, base, "session/info", json!({"collection_name": "crash", "conversation_id": conv})).await?;
+        let mut contents: Vec<String> = Vec::new();
+        for s in info["sessions"].as_array().unwrap() {
+            ensure!(s["state"] == "extracted", "session {} is {}", s["session_id"], s["state"]);
+            let jobs = post(
+                client,
+                base,
+                "job/list",
+                json!({"collection_name": "crash", "session_id": s["session_id"], "limit": 10}),
+            )
+            .await?;
+            ensure!(
+                jobs["count"] == 1 && jobs["jobs"][0]["state"] == "done",
+                "session {}: jobs {}",
+                s["session_id"],
+                jobs["jobs"]
+            );
+            let d =
+                post(client, base, "session/info", json!({"collection_name": "crash", "session_id": s["session_id"]}))
+                    .await?;
+            contents
+                .extend(d["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()));
+            let mut seen: HashSet<i64> = HashSet::new();
+            for e in d["events"].as_array().unwrap() {
+                for id in e["source_message_ids"].as_array().unwrap() {
+                    ensure!(
+                        seen.insert(id.as_i64().unwrap()),
+                        "message {id} in two events of one session: extracted twice"
+                    );
+                }
+                events_total += 1;
+            }
+            sessions_total += 1;
+        }
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for c in &contents {
+            *counts.entry(c.as_str()).or_default() += 1;
+        }
+        ensure!(counts.values().all(|&n| n == 1), "writer {w}: a message is stored twice");
+        for (aw, i) in acked.iter().filter(|(aw, _)| *aw == w) {
+            let want = format!("writer {aw} message {i}");
+            ensure!(counts.contains_key(want.as_str()), "acknowledged message lost: {want}");
+        }
+        stored_total += contents.len();
+    }
+    Ok((stored_total, sessions_total, events_total))
+}
