@@ -4,6 +4,7 @@
 //! - every acknowledged message is stored exactly once (idempotency keys make retries safe);
 //! - every closed session is extracted exactly once (one job, done; no message in two events);
 //! - `wait_timeout` deadlines still fire after all the crashes (no conversation left open).
+//!
 //! Exits non-zero on any violation.
 
 use anyhow::{Context, Result, bail, ensure};
@@ -98,7 +99,8 @@ pub async fn run(b: CrashBench) -> Result<()> {
     }
     // Final run: let jobs finish and deadlines fire, then check everything.
     let (mut child, base) = spawn(&exe, &cfg, &data)?;
-    let result = verify(&client, &base, b.writers, &acked.lock().unwrap()).await;
+    let acked_now = acked.lock().unwrap().clone();
+    let result = verify(&client, &base, b.writers, &acked_now).await;
     child.kill()?;
     child.wait()?;
     let (stored, sessions, events) = result?;
