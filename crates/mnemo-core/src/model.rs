@@ -601,3 +601,16 @@ pub struct ForgetCounts {
     pub events: u64,
     pub profiles: u64,
 }
+
+/// Sizes of a store, for `/metrics`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StoreStats {
+    /// Jobs per state (`queued`, `running`, `done`, `failed`).
+    pub jobs: Vec<(String, u64)>,
+    pub conversations: u64,
+    pub messages: u64,
+    pub events: u64,
+    pub profiles: u64,
+    /// Bytes on disk (data file and log), where the store can tell.
+    pub bytes: u64,
+}

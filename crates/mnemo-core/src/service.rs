@@ -206,6 +206,16 @@ pub struct Service {
     /// (`COLLECTION_CACHE_MS`) so a collection deleted by another replica is noticed soon; this
     /// process's own create/delete invalidates at once.
     collections: std::sync::RwLock<std::collections::HashMap<(String, String), (Millis, Collection)>>,
+    /// Extraction outcomes since start, for monitoring.
+    pub job_outcomes: JobOutcomes,
+}
+
+/// Counters of extraction attempts by outcome since the process started.
+#[derive(Debug, Default)]
+pub struct JobOutcomes {
+    pub done: std::sync::atomic::AtomicU64,
+    pub retried: std::sync::atomic::AtomicU64,
+    pub failed: std::sync::atomic::AtomicU64,
 }
 
 const COLLECTION_CACHE_MS: Millis = 5_000;
@@ -228,6 +238,7 @@ impl Service {
             config,
             job_queued: Notify::new(),
             collections: Default::default(),
+            job_outcomes: JobOutcomes::default(),
         })
     }
 
@@ -546,6 +557,7 @@ impl Service {
             Ok(output) => {
                 let n = output.events.len();
                 self.store.complete_job(&job_id, output, self.now()).await?;
+                self.job_outcomes.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, "extraction done");
             }
             Err(e) => {
@@ -557,6 +569,8 @@ impl Service {
                 };
                 tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
                 self.store.fail_job(&job_id, &e.to_string(), retry_at, self.now()).await?;
+                let counter = if retry_at.is_some() { &self.job_outcomes.retried } else { &self.job_outcomes.failed };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         Ok(true)

@@ -107,6 +107,9 @@ pub trait Store: Send + Sync + 'static {
     async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>>;
     async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()>;
 
+    /// Row counts and size, for monitoring.
+    async fn stats(&self) -> StoreResult<StoreStats>;
+
     // --- privacy
     /// Everything about `user_id` in the collection: conversations whose metadata names the user
     /// (with all their messages, sessions and jobs), events about the user, the user's profiles.

@@ -6,6 +6,7 @@
 mod dto;
 mod error;
 mod json;
+mod metrics;
 mod routes;
 
 use axum::Router;
@@ -75,6 +76,33 @@ pub struct AppState {
     max_body_bytes: usize,
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
+    metrics: Arc<metrics::Metrics>,
+}
+
+impl AppState {
+    /// Who is calling: open without configured keys, else the holder of a valid bearer key.
+    fn authenticate(&self, headers: &axum::http::HeaderMap, request_id: &str) -> Result<Principal, ApiError> {
+        if self.keys.is_empty() {
+            return Ok(Principal::Open);
+        }
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    request_id,
+                    "Authorization: a `Bearer <key>` header is required",
+                )
+            })?;
+        self.keys
+            .iter()
+            .find(|key| constant_time_eq(key.key.as_bytes(), bearer.as_bytes()))
+            .map(|key| Principal::Key { projects: Arc::new(key.projects.clone()) })
+            .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, request_id, "Authorization: unknown API key"))
+    }
 }
 
 /// Builds the router for `service`.
@@ -85,13 +113,16 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         max_body_bytes: config.max_body_bytes,
         max_in_flight: config.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),
+        metrics: Arc::new(metrics::Metrics::default()),
     };
     let api =
         routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     Router::new()
         .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(metrics::scrape))
         .nest("/api/memory", api)
         .fallback(not_found_plain)
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
         .with_state(state)
 }
@@ -109,38 +140,9 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
         .map(str::to_string)
         .unwrap_or_else(new_request_id);
-    let principal = if state.keys.is_empty() {
-        Principal::Open
-    } else {
-        let bearer = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim);
-        match bearer {
-            None => {
-                return with_id(
-                    ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        &request_id,
-                        "Authorization: a `Bearer <key>` header is required",
-                    )
-                    .into_response(),
-                    &request_id,
-                );
-            }
-            Some(k) => match state.keys.iter().find(|key| constant_time_eq(key.key.as_bytes(), k.as_bytes())) {
-                Some(key) => Principal::Key { projects: Arc::new(key.projects.clone()) },
-                None => {
-                    return with_id(
-                        ApiError::new(StatusCode::UNAUTHORIZED, &request_id, "Authorization: unknown API key")
-                            .into_response(),
-                        &request_id,
-                    );
-                }
-            },
-        }
+    let principal = match state.authenticate(req.headers(), &request_id) {
+        Ok(p) => p,
+        Err(e) => return with_id(e.into_response(), &request_id),
     };
     let in_flight = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let _guard = InFlight(state.in_flight.clone());

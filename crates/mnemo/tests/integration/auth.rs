@@ -56,3 +56,35 @@ async fn oversized_bodies_get_413() {
     let (st, _) = s.post("session/info", json!({"collection_name": "c", "conversation_id": "big"})).await;
     assert_eq!(st, 404, "nothing was stored");
 }
+
+#[tokio::test]
+async fn metrics_report_requests_jobs_and_store_and_need_a_key_when_keys_exist() {
+    let s = Server::start("");
+    s.write("m", msgs(&[("user", "I live in Rome")]), json!({"message_count": 1}), "u").await;
+    eventually(10, "extraction", || async { (s.jobs().await[0]["state"] == "done").then_some(()) }).await;
+    let _ = s.post("no/such/endpoint", json!({})).await;
+    let text = reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap();
+    for line in [
+        "mnemo_http_requests_total{route=\"/api/memory/session/streaming_write\",status=\"200\"} 1",
+        "mnemo_jobs{state=\"done\"} 1",
+        "mnemo_job_attempts{outcome=\"done\"} 1",
+        "mnemo_store_rows{kind=\"messages\"} 1",
+        "mnemo_store_rows{kind=\"events\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(
+        text.contains("mnemo_http_request_duration_seconds_bucket{le=") && text.contains("route=\"unmatched\""),
+        "{text}"
+    );
+    assert!(!text.contains("no/such/endpoint"), "raw paths never become labels");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("m.yaml");
+    std::fs::write(&cfg, "server:\n  api_keys:\n    - {key: cccccccccccccccccccccccc}\n").unwrap();
+    let k = Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &[]).unwrap();
+    let url = format!("{}/metrics", k.base);
+    assert_eq!(reqwest::get(&url).await.unwrap().status(), 401);
+    let ok = reqwest::Client::new().get(&url).bearer_auth("cccccccccccccccccccccccc").send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+}

@@ -1,0 +1,128 @@
+//! `GET /metrics` in the Prometheus/OpenMetrics text format: request counts and latency
+//! histograms per route, and at scrape time the job queue by state, extraction outcomes since
+//! start, and the store's row counts and bytes. Labels use the matched route (never the raw path),
+//! so unknown paths cannot grow the series without bound.
+
+use crate::AppState;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms … ~4 s
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 15))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    jobs: Family<StateLabels, Gauge>,
+    outcomes: Family<OutcomeLabels, Gauge>,
+    rows: Family<KindLabels, Gauge>,
+    bytes: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("mnemo");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let (jobs, outcomes, rows, bytes) = (Family::default(), Family::default(), Family::default(), Gauge::default());
+        registry.register("http_requests", "HTTP requests by route and status", requests.clone());
+        registry.register("http_request_duration_seconds", "HTTP request latency by route", latency.clone());
+        registry.register(
+            "jobs",
+            "Extraction jobs in the store by state (queue depth: queued + running)",
+            jobs.clone(),
+        );
+        registry.register(
+            "job_attempts",
+            "Extraction attempts since start by outcome (done, retried, failed)",
+            outcomes.clone(),
+        );
+        registry.register("store_rows", "Rows in the store by kind", rows.clone());
+        registry.register("store_bytes", "Bytes of the store's files", bytes.clone());
+        Self { registry, requests, latency, jobs, outcomes, rows, bytes }
+    }
+}
+
+/// Records every request's route, status and latency.
+pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route =
+        req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string()).unwrap_or_else(|| "unmatched".into());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let m = &state.metrics;
+    m.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(start.elapsed().as_secs_f64());
+    m.requests.get_or_create(&RequestLabels { route, status: resp.status().as_u16() }).inc();
+    resp
+}
+
+pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = state.authenticate(&headers, "metrics") {
+        return e.into_response();
+    }
+    let svc = &state.service;
+    let m = &state.metrics;
+    if let Ok(stats) = svc.store().stats().await {
+        for st in ["queued", "running", "done", "failed"] {
+            let n = stats.jobs.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
+            m.jobs.get_or_create(&StateLabels { state: st.into() }).set(n as i64);
+        }
+        for (kind, n) in [
+            ("conversations", stats.conversations),
+            ("messages", stats.messages),
+            ("events", stats.events),
+            ("profiles", stats.profiles),
+        ] {
+            m.rows.get_or_create(&KindLabels { kind: kind.into() }).set(n as i64);
+        }
+        m.bytes.set(stats.bytes as i64);
+    }
+    let o = &svc.job_outcomes;
+    for (kind, n) in [("done", &o.done), ("retried", &o.retried), ("failed", &o.failed)] {
+        m.outcomes.get_or_create(&OutcomeLabels { outcome: kind.into() }).set(n.load(Ordering::Relaxed) as i64);
+    }
+    let mut body = String::new();
+    if encode(&mut body, &m.registry).is_err() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "encoding metrics failed").into_response();
+    }
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
+}
