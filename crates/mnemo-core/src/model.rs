@@ -614,3 +614,18 @@ pub struct StoreStats {
     /// Bytes on disk (data file and log), where the store can tell.
     pub bytes: u64,
 }
+
+/// `stats` (seed 002 §6.2): what is remembered and what is used, per day.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemoryStats {
+    /// (day `YYYY-MM-DD`, events created), newest first.
+    pub new_memories_per_day: Vec<(String, u64)>,
+    /// (day, hits counted by search and get_context), newest first.
+    pub hits_per_day: Vec<(String, u64)>,
+    /// The most-hit events: (event id, summary, hit count).
+    pub top_hit: Vec<(String, String, u64)>,
+    pub never_hit: u64,
+    pub total_events: u64,
+    /// (day, jobs created, done, failed, prompt tokens, completion tokens), newest first.
+    pub jobs_per_day: Vec<(String, u64, u64, u64, u64, u64)>,
+}

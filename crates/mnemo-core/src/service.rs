@@ -877,6 +877,21 @@ impl Service {
         Ok(results)
     }
 
+    // ------------------------------------------------------------------ stats
+
+    /// `stats`: new memories and hits per day, the most-hit events, the never-hit count, and
+    /// extraction jobs with their token cost per day — for a collection, or one user in it.
+    pub async fn memory_stats(&self, t: &Target, user_id: Option<String>, days: u32) -> CoreResult<MemoryStats> {
+        if !(1..=3650).contains(&days) {
+            return Err(CoreError::invalid("days", format!("must be an integer in 1..=3650, got {days}")));
+        }
+        if let Some(u) = &user_id {
+            check_len("user_id", u, 1, MAX_ID_CHARS)?;
+        }
+        let c = self.collection_for_read(t).await?;
+        Ok(self.store.memory_stats(c.id, user_id, days, self.now()).await?)
+    }
+
     // ------------------------------------------------------------------ privacy
 
     /// The collections a user-level call covers: one, or every collection of the project.

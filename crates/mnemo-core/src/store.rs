@@ -107,6 +107,14 @@ pub trait Store: Send + Sync + 'static {
     async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>>;
     async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()>;
 
+    /// Memory statistics of a collection (optionally one user) for the last `days` days to `now`.
+    async fn memory_stats(
+        &self,
+        collection_id: CollectionId,
+        user_id: Option<String>,
+        days: u32,
+        now: Millis,
+    ) -> StoreResult<MemoryStats>;
     /// Row counts and size, for monitoring.
     async fn stats(&self) -> StoreResult<StoreStats>;
 

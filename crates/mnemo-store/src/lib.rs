@@ -1051,8 +1051,17 @@ impl Store for SqliteStore {
                         "UPDATE events SET hit_count=hit_count+1, last_hit_at=?3 WHERE collection_id=?1 AND id=?2",
                     )
                     .map_err(backend)?;
+                let mut daily = conn
+                    .prepare_cached(
+                        "INSERT INTO hits_daily(collection_id, day, user_id, hits)
+                         SELECT ?1, ?3, COALESCE(json_extract(user_ids, '$[0]'), ''), 1 FROM events WHERE collection_id=?1 AND id=?2
+                         ON CONFLICT(collection_id, day, user_id) DO UPDATE SET hits = hits + 1",
+                    )
+                    .map_err(backend)?;
+                let day = now.div_euclid(86_400_000);
                 for id in &ids {
                     stmt.execute(params![cid, id, now]).map_err(backend)?;
+                    daily.execute(params![cid, id, day]).map_err(backend)?;
                 }
                 Ok(())
             })
@@ -1084,6 +1093,16 @@ impl Store for SqliteStore {
                 Ok(())
             })
             .await
+    }
+
+    async fn memory_stats(
+        &self,
+        cid: CollectionId,
+        user: Option<String>,
+        days: u32,
+        now: Millis,
+    ) -> StoreResult<MemoryStats> {
+        self.read(move |conn| privacy::memory_stats(conn, cid, user.as_deref(), days, now)).await
     }
 
     async fn stats(&self) -> StoreResult<StoreStats> {

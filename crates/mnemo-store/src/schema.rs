@@ -138,6 +138,16 @@ const MIGRATIONS: &[&str] = &[
     -- separated; rowid = events.rowid. Contentless: the text lives in events.memory_info.
     CREATE VIRTUAL TABLE event_fts USING fts5(terms, content='', contentless_delete=1);
     "#,
+    // v3: hits per day and user, for `stats` (seed 002 §6.2).
+    r#"
+    CREATE TABLE hits_daily(
+        collection_id INTEGER NOT NULL,
+        day INTEGER NOT NULL,              -- days since the Unix epoch (UTC)
+        user_id TEXT NOT NULL,             -- '' when the event has no user
+        hits INTEGER NOT NULL,
+        PRIMARY KEY(collection_id, day, user_id)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

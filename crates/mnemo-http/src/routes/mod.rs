@@ -6,6 +6,7 @@ mod event;
 mod job;
 mod profile;
 mod session;
+mod stats;
 mod user;
 
 use crate::{AppState, p, post_routes};
@@ -35,6 +36,7 @@ pub fn api_routes() -> Router<AppState> {
         ("/profile/delete", p(profile::delete)),
         ("/job/list", p(job::list)),
         ("/get_context", p(context::get_context)),
+        ("/stats", p(stats::stats)),
         ("/user/export", p(user::export)),
         ("/user/forget", p(user::forget)),
     ])

@@ -169,3 +169,32 @@ async fn thresholds_filters_and_hits() {
 fn chrono_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
+
+#[tokio::test]
+async fn stats_count_memories_hits_and_jobs_per_day() {
+    let s = Server::start("");
+    let a = add(&s, "u1", "User adopted a puppy named Max", json!({})).await;
+    add(&s, "u1", "User's favourite dish is mapo tofu", json!({})).await;
+    add(&s, "u2", "Another user's memory", json!({})).await;
+    s.write("st", msgs(&[("user", "I live in Rome"), ("assistant", "Nice")]), json!({"message_count": 2}), "u1").await;
+    eventually(10, "extraction", || async { (s.jobs().await[0]["state"] == "done").then_some(()) }).await;
+    for _ in 0..3 {
+        search(&s, json!({"query": "puppy", "filter": {"user_id": "u1"}, "limit": 1})).await;
+    }
+    let st = eventually(5, "hits to be counted", || async {
+        let st = s.ok("stats", json!({"collection_name": "c", "user_id": "u1"})).await;
+        (st["top_hit"][0]["hit_count"] == 3).then_some(st)
+    })
+    .await;
+    assert_eq!(st["top_hit"][0]["event_id"], a.as_str());
+    assert_eq!(st["total_events"], 3, "two added and one extracted for u1: {st}");
+    assert_eq!(st["never_hit"], 2);
+    assert_eq!(st["new_memories_per_day"][0]["count"], 3);
+    assert_eq!(st["hits_per_day"][0]["hits"], 3);
+    assert_eq!(st["jobs_per_day"][0]["jobs"], 1);
+    assert_eq!(st["jobs_per_day"][0]["done"], 1);
+    let all = s.ok("stats", json!({"collection_name": "c", "days": 7})).await;
+    assert_eq!(all["total_events"], 4, "the whole collection");
+    let (code, v) = s.post("stats", json!({"collection_name": "c", "days": 0})).await;
+    assert_eq!(code, 400, "{v}");
+}

@@ -1,0 +1,58 @@
+//! `stats` (seed 002 §6.2): what is remembered and what is used, per day.
+
+use crate::AppState;
+use crate::error::{ApiError, ApiOk, ApiResult};
+use crate::json::{ApiJson, Scoped};
+use axum::extract::State;
+use mnemo_core::service::Target;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+pub struct StatsBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub days: Option<i64>,
+}
+
+fn default_project() -> String {
+    mnemo_core::model::DEFAULT_PROJECT.to_string()
+}
+
+impl Scoped for StatsBody {
+    fn project(&self) -> &str {
+        &self.project_name
+    }
+}
+
+pub async fn stats(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<StatsBody>) -> ApiResult {
+    let rid = &ctx.request_id;
+    let days = match body.days {
+        None => 30,
+        Some(d) if (1..=3650).contains(&d) => d as u32,
+        Some(d) => return Err(ApiError::bad_request(rid, format!("days: must be an integer in 1..=3650, got {d}"))),
+    };
+    let t = Target { project: body.project_name, collection: body.collection_name.clone() };
+    let st = s.service.memory_stats(&t, body.user_id.clone(), days).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(
+        rid,
+        json!({
+            "collection_name": body.collection_name,
+            "user_id": body.user_id,
+            "days": days,
+            "total_events": st.total_events,
+            "never_hit": st.never_hit,
+            "new_memories_per_day": st.new_memories_per_day.iter().map(|(d, n)| json!({"day": d, "count": n})).collect::<Vec<_>>(),
+            "hits_per_day": st.hits_per_day.iter().map(|(d, n)| json!({"day": d, "hits": n})).collect::<Vec<_>>(),
+            "top_hit": st.top_hit.iter().map(|(id, text, n)| json!({"event_id": id, "summary": text, "hit_count": n})).collect::<Vec<_>>(),
+            "jobs_per_day": st.jobs_per_day.iter().map(|(d, n, done, failed, pt, ct)| json!({
+                "day": d, "jobs": n, "done": done, "failed": failed,
+                "token_usage": {"prompt_tokens": pt, "completion_tokens": ct}
+            })).collect::<Vec<_>>(),
+        }),
+    ))
+}
