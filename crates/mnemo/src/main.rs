@@ -8,6 +8,7 @@ mod bench_locomo;
 mod bench_scope;
 mod config;
 mod demo;
+mod selftest;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -37,10 +38,32 @@ enum Command {
     },
     /// The whole loop on a temporary embedded store: write, extract, print get_context.
     Demo,
+    /// Self-tests against a running server.
+    Selftest {
+        #[command(subcommand)]
+        which: SelftestCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SelftestCommand {
+    /// Tenant isolation: two keys for two projects; every read path tried with the other's key and ids.
+    Isolation {
+        #[arg(long, default_value = "http://127.0.0.1:8600")]
+        url: String,
+        #[arg(long)]
+        key_a: String,
+        #[arg(long, default_value = "default")]
+        project_a: String,
+        #[arg(long)]
+        key_b: String,
+        #[arg(long)]
+        project_b: String,
     },
 }
 
@@ -118,6 +141,9 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Selftest { which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b } } => {
+            rt.block_on(selftest::run(selftest::Isolation { url, key_a, project_a, key_b, project_b }))
+        }
         Command::Bench { which: BenchCommand::Crash { cycles, writers, max_cycle_ms, seed } } => {
             rt.block_on(bench_crash::run(bench_crash::CrashBench {
                 cycles: cycles.max(1),

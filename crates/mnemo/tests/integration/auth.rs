@@ -88,3 +88,32 @@ async fn metrics_report_requests_jobs_and_store_and_need_a_key_when_keys_exist()
     let ok = reqwest::Client::new().get(&url).bearer_auth("cccccccccccccccccccccccc").send().await.unwrap();
     assert_eq!(ok.status(), 200);
 }
+
+#[test]
+fn the_isolation_selftest_finds_no_leak() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("m.yaml");
+    std::fs::write(
+        &cfg,
+        "session:\n  poll_interval_ms: 50\nserver:\n  api_keys:\n    - {key: aaaaaaaaaaaaaaaaaaaaaaaa, projects: [alpha]}\n    - {key: bbbbbbbbbbbbbbbbbbbbbbbb, projects: [beta]}\n",
+    )
+    .unwrap();
+    let s = Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &[]).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["selftest", "isolation", "--url", &s.base])
+        .args([
+            "--key-a",
+            "aaaaaaaaaaaaaaaaaaaaaaaa",
+            "--project-a",
+            "alpha",
+            "--key-b",
+            "bbbbbbbbbbbbbbbbbbbbbbbb",
+            "--project-b",
+            "beta",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(", 0 leaks"), "{stdout}");
+}

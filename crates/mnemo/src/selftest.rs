@@ -1,0 +1,185 @@
+//! `mnemo selftest isolation`: tenant isolation checked against a running server. With two API
+//! keys for two projects, it plants marked memories as tenant A (two users) and tenant B, then
+//! tries every read path with the other tenant's key and ids — search, context, profiles, session
+//! info, jobs, export, stats, collection info, update/delete by id — and, inside tenant A, one
+//! user's reads against the other user's ids. Any response carrying the other side's marker, or
+//! any cross-tenant call that is not refused, is a leak. Exits non-zero on a leak.
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+
+pub struct Isolation {
+    pub url: String,
+    pub key_a: String,
+    pub project_a: String,
+    pub key_b: String,
+    pub project_b: String,
+}
+
+struct Tenant<'a> {
+    client: &'a reqwest::Client,
+    url: &'a str,
+    key: &'a str,
+    project: &'a str,
+}
+
+impl Tenant<'_> {
+    /// POSTs `body` (with this tenant's key) to `project`; returns status and raw text.
+    async fn call(&self, path: &str, project: &str, mut body: Value) -> Result<(u16, String)> {
+        body["project_name"] = json!(project);
+        let r = self
+            .client
+            .post(format!("{}/api/memory/{path}", self.url))
+            .bearer_auth(self.key)
+            .json(&body)
+            .send()
+            .await?;
+        Ok((r.status().as_u16(), r.text().await?))
+    }
+
+    async fn ok(&self, path: &str, body: Value) -> Result<Value> {
+        let (st, text) = self.call(path, self.project, body).await?;
+        if st != 200 {
+            bail!("setup call {path} failed: {st} {text}");
+        }
+        Ok(serde_json::from_str::<Value>(&text)?["data"].clone())
+    }
+}
+
+pub async fn run(cfg: Isolation) -> Result<()> {
+    let client = reqwest::Client::new();
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
+    let a = Tenant { client: &client, url: &cfg.url, key: &cfg.key_a, project: &cfg.project_a };
+    let b = Tenant { client: &client, url: &cfg.url, key: &cfg.key_b, project: &cfg.project_b };
+    let coll = format!("isolation-{nonce}");
+    let (ua1, ua2, ub) = (format!("a1-{nonce}"), format!("a2-{nonce}"), format!("b1-{nonce}"));
+    let (mark_a1, mark_a2, mark_b) = (format!("MARKA1x{nonce}"), format!("MARKA2x{nonce}"), format!("MARKBx{nonce}"));
+
+    // Plant: conversations (extracted at once), events, profiles.
+    let mut ids = Vec::new();
+    for (t, user, mark) in [(&a, &ua1, &mark_a1), (&a, &ua2, &mark_a2), (&b, &ub, &mark_b)] {
+        let conv = format!("conv-{user}");
+        t.ok("session/streaming_write", json!({"collection_name": coll, "conversation_id": conv, "metadata": {"user_id": user},
+            "messages": [{"role": "user", "content": format!("My name is {user}, codeword {mark}. I live in Oslo.")}], "extract_trigger": {"message_count": 1}})).await?;
+        t.ok(
+            "session/streaming_write",
+            json!({"collection_name": coll, "conversation_id": format!("{conv}-open"), "metadata": {"user_id": user},
+            "messages": [{"role": "user", "content": format!("pending {mark}")}]}),
+        )
+        .await?;
+        let e = t.ok("event/add", json!({"collection_name": coll, "event_type": "event_v1", "user_id": user, "memory_info": {"summary": format!("{user} secret {mark}")}})).await?;
+        let p = t
+            .ok(
+                "profile/add",
+                json!({"collection_name": coll, "user_id": format!("{user}-p"), "content": format!("profile {mark}")}),
+            )
+            .await?;
+        ids.push((
+            conv,
+            e["event_id"].as_str().unwrap_or_default().to_string(),
+            p["profile_id"].as_str().unwrap_or_default().to_string(),
+        ));
+    }
+    // Let extraction finish so events from conversations exist too.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+
+    let mut tried = 0;
+    let mut leaks: Vec<String> = Vec::new();
+    let mut check = |what: String, status: u16, text: &str, forbidden: &[&String], must_refuse: bool| {
+        tried += 1;
+        if let Some(m) = forbidden.iter().find(|m| text.contains(m.as_str())) {
+            leaks.push(format!("{what}: response contains {m}"));
+        }
+        if must_refuse && status < 400 {
+            leaks.push(format!("{what}: answered {status} instead of refusing"));
+        }
+    };
+    // Every read (and id-addressed write) of one side, as the other side.
+    let probes = |conv: &str, event: &str, profile: &str, user: &str| -> Vec<(&'static str, Value)> {
+        vec![
+            (
+                "event/search",
+                json!({"collection_name": coll, "query": "codeword secret Oslo", "filter": {"user_id": user}, "limit": 100}),
+            ),
+            ("event/search", json!({"collection_name": coll, "filter": {"user_id": user}, "limit": 100})),
+            (
+                "get_context",
+                json!({"collection_name": coll, "conversation_id": conv, "query": "codeword", "event_search_config": {"filter": {"user_id": user}}, "profile_search_config": {"filter": {"user_id": format!("{user}-p")}}}),
+            ),
+            ("get_context", json!({"collection_name": coll, "conversation_id": format!("{conv}-open")})),
+            (
+                "profile/search",
+                json!({"collection_name": coll, "filter": {"user_id": [user.to_string(), format!("{user}-p")]}}),
+            ),
+            ("session/info", json!({"collection_name": coll, "conversation_id": conv})),
+            ("session/info", json!({"collection_name": coll, "conversation_id": format!("{conv}-open")})),
+            ("job/list", json!({"collection_name": coll, "conversation_id": conv})),
+            ("user/export", json!({"collection_name": coll, "user_id": user})),
+            ("user/export", json!({"user_id": user})),
+            ("stats", json!({"collection_name": coll, "user_id": user})),
+            ("collection/info", json!({"collection_name": coll})),
+            ("collection/list", json!({})),
+            (
+                "event/update",
+                json!({"collection_name": coll, "event_id": event, "memory_info": {"summary": "overwritten"}}),
+            ),
+            ("event/delete", json!({"collection_name": coll, "event_id": event})),
+            ("profile/update", json!({"collection_name": coll, "profile_id": profile, "content": "overwritten"})),
+            ("profile/delete", json!({"collection_name": coll, "profile_id": profile})),
+            ("user/forget", json!({"collection_name": coll, "user_id": user})),
+        ]
+    };
+    let marks_a = [&mark_a1, &mark_a2];
+    // 1. Tenant B with A's project name: every call must be refused (403).
+    for (i, user) in [&ua1, &ua2].iter().enumerate() {
+        let (conv, event, profile) = &ids[i];
+        for (path, body) in probes(conv, event, profile, user) {
+            let (st, text) = b.call(path, &cfg.project_a, body).await?;
+            check(format!("B→A {path}"), st, &text, &marks_a, true);
+        }
+    }
+    // 2. Tenant B in its own project, with A's ids and users: nothing of A comes back, nothing of A changes.
+    for (i, user) in [&ua1, &ua2].iter().enumerate() {
+        let (conv, event, profile) = &ids[i];
+        for (path, body) in probes(conv, event, profile, user) {
+            let (st, text) = b.call(path, &cfg.project_b, body).await?;
+            check(format!("B(own project)→A ids {path}"), st, &text, &marks_a, false);
+        }
+    }
+    // 3. Tenant A towards B, both ways.
+    let (conv, event, profile) = &ids[2];
+    for (path, body) in probes(conv, event, profile, &ub) {
+        let (st, text) = a.call(path, &cfg.project_b, body.clone()).await?;
+        check(format!("A→B {path}"), st, &text, &[&mark_b], true);
+        let (st, text) = a.call(path, &cfg.project_a, body).await?;
+        check(format!("A(own project)→B ids {path}"), st, &text, &[&mark_b], false);
+    }
+    // 4. Inside tenant A: user a2's reads never show a1's memories (read paths only).
+    let (conv2, _, _) = &ids[1];
+    for (path, body) in probes(conv2, "evt_none", "prf_none", &ua2).into_iter().take(9) {
+        let (st, text) = a.call(path, &cfg.project_a, body).await?;
+        check(format!("a2→a1 {path}"), st, &text, &[&mark_a1], false);
+    }
+    // Everything planted is still there for its owner.
+    for (t, user, mark) in [(&a, &ua1, &mark_a1), (&a, &ua2, &mark_a2), (&b, &ub, &mark_b)] {
+        let r =
+            t.ok("event/search", json!({"collection_name": coll, "filter": {"user_id": user}, "limit": 100})).await?;
+        if !r.to_string().contains(mark.as_str()) {
+            leaks.push(format!("{user}'s own memories were changed or deleted by the other side"));
+        }
+    }
+    // Clean up the planted users.
+    for (t, user) in [(&a, &ua1), (&a, &ua2), (&b, &ub)] {
+        t.ok("user/forget", json!({"collection_name": coll, "user_id": user})).await?;
+        t.ok("user/forget", json!({"collection_name": coll, "user_id": format!("{user}-p")})).await?;
+    }
+    if leaks.is_empty() {
+        println!("isolation: {tried} cross-tenant and cross-user calls over 18 endpoints, 0 leaks");
+        Ok(())
+    } else {
+        for l in &leaks {
+            println!("LEAK {l}");
+        }
+        bail!("{} leaks in {tried} calls", leaks.len())
+    }
+}
