@@ -597,7 +597,30 @@ pub fn scored_event_json(r: &mnemo_core::service::ScoredEvent) -> Value {
     v
 }
 
+#[derive(Deserialize)]
+pub struct StatsBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub days: Option<i64>,
+}
+
+/// `user/export` and `user/forget`: one collection, or every collection of the project.
+#[derive(Deserialize)]
+pub struct UserBody {
+    #[serde(default)]
+    pub collection_name: Option<String>,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub user_id: String,
+}
+
 scoped!(
+    UserBody,
+    StatsBody,
     GetContextBody,
     CollectionRef,
     ProjectOnly,

@@ -1,33 +1,12 @@
 //! `stats` (seed 002 §6.2): what is remembered and what is used, per day.
 
 use crate::AppState;
+use crate::dto::*;
 use crate::error::{ApiError, ApiOk, ApiResult};
-use crate::json::{ApiJson, Scoped};
+use crate::json::ApiJson;
 use axum::extract::State;
 use mnemo_core::service::Target;
-use serde::Deserialize;
 use serde_json::json;
-
-#[derive(Deserialize)]
-pub struct StatsBody {
-    pub collection_name: String,
-    #[serde(default = "default_project")]
-    pub project_name: String,
-    #[serde(default)]
-    pub user_id: Option<String>,
-    #[serde(default)]
-    pub days: Option<i64>,
-}
-
-fn default_project() -> String {
-    mnemo_core::model::DEFAULT_PROJECT.to_string()
-}
-
-impl Scoped for StatsBody {
-    fn project(&self) -> &str {
-        &self.project_name
-    }
-}
 
 pub async fn stats(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<StatsBody>) -> ApiResult {
     let rid = &ctx.request_id;

@@ -4,31 +4,11 @@
 use crate::AppState;
 use crate::dto::*;
 use crate::error::{ApiError, ApiOk, ApiResult};
-use crate::json::{ApiJson, Scoped};
+use crate::json::ApiJson;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
-
-#[derive(Deserialize)]
-pub struct UserBody {
-    #[serde(default)]
-    pub collection_name: Option<String>,
-    #[serde(default = "default_project_name")]
-    pub project_name: String,
-    pub user_id: String,
-}
-
-fn default_project_name() -> String {
-    mnemo_core::model::DEFAULT_PROJECT.to_string()
-}
-
-impl Scoped for UserBody {
-    fn project(&self) -> &str {
-        &self.project_name
-    }
-}
 
 /// JSON lines: a header line, then one line per record: `{"kind", "collection_name", "record"}`.
 pub async fn export(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<UserBody>) -> Result<Response, ApiError> {
