@@ -208,6 +208,8 @@ pub struct Service {
     collections: std::sync::RwLock<std::collections::HashMap<(String, String), (Millis, Collection)>>,
     /// Extraction outcomes since start, for monitoring.
     pub job_outcomes: JobOutcomes,
+    /// Hits not yet written: (collection, event ids, when).
+    pending_hits: std::sync::Mutex<Vec<(CollectionId, Vec<String>, Millis)>>,
 }
 
 /// Counters of extraction attempts by outcome since the process started.
@@ -239,6 +241,7 @@ impl Service {
             job_queued: Notify::new(),
             collections: Default::default(),
             job_outcomes: JobOutcomes::default(),
+            pending_hits: Default::default(),
         })
     }
 
@@ -624,6 +627,24 @@ impl Service {
                 }
             }));
         }
+        // Hits: written in batches every 200 ms, and once more on shutdown.
+        let svc = self.clone();
+        let mut stop = shutdown.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                let stopping = *stop.borrow();
+                if let Err(e) = svc.flush_hits().await {
+                    tracing::warn!(error = %e, "recording hits failed");
+                }
+                if stopping {
+                    break;
+                }
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+        }));
         let svc = self.clone();
         let mut stop = shutdown;
         handles.push(tokio::spawn(async move {
@@ -802,19 +823,26 @@ impl Service {
         Ok(results)
     }
 
-    /// Counts hits in the background: a search does not wait for the write.
+    /// Queues hits for the returned events; the hits loop writes them in batches, so a search
+    /// never waits for a write.
     fn count_hits(&self, c: &Collection, results: &[ScoredEvent]) {
         if results.is_empty() {
             return;
         }
-        let store = self.store.clone();
-        let ids: Vec<String> = results.iter().map(|r| r.event.id.clone()).collect();
-        let (cid, now) = (c.id, self.now());
-        tokio::spawn(async move {
-            if let Err(e) = store.record_hits(cid, ids, now).await {
-                tracing::warn!(error = %e, "recording hits failed");
-            }
-        });
+        let now = self.now();
+        let mut pending = self.pending_hits.lock().expect("hit buffer");
+        pending.push((c.id, results.iter().map(|r| r.event.id.clone()).collect(), now));
+    }
+
+    /// Writes the queued hits. Returns how many events were counted.
+    pub async fn flush_hits(&self) -> CoreResult<usize> {
+        let batch = std::mem::take(&mut *self.pending_hits.lock().expect("hit buffer"));
+        let mut n = 0;
+        for (cid, ids, at) in batch {
+            n += ids.len();
+            self.store.record_hits(cid, ids, at).await?;
+        }
+        Ok(n)
     }
 
     /// Search within one collection, with the layered scope fallback (seed 002 §6.1).
