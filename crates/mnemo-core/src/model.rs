@@ -418,6 +418,8 @@ pub struct Event {
     pub last_hit_at: Option<Millis>,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// When a never-hit event is deleted by maintenance (temporary memories, explicit TTLs).
+    pub expires_at: Option<Millis>,
 }
 
 impl Event {
@@ -473,6 +475,7 @@ pub struct NewEvent {
     pub source_message_ids: Vec<i64>,
     /// The unit vector of `event_text(memory_info)`, from the collection's model.
     pub embedding: Option<Vec<f32>>,
+    pub expires_at: Option<Millis>,
     pub now: Millis,
 }
 
@@ -628,4 +631,16 @@ pub struct MemoryStats {
     pub total_events: u64,
     /// (day, jobs created, done, failed, prompt tokens, completion tokens), newest first.
     pub jobs_per_day: Vec<(String, u64, u64, u64, u64, u64)>,
+}
+
+/// One maintenance run over a collection.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MaintenanceRun {
+    pub collection_name: String,
+    pub trigger: String,
+    pub started_at: Millis,
+    /// Expired events that were never hit, deleted.
+    pub expired: u64,
+    /// Events not hit for the archive period, archived (kept, not searched by default).
+    pub archived: u64,
 }

@@ -43,6 +43,28 @@ pub struct ServiceConfig {
     pub retrieval: RetrievalConfig,
     /// What is removed or masked before anything is stored.
     pub redaction: Redaction,
+    pub lifecycle: LifecycleConfig,
+}
+
+/// Forgetting (seed 002 §4.2): temporary memories expire, unused ones are archived.
+#[derive(Clone, Debug)]
+pub struct LifecycleConfig {
+    /// TTL of a `temporary` event unless the write gives one.
+    pub temporary_ttl: Duration,
+    /// Events not hit for this long are archived (kept, not searched by default).
+    pub archive_after: Duration,
+    /// How often scheduled maintenance runs.
+    pub maintenance_interval: Duration,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self {
+            temporary_ttl: Duration::from_secs(7 * 86_400),
+            archive_after: Duration::from_secs(90 * 86_400),
+            maintenance_interval: Duration::from_secs(86_400),
+        }
+    }
 }
 
 /// Retrieval defaults (SPEC §4): out of the box nothing hides a memory silently — no threshold,
@@ -83,6 +105,7 @@ impl Default for ServiceConfig {
             poll_interval: Duration::from_secs(1),
             retrieval: RetrievalConfig::default(),
             redaction: Redaction::default(),
+            lifecycle: LifecycleConfig::default(),
         }
     }
 }
@@ -127,6 +150,10 @@ pub struct AddEventRequest {
     pub class: Option<String>,
     pub time: Option<Millis>,
     pub memory_info: Map<String, Value>,
+    /// Seconds until a never-hit event may be deleted; overrides the class default.
+    pub ttl_relative: Option<i64>,
+    /// The moment (ms) after which a never-hit event may be deleted; overrides the class default.
+    pub ttl_absolute: Option<Millis>,
 }
 
 pub const MAX_QUERY_CHARS: usize = 4000;
@@ -182,6 +209,8 @@ pub struct EventSearch {
     /// Overrides the configured threshold (`origin_score` below it is left out).
     pub similarity_threshold: Option<f64>,
     pub freshness_days: Option<f64>,
+    /// Also search archived events.
+    pub include_archived: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -627,6 +656,23 @@ impl Service {
                 }
             }));
         }
+        // Scheduled maintenance (default daily; the first run one interval after start).
+        let svc = self.clone();
+        let mut stop = shutdown.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(svc.config.lifecycle.maintenance_interval) => {}
+                }
+                if *stop.borrow() {
+                    break;
+                }
+                if let Err(e) = svc.maintain(None, "schedule").await {
+                    tracing::error!(error = %e, "scheduled maintenance failed");
+                }
+            }
+        }));
         // Hits: written in batches every 200 ms, and once more on shutdown.
         let svc = self.clone();
         let mut stop = shutdown.clone();
@@ -705,6 +751,24 @@ impl Service {
             check_time("time", t)?;
         }
         let now = self.now();
+        let expires_at = match (req.ttl_absolute, req.ttl_relative) {
+            (Some(_), Some(_)) => {
+                return Err(CoreError::invalid("ttl_relative", "give ttl_relative or ttl_absolute, not both"));
+            }
+            (Some(t), None) => {
+                check_time("ttl_absolute", t)?;
+                Some(t)
+            }
+            (None, Some(secs)) if (1..=315_360_000).contains(&secs) => Some(now + secs * 1000),
+            (None, Some(secs)) => {
+                return Err(CoreError::invalid(
+                    "ttl_relative",
+                    format!("must be seconds in 1..=315360000, got {secs}"),
+                ));
+            }
+            (None, None) if class == "temporary" => Some(now + self.config.lifecycle.temporary_ttl.as_millis() as i64),
+            (None, None) => None,
+        };
         let embedding = self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await?;
         Ok(self
             .store
@@ -722,6 +786,7 @@ impl Service {
                 memory_info: req.memory_info,
                 source_message_ids: vec![],
                 embedding: Some(embedding),
+                expires_at,
                 now,
             })
             .await?)
@@ -819,7 +884,11 @@ impl Service {
         }
         let c = self.collection_for_read(&req.target).await?;
         let results = self.search_in(&c, &req).await?;
-        self.count_hits(&c, &results);
+        // A hit is a recall: a query search or a context. Listing (no query) is browsing — it
+        // must not keep memories alive against expiry and archiving.
+        if req.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
+            self.count_hits(&c, &results);
+        }
         Ok(results)
     }
 
@@ -849,7 +918,7 @@ impl Service {
     async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
         let now = self.now();
         let mut filter = req.filter.clone();
-        filter.active_only = true;
+        filter.active_only = !req.include_archived;
         let freshness = req.freshness_days.or(self.config.retrieval.freshness_days);
         if let Some(days) = freshness {
             let from = now - (days * ranking::DAY_MS) as i64;
@@ -903,6 +972,33 @@ impl Service {
             }
         }
         Ok(results)
+    }
+
+    // ------------------------------------------------------------------ lifecycle
+
+    /// One maintenance pass over the given collections (all when `None`): deletes expired events
+    /// that were never hit, archives events not hit for `archive_after`. Each run is recorded.
+    pub async fn maintain(&self, project: Option<&str>, trigger: &str) -> CoreResult<Vec<MaintenanceRun>> {
+        let now = self.now();
+        let archive_before = now - self.config.lifecycle.archive_after.as_millis() as i64;
+        let collections = match project {
+            Some(p) => self.store.list_collections(p).await?,
+            None => self.store.all_collections().await?,
+        };
+        let mut runs = Vec::new();
+        for c in collections {
+            let run = self.store.run_maintenance(c.id, now, archive_before, trigger).await?;
+            if run.expired + run.archived > 0 {
+                tracing::info!(collection = %c.collection_name, expired = run.expired, archived = run.archived, "maintenance");
+            }
+            runs.push(run);
+        }
+        Ok(runs)
+    }
+
+    pub async fn maintenance_runs(&self, t: &Target, limit: u32) -> CoreResult<Vec<MaintenanceRun>> {
+        let c = self.collection_for_read(t).await?;
+        Ok(self.store.list_maintenance_runs(c.id, limit).await?)
     }
 
     // ------------------------------------------------------------------ stats
@@ -1020,6 +1116,7 @@ impl Service {
             custom_weight: 0.0,
             similarity_threshold: req.similarity_threshold,
             freshness_days: None,
+            include_archived: false,
         };
         if req.include.intra_events && conv.is_some() {
             let mut f = filter.clone();

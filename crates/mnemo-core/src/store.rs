@@ -115,6 +115,17 @@ pub trait Store: Send + Sync + 'static {
         days: u32,
         now: Millis,
     ) -> StoreResult<MemoryStats>;
+    /// Lifecycle maintenance of one collection: deletes events whose `expires_at` has passed and
+    /// that were never hit; archives active events whose last hit (or creation) is before
+    /// `archive_before`. Records the run. One transaction.
+    async fn run_maintenance(
+        &self,
+        collection_id: CollectionId,
+        now: Millis,
+        archive_before: Millis,
+        trigger: &str,
+    ) -> StoreResult<MaintenanceRun>;
+    async fn list_maintenance_runs(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<MaintenanceRun>>;
     /// Row counts and size, for monitoring.
     async fn stats(&self) -> StoreResult<StoreStats>;
 

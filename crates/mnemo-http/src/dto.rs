@@ -304,6 +304,8 @@ pub struct EventSearchBody {
     pub similarity_threshold: Option<f64>,
     #[serde(default)]
     pub freshness_days: Option<f64>,
+    #[serde(default)]
+    pub include_archived: bool,
 }
 
 #[derive(Deserialize)]
@@ -330,6 +332,10 @@ pub struct EventAddBody {
     pub scope: Option<String>,
     #[serde(default)]
     pub class: Option<String>,
+    #[serde(default)]
+    pub ttl_relative: Option<i64>,
+    #[serde(default)]
+    pub ttl_absolute: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -405,6 +411,7 @@ pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
         "last_hit_at": e.last_hit_at,
         "created_at": e.created_at,
         "updated_at": e.updated_at,
+        "expires_at": e.expires_at,
     });
     if let Some(s) = s {
         let o = v.as_object_mut().expect("object");
@@ -618,7 +625,18 @@ pub struct UserBody {
     pub user_id: String,
 }
 
+#[derive(Deserialize)]
+pub struct MaintenanceBody {
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub collection_name: Option<String>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
 scoped!(
+    MaintenanceBody,
     UserBody,
     StatsBody,
     GetContextBody,

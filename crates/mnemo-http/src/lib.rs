@@ -61,11 +61,13 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Requests in flight above which new ones get 429 instead of queueing without bound.
     pub max_in_flight: usize,
+    /// Test-only: a clock `admin/clock` may move (`testing.clock_control`); `None` in production.
+    pub clock: Option<Arc<mnemo_core::clock::OffsetClock>>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
+        Self { api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048, clock: None }
     }
 }
 
@@ -77,6 +79,7 @@ pub struct AppState {
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
     metrics: Arc<metrics::Metrics>,
+    clock: Option<Arc<mnemo_core::clock::OffsetClock>>,
 }
 
 impl AppState {
@@ -114,6 +117,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         max_in_flight: config.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),
         metrics: Arc::new(metrics::Metrics::default()),
+        clock: config.clock,
     };
     let api =
         routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));

@@ -376,8 +376,8 @@ fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
     let id = new_id("evt");
     conn.prepare_cached(
         "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
-                            class, status, time, memory_info, source_message_ids, created_at, updated_at)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14)",
+                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14,?15)",
     )
     .map_err(backend)?
     .execute(params![
@@ -394,7 +394,8 @@ fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
         e.time,
         json(&e.memory_info),
         json(&e.source_message_ids),
-        e.now
+        e.now,
+        e.expires_at
     ])
     .map_err(backend)?;
     let rowid = conn.last_insert_rowid();
@@ -860,6 +861,7 @@ impl Store for SqliteStore {
                             memory_info: e.memory_info.clone(),
                             source_message_ids: e.source_message_ids.clone(),
                             embedding: e.embedding.clone(),
+                            expires_at: None,
                             now,
                         },
                     )?);
@@ -1103,6 +1105,72 @@ impl Store for SqliteStore {
         now: Millis,
     ) -> StoreResult<MemoryStats> {
         self.read(move |conn| privacy::memory_stats(conn, cid, user.as_deref(), days, now)).await
+    }
+
+    async fn run_maintenance(
+        &self,
+        cid: CollectionId,
+        now: Millis,
+        archive_before: Millis,
+        trigger: &str,
+    ) -> StoreResult<MaintenanceRun> {
+        let trigger = trigger.to_string();
+        self.writer
+            .write(move |conn| {
+                let expired_ids: Vec<String> = {
+                    let mut stmt = conn
+                        .prepare_cached(
+                            "SELECT id FROM events WHERE collection_id=?1 AND expires_at IS NOT NULL AND expires_at <= ?2 AND hit_count = 0",
+                        )
+                        .map_err(backend)?;
+                    let rows = stmt.query_map(params![cid, now], |r| r.get(0)).map_err(backend)?;
+                    rows.collect::<Result<_, _>>().map_err(backend)?
+                };
+                let mut expired = 0;
+                for id in &expired_ids {
+                    expired += delete_event_row(conn, cid, id)? as u64;
+                }
+                let archived = conn
+                    .execute(
+                        "UPDATE events SET status='archived', updated_at=?3 WHERE collection_id=?1 AND status='active'
+                         AND COALESCE(last_hit_at, created_at) < ?2",
+                        params![cid, archive_before, now],
+                    )
+                    .map_err(backend)? as u64;
+                conn.execute(
+                    "INSERT INTO maintenance_runs(collection_id, trigger, started_at, expired, archived) VALUES (?1,?2,?3,?4,?5)",
+                    params![cid, trigger, now, expired as i64, archived as i64],
+                )
+                .map_err(backend)?;
+                let name: String =
+                    conn.query_row("SELECT collection_name FROM collections WHERE id=?1", [cid], |r| r.get(0)).map_err(backend)?;
+                Ok(MaintenanceRun { collection_name: name, trigger, started_at: now, expired, archived })
+            })
+            .await
+    }
+
+    async fn list_maintenance_runs(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<MaintenanceRun>> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare(
+                    "SELECT c.collection_name, m.trigger, m.started_at, m.expired, m.archived FROM maintenance_runs m
+                     JOIN collections c ON c.id = m.collection_id WHERE m.collection_id=?1 ORDER BY m.started_at DESC, m.id DESC LIMIT ?2",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![cid, limit], |r| {
+                    Ok(MaintenanceRun {
+                        collection_name: r.get(0)?,
+                        trigger: r.get(1)?,
+                        started_at: r.get(2)?,
+                        expired: r.get::<_, i64>(3)? as u64,
+                        archived: r.get::<_, i64>(4)? as u64,
+                    })
+                })
+                .map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
     }
 
     async fn stats(&self) -> StoreResult<StoreStats> {

@@ -148,6 +148,20 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY(collection_id, day, user_id)
     ) WITHOUT ROWID;
     "#,
+    // v4: lifecycle — expiry of temporary memories, and a record of maintenance runs.
+    r#"
+    ALTER TABLE events ADD COLUMN expires_at INTEGER;
+    CREATE INDEX events_expiry ON events(collection_id, expires_at) WHERE expires_at IS NOT NULL;
+    CREATE TABLE maintenance_runs(
+        id INTEGER PRIMARY KEY,
+        collection_id INTEGER NOT NULL,
+        trigger TEXT NOT NULL,          -- schedule | request
+        started_at INTEGER NOT NULL,
+        expired INTEGER NOT NULL,
+        archived INTEGER NOT NULL
+    );
+    CREATE INDEX maintenance_runs_collection ON maintenance_runs(collection_id, started_at);
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

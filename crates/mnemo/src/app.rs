@@ -5,7 +5,7 @@ use crate::config::Config;
 use anyhow::{Context, Result, bail};
 use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{RetrievalConfig, ServiceConfig};
-use mnemo_core::{Clock, Embedder, Extractor, Service, Store, SystemClock};
+use mnemo_core::{Clock, Embedder, Extractor, Service, Store};
 use mnemo_providers::embed::{LocalUseEmbedder, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
 use mnemo_providers::{FaultInjectingExtractor, RulesConfig, RulesExtractor};
 use mnemo_store::{Durability, SqliteOptions, SqliteStore};
@@ -134,6 +134,11 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
         workers: e.workers.max(1),
         poll_interval: Duration::from_millis(s.poll_interval_ms.clamp(10, 60_000)),
         retrieval: retrieval_config(cfg)?,
+        lifecycle: mnemo_core::service::LifecycleConfig {
+            temporary_ttl: Duration::from_secs_f64(cfg.lifecycle.temporary_ttl_days.clamp(0.0, 36_500.0) * 86_400.0),
+            archive_after: Duration::from_secs_f64(cfg.lifecycle.archive_after_days.clamp(0.0, 36_500.0) * 86_400.0),
+            maintenance_interval: Duration::from_secs(cfg.lifecycle.maintenance_interval_secs.max(1)),
+        },
         redaction: mnemo_core::redact::Redaction {
             private_tags: cfg.redaction.private_tags,
             secrets: cfg.redaction.secrets,
@@ -208,7 +213,11 @@ impl Running {
 pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
     let keys = cfg.api_keys()?;
     check_bind_security(&bind, &keys)?;
-    let service = build_service(cfg, Arc::new(SystemClock))?;
+    let clock = Arc::new(mnemo_core::clock::OffsetClock::default());
+    if cfg.testing.clock_control {
+        tracing::warn!("testing.clock_control is on: POST /api/memory/admin/clock can move this server's clock");
+    }
+    let service = build_service(cfg, clock.clone())?;
     prepare(&service).await?;
     let router = mnemo_http::router(
         service.clone(),
@@ -216,6 +225,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             api_keys: keys,
             max_body_bytes: cfg.server.max_body_bytes,
             max_in_flight: cfg.server.max_in_flight,
+            clock: cfg.testing.clock_control.then_some(clock),
         },
     );
     let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;

@@ -170,6 +170,8 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
                         class: None,
                         time: Some(base + i as i64 * 1000),
                         memory_info: info,
+                        ttl_relative: None,
+                        ttl_absolute: None,
                     })
                     .await?;
                 turn_of.insert(e.id, m.turn_id.clone());
@@ -233,6 +235,7 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
                 custom_weight: 0.0,
                 similarity_threshold: None,
                 freshness_days: None,
+                include_archived: false,
             })
             .await?;
         results[2].2.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -88,6 +88,7 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
                     memory_info: info,
                     source_message_ids: vec![],
                     embedding: Some(v),
+                    expires_at: None,
                     now: 0,
                 })
                 .await

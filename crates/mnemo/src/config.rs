@@ -19,6 +19,31 @@ pub struct Config {
     pub retrieval: RetrievalConfig,
     pub inject: InjectConfig,
     pub redaction: RedactionConfig,
+    pub lifecycle: LifecycleConfig,
+    pub testing: TestingConfig,
+}
+
+/// Forgetting: temporary memories expire, unused ones are archived (seed 002 §4.2).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LifecycleConfig {
+    pub temporary_ttl_days: f64,
+    pub archive_after_days: f64,
+    pub maintenance_interval_secs: u64,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self { temporary_ttl_days: 7.0, archive_after_days: 90.0, maintenance_interval_secs: 86_400 }
+    }
+}
+
+/// For tests only; never on in production.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestingConfig {
+    /// Expose `POST /api/memory/admin/clock` to move the server's clock forward.
+    pub clock_control: bool,
 }
 
 /// What is removed or masked before anything is stored (messages, events, profiles, metadata).

@@ -26,6 +26,7 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
             custom_weight: check_custom_weight(body.custom_weight)?,
             similarity_threshold: body.similarity_threshold,
             freshness_days: body.freshness_days,
+            include_archived: body.include_archived,
             decay,
             filter: body.filter.into_filter()?,
         })
@@ -54,6 +55,8 @@ pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Event
             class: body.class,
             time: body.time,
             memory_info: body.memory_info,
+            ttl_relative: body.ttl_relative,
+            ttl_absolute: body.ttl_absolute,
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;

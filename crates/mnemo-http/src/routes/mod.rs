@@ -4,6 +4,7 @@ mod collection;
 mod context;
 mod event;
 mod job;
+mod maintenance;
 mod profile;
 mod session;
 mod stats;
@@ -37,6 +38,9 @@ pub fn api_routes() -> Router<AppState> {
         ("/job/list", p(job::list)),
         ("/get_context", p(context::get_context)),
         ("/stats", p(stats::stats)),
+        ("/maintenance/run", p(maintenance::run)),
+        ("/maintenance/list", p(maintenance::list)),
+        ("/admin/clock", p(maintenance::advance_clock)),
         ("/user/export", p(user::export)),
         ("/user/forget", p(user::forget)),
     ])

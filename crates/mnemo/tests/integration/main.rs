@@ -10,6 +10,7 @@ mod crash;
 mod crud;
 mod extraction;
 mod hostile;
+mod lifecycle;
 mod privacy;
 mod retrieval;
 mod write_path;
