@@ -304,6 +304,7 @@ mod tests {
                 last_hit_at: None,
                 created_at: t,
                 updated_at: t,
+                expires_at: None,
             },
             scores: Scores::default(),
             layer: None,

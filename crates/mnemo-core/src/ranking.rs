@@ -125,6 +125,7 @@ mod tests {
             last_hit_at: None,
             created_at: 0,
             updated_at: 0,
+            expires_at: None,
         }
     }
 

@@ -167,6 +167,7 @@ async fn event_filters_and_batch_delete() {
         memory_info: json!({"summary": format!("{user} {ty} {time}")}).as_object().unwrap().clone(),
         source_message_ids: vec![],
         embedding: None,
+        expires_at: None,
         now: time,
     };
     for (u, ty, t) in [("a", "event_v1", 1), ("a", "event_v1", 3), ("b", "event_v1", 2), ("a", "x", 4)] {
@@ -247,6 +248,7 @@ async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace()
                 memory_info: json!({"summary": t}).as_object().unwrap().clone(),
                 source_message_ids: vec![],
                 embedding: Some(v),
+                expires_at: None,
                 now: 0,
             })
             .await
