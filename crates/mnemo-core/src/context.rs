@@ -23,6 +23,8 @@ pub enum Locale {
 #[derive(Clone, Debug, Default)]
 pub struct Candidates {
     pub profiles: Vec<Profile>,
+    /// The latest daily digest, for a conversation that has no turns yet.
+    pub recap: Option<ScoredEvent>,
     /// Oldest first, as stored.
     pub short_term: Vec<StoredMessage>,
     /// Best first.
@@ -44,6 +46,7 @@ pub struct Assembled {
 struct Labels {
     header: &'static str,
     profile: &'static str,
+    recap: &'static str,
     recent: &'static str,
     events: &'static str,
     intra: &'static str,
@@ -55,6 +58,7 @@ struct Labels {
 const ZH: Labels = Labels {
     header: "以下是需优先参考的用户记忆，按优先级排序：",
     profile: "用户画像",
+    recap: "上次对话回顾",
     recent: "最近对话内容",
     events: "事件记忆",
     intra: "本次对话的事件记忆",
@@ -66,6 +70,7 @@ const ZH: Labels = Labels {
 const EN: Labels = Labels {
     header: "The following user memories should be consulted first, in priority order:",
     profile: "User profile",
+    recap: "Last time",
     recent: "Recent conversation",
     events: "Event memories",
     intra: "Events from this conversation",
@@ -183,9 +188,20 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     let mut cross: Vec<String> = Vec::new();
     let mut included = Candidates::default();
     let mut dropped = 0usize;
-    let build = |p: &[String], r: &[String], i: &[String], x: &[String]| {
+    // The recap (a new conversation's opening) sits between the profile and the turns.
+    let mut recap: Vec<String> = Vec::new();
+    let build = |rc: &[String], p: &[String], r: &[String], i: &[String], x: &[String]| {
         let recent: Vec<String> = r.iter().rev().cloned().collect();
-        render(&[(l.profile, p.to_vec()), (l.recent, recent), (intra_title, i.to_vec()), (cross_title, x.to_vec())], l)
+        render(
+            &[
+                (l.profile, p.to_vec()),
+                (l.recap, rc.to_vec()),
+                (l.recent, recent),
+                (intra_title, i.to_vec()),
+                (cross_title, x.to_vec()),
+            ],
+            l,
+        )
     };
     let fits = |s: &str| TokenCounter::count(s) <= max_tokens;
 
@@ -194,7 +210,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
         let mut any = false;
         for line in lines {
             profile.push(line);
-            if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+            if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
                 any = true;
             } else {
                 profile.pop();
@@ -205,6 +221,15 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
             included.profiles.push(p.clone());
         }
     }
+    if let Some(r) = &c.recap {
+        recap.push(event_line(r, l));
+        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+            included.recap = Some(r.clone());
+        } else {
+            recap.clear();
+            dropped += 1;
+        }
+    }
     let mut short_full = false;
     for (i, m) in c.short_term.iter().rev().enumerate() {
         if short_full {
@@ -212,20 +237,20 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
             continue;
         }
         recent_rev.push(message_line(m));
-        if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
             included.short_term.push(m.clone());
             continue;
         }
         recent_rev.pop();
         // The newest turn alone is too long: keep its beginning rather than lose it entirely.
         if i == 0 {
-            let base = TokenCounter::count(&build(&profile, &recent_rev, &intra, &cross));
+            let base = TokenCounter::count(&build(&recap, &profile, &recent_rev, &intra, &cross));
             let room = max_tokens.saturating_sub(base + 24);
             if room > 16 {
                 let mut cut = m.clone();
                 cut.content = format!("{}…", TokenCounter::truncate(&m.content, room));
                 recent_rev.push(message_line(&cut));
-                if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+                if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
                     included.short_term.push(cut);
                     short_full = true;
                     continue;
@@ -240,7 +265,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     included.short_term.reverse();
     for e in &c.intra_events {
         intra.push(event_line(e, l));
-        if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
             included.intra_events.push(e.clone());
         } else {
             intra.pop();
@@ -249,14 +274,14 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     }
     for e in &c.cross_events {
         cross.push(event_line(e, l));
-        if fits(&build(&profile, &recent_rev, &intra, &cross)) {
+        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
             included.cross_events.push(e.clone());
         } else {
             cross.pop();
             dropped += 1;
         }
     }
-    let context_str = build(&profile, &recent_rev, &intra, &cross);
+    let context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
     let token_count = TokenCounter::count(&context_str);
     debug_assert!(token_count <= max_tokens);
     Assembled { context_str, token_count, included, dropped }
@@ -328,6 +353,7 @@ mod tests {
     fn seed() -> Candidates {
         Candidates {
             profiles: vec![profile()],
+            recap: None,
             short_term: vec![
                 msg(1, Role::User, "我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？"),
                 msg(

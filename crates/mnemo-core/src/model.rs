@@ -10,6 +10,8 @@ pub type CollectionId = i64;
 pub const DEFAULT_PROJECT: &str = "default";
 pub const EVENT_V1: &str = "event_v1";
 pub const PROFILE_V1: &str = "profile_v1";
+/// System memory type of the per-user daily digest written by maintenance.
+pub const DAILY_DIGEST: &str = "daily_digest";
 
 /// A new id: a prefix and a time-ordered UUIDv7, e.g. `evt_0193…`.
 pub fn new_id(prefix: &str) -> String {
@@ -643,4 +645,10 @@ pub struct MaintenanceRun {
     pub expired: u64,
     /// Events not hit for the archive period, archived (kept, not searched by default).
     pub archived: u64,
+    /// `process` events folded into summaries (the originals are replaced).
+    #[serde(default)]
+    pub folded: u64,
+    /// Daily digests written.
+    #[serde(default)]
+    pub digests: u64,
 }

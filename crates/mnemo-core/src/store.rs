@@ -125,6 +125,15 @@ pub trait Store: Send + Sync + 'static {
         archive_before: Millis,
         trigger: &str,
     ) -> StoreResult<MaintenanceRun>;
+    /// Replaces events by one new event (folding), in one transaction.
+    async fn replace_events(
+        &self,
+        collection_id: CollectionId,
+        delete: Vec<String>,
+        new: NewEvent,
+    ) -> StoreResult<Event>;
+    /// Records fold and digest counts on the newest maintenance run of the collection.
+    async fn note_maintenance(&self, collection_id: CollectionId, folded: u64, digests: u64) -> StoreResult<()>;
     async fn list_maintenance_runs(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<MaintenanceRun>>;
     /// Row counts and size, for monitoring.
     async fn stats(&self) -> StoreResult<StoreStats>;

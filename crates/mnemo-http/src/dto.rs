@@ -549,6 +549,8 @@ pub struct IncludeDto {
     pub intra_events: bool,
     #[serde(default = "yes")]
     pub cross_events: bool,
+    #[serde(default = "yes")]
+    pub recap: bool,
 }
 
 fn yes() -> bool {

@@ -1144,7 +1144,33 @@ impl Store for SqliteStore {
                 .map_err(backend)?;
                 let name: String =
                     conn.query_row("SELECT collection_name FROM collections WHERE id=?1", [cid], |r| r.get(0)).map_err(backend)?;
-                Ok(MaintenanceRun { collection_name: name, trigger, started_at: now, expired, archived })
+                Ok(MaintenanceRun { collection_name: name, trigger, started_at: now, expired, archived, folded: 0, digests: 0 })
+            })
+            .await
+    }
+
+    async fn replace_events(&self, cid: CollectionId, delete: Vec<String>, new: NewEvent) -> StoreResult<Event> {
+        self.writer
+            .write(move |conn| {
+                for id in &delete {
+                    delete_event_row(conn, cid, id)?;
+                }
+                let id = insert_event_row(conn, &new)?;
+                event_by_id(conn, cid, &id)?.ok_or_else(|| backend("inserted event vanished"))
+            })
+            .await
+    }
+
+    async fn note_maintenance(&self, cid: CollectionId, folded: u64, digests: u64) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE maintenance_runs SET folded=folded+?2, digests=digests+?3
+                     WHERE id=(SELECT id FROM maintenance_runs WHERE collection_id=?1 ORDER BY id DESC LIMIT 1)",
+                    params![cid, folded as i64, digests as i64],
+                )
+                .map_err(backend)?;
+                Ok(())
             })
             .await
     }
@@ -1153,7 +1179,7 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare(
-                    "SELECT c.collection_name, m.trigger, m.started_at, m.expired, m.archived FROM maintenance_runs m
+                    "SELECT c.collection_name, m.trigger, m.started_at, m.expired, m.archived, m.folded, m.digests FROM maintenance_runs m
                      JOIN collections c ON c.id = m.collection_id WHERE m.collection_id=?1 ORDER BY m.started_at DESC, m.id DESC LIMIT ?2",
                 )
                 .map_err(backend)?;
@@ -1165,6 +1191,8 @@ impl Store for SqliteStore {
                         started_at: r.get(2)?,
                         expired: r.get::<_, i64>(3)? as u64,
                         archived: r.get::<_, i64>(4)? as u64,
+                        folded: r.get::<_, i64>(5)? as u64,
+                        digests: r.get::<_, i64>(6)? as u64,
                     })
                 })
                 .map_err(backend)?;

@@ -162,6 +162,11 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX maintenance_runs_collection ON maintenance_runs(collection_id, started_at);
     "#,
+    // v5: folding and digests are counted per maintenance run.
+    r#"
+    ALTER TABLE maintenance_runs ADD COLUMN folded INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE maintenance_runs ADD COLUMN digests INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -138,6 +138,10 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
             temporary_ttl: Duration::from_secs_f64(cfg.lifecycle.temporary_ttl_days.clamp(0.0, 36_500.0) * 86_400.0),
             archive_after: Duration::from_secs_f64(cfg.lifecycle.archive_after_days.clamp(0.0, 36_500.0) * 86_400.0),
             maintenance_interval: Duration::from_secs(cfg.lifecycle.maintenance_interval_secs.max(1)),
+            fold_process_after: Duration::from_secs_f64(
+                cfg.lifecycle.fold_process_after_days.clamp(0.0, 36_500.0) * 86_400.0,
+            ),
+            daily_digest: cfg.lifecycle.daily_digest,
         },
         redaction: mnemo_core::redact::Redaction {
             private_tags: cfg.redaction.private_tags,

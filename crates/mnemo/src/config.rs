@@ -30,11 +30,21 @@ pub struct LifecycleConfig {
     pub temporary_ttl_days: f64,
     pub archive_after_days: f64,
     pub maintenance_interval_secs: u64,
+    /// `process` events older than this are folded per user and day into one summary.
+    pub fold_process_after_days: f64,
+    /// Write a daily digest per user (and open new conversations with the latest one).
+    pub daily_digest: bool,
 }
 
 impl Default for LifecycleConfig {
     fn default() -> Self {
-        Self { temporary_ttl_days: 7.0, archive_after_days: 90.0, maintenance_interval_secs: 86_400 }
+        Self {
+            temporary_ttl_days: 7.0,
+            archive_after_days: 90.0,
+            maintenance_interval_secs: 86_400,
+            fold_process_after_days: 1.0,
+            daily_digest: true,
+        }
     }
 }
 

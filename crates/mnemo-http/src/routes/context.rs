@@ -50,6 +50,7 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
             short_term: i.short_term,
             intra_events: i.intra_events,
             cross_events: i.cross_events,
+            recap: i.recap,
         });
         Ok(ContextRequest {
             target: Target { project: body.project_name, collection: body.collection_name },
@@ -82,6 +83,7 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
             "dropped_items": a.dropped,
             "context_parts": {
                 "profiles": a.included.profiles.iter().map(profile_json).collect::<Vec<_>>(),
+                "recap": a.included.recap.as_ref().map(scored_event_json),
                 "short_term_memory": a.included.short_term.iter().map(message_short_json).collect::<Vec<_>>(),
                 "intra_conversation_events": a.included.intra_events.iter().map(scored_event_json).collect::<Vec<_>>(),
                 "cross_conversation_events": a.included.cross_events.iter().map(scored_event_json).collect::<Vec<_>>(),

@@ -106,3 +106,45 @@ async fn the_clock_cannot_be_moved_unless_enabled_and_ttls_are_checked() {
         .await;
     assert_eq!(st, 400);
 }
+
+#[tokio::test]
+async fn process_notes_fold_daily_digests_open_new_conversations() {
+    let s = Server::start("testing:\n  clock_control: true\nlifecycle:\n  maintenance_interval_secs: 3600\n");
+    for note in ["tried restarting the build agent", "cleared the npm cache", "pinned node to version 20"] {
+        add(&s, note, json!({"class": "process"})).await;
+    }
+    let decision = add(&s, "decided to run CI on node 20 from now on", json!({})).await;
+    // Two days later the day is finished: its process notes fold, and the user gets a digest.
+    s.ok("admin/clock", json!({"advance_ms": 2 * DAY})).await;
+    let run = s.ok("maintenance/run", json!({})).await;
+    assert_eq!((run["runs"][0]["folded"].clone(), run["runs"][0]["digests"].clone()), (json!(3), json!(1)), "{run}");
+    let all = s.ok("event/search", json!({"collection_name": "c", "filter": {"user_id": "u"}, "limit": 100})).await;
+    let list = all["result_list"].as_array().unwrap();
+    let summaries: Vec<&str> = list.iter().map(|e| e["memory_info"]["summary"].as_str().unwrap()).collect();
+    assert_eq!(list.len(), 3, "fold + decision + digest: {summaries:#?}");
+    let folded = list.iter().find(|e| e["memory_info"]["summary"].as_str().unwrap().contains("process notes")).unwrap();
+    assert!(
+        folded["memory_info"]["summary"].as_str().unwrap().contains("cleared the npm cache; pinned node to version 20")
+    );
+    assert_eq!(folded["class"], "conclusion");
+    assert!(list.iter().any(|e| e["id"] == decision.as_str()));
+    let digest = list.iter().find(|e| e["memory_type"] == "daily_digest").unwrap();
+    assert!(digest["memory_info"]["summary"].as_str().unwrap().contains("decided to run CI on node 20"), "{digest}");
+    // No second digest for the same day.
+    let run = s.ok("maintenance/run", json!({})).await;
+    assert_eq!(run["runs"][0]["digests"], 0);
+
+    // A new conversation opens with the latest digest ("what we discussed last time").
+    let d = s.ok("get_context", json!({"collection_name": "c", "conversation_id": "monday", "locale": "en", "event_search_config": {"filter": {"user_id": "u"}}})).await;
+    let c = d["context_str"].as_str().unwrap();
+    assert!(c.contains("1. Last time\n- [created]") && c.contains("decided to run CI on node 20"), "{c}");
+    assert_eq!(d["context_parts"]["recap"]["memory_type"], "daily_digest");
+    let d = s
+        .ok("get_context", json!({"collection_name": "c", "conversation_id": "monday", "include": {"recap": false}, "event_search_config": {"filter": {"user_id": "u"}}}))
+        .await;
+    assert_eq!(d["context_str"], "", "switchable");
+    // Once the conversation has turns, no recap.
+    s.write("monday", msgs(&[("user", "hi again")]), json!({}), "u").await;
+    let d = s.ok("get_context", json!({"collection_name": "c", "conversation_id": "monday", "locale": "en"})).await;
+    assert!(!d["context_str"].as_str().unwrap().contains("Last time"));
+}
