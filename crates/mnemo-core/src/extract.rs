@@ -28,6 +28,9 @@ pub struct ExtractedEvent {
     pub source_message_ids: Vec<i64>,
     /// Filled by the service before storing (extractors leave it empty).
     pub embedding: Option<Vec<f32>>,
+    /// Filled by the service from the event type (extractors leave them empty).
+    pub class: Option<String>,
+    pub expires_at: Option<Millis>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -142,6 +142,10 @@ pub struct EventTypeDef {
     /// A numeric field whose value (clamped to [0,1]) is the importance instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_field: Option<String>,
+    /// The class of events of this type unless a write says otherwise: `temporary`,
+    /// `conclusion` (the default) or `process`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_class: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -167,6 +171,9 @@ pub struct ProfileTypeDef {
 pub struct CollectionSchema {
     pub event_types: Vec<EventTypeDef>,
     pub profile_types: Vec<ProfileTypeDef>,
+    /// TTL of `temporary` events in this collection (days); the server default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary_ttl_days: Option<f64>,
 }
 
 impl CollectionSchema {
@@ -183,6 +190,7 @@ impl CollectionSchema {
             }],
             weight: None,
             weight_field: None,
+            default_class: None,
         }
     }
 
@@ -218,7 +226,7 @@ impl CollectionSchema {
         if !profile_types.iter().any(|t| t.name == PROFILE_V1) {
             profile_types.insert(0, Self::builtin_profile_v1());
         }
-        Self { event_types, profile_types }
+        Self { event_types, profile_types, temporary_ttl_days: None }
     }
 
     pub fn event_type(&self, name: &str) -> Option<&EventTypeDef> {

@@ -336,6 +336,18 @@ impl Service {
         v.pop().ok_or_else(|| CoreError::Internal("the embedder returned no vector".into()))
     }
 
+    /// When an event of `class` expires unless hit: `temporary` events after the collection's
+    /// `temporary_ttl_days`, else the server's `lifecycle.temporary_ttl_days`; others never.
+    fn default_expiry(&self, schema: &CollectionSchema, class: Option<&str>, now: Millis) -> Option<Millis> {
+        (class == Some("temporary")).then(|| {
+            let ttl = schema
+                .temporary_ttl_days
+                .map(|d| (d * ranking::DAY_MS) as i64)
+                .unwrap_or(self.config.lifecycle.temporary_ttl.as_millis() as i64);
+            now + ttl
+        })
+    }
+
     fn new_collection(&self, t: &Target, description: String, schema: CollectionSchema) -> NewCollection {
         NewCollection {
             project_name: t.project.clone(),
@@ -410,10 +422,20 @@ impl Service {
         description: String,
         event_types: Vec<EventTypeDef>,
         profile_types: Vec<ProfileTypeDef>,
+        temporary_ttl_days: Option<f64>,
     ) -> CoreResult<Collection> {
         validate_names(t)?;
         validate_schema(&event_types, &profile_types)?;
-        let schema = CollectionSchema::with_builtins(event_types, profile_types);
+        if let Some(d) = temporary_ttl_days
+            && !(d > 0.0 && d <= 36_500.0)
+        {
+            return Err(CoreError::invalid(
+                "temporary_ttl_days",
+                format!("must be a number of days in (0,36500], got {d}"),
+            ));
+        }
+        let mut schema = CollectionSchema::with_builtins(event_types, profile_types);
+        schema.temporary_ttl_days = temporary_ttl_days;
         Ok(self.store.create_collection(self.new_collection(t, description, schema)).await?)
     }
 
@@ -578,6 +600,10 @@ impl Service {
                 // Embed before the store transaction: a failed embedding retries the job.
                 let mut failed = None;
                 for e in output.events.iter_mut() {
+                    let class =
+                        claimed.collection.schema.event_type(&e.memory_type).and_then(|t| t.default_class.clone());
+                    e.expires_at = self.default_expiry(&claimed.collection.schema, class.as_deref(), now);
+                    e.class = class;
                     match self.embedder.embed(&[event_text(&e.memory_info)], EmbedKind::Document).await {
                         Ok(mut v) => e.embedding = v.pop(),
                         Err(err) => {
@@ -754,7 +780,7 @@ impl Service {
         for v in req.memory_info.values_mut() {
             self.config.redaction.apply_json(v);
         }
-        let class = validate_class(req.class)?;
+        let class = validate_class(req.class.clone().or_else(|| def.default_class.clone()))?;
         if let Some(t) = req.time {
             check_time("time", t)?;
         }
@@ -774,8 +800,7 @@ impl Service {
                     format!("must be seconds in 1..=315360000, got {secs}"),
                 ));
             }
-            (None, None) if class == "temporary" => Some(now + self.config.lifecycle.temporary_ttl.as_millis() as i64),
-            (None, None) => None,
+            (None, None) => self.default_expiry(&c.schema, Some(&class), now),
         };
         let embedding = self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await?;
         Ok(self
@@ -1443,6 +1468,14 @@ fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> Core
         if t.fields.is_empty() {
             return Err(CoreError::invalid(format!("event_types[{i}].fields"), "must list at least one field"));
         }
+        if let Some(c) = &t.default_class
+            && !EVENT_CLASSES.contains(&c.as_str())
+        {
+            return Err(CoreError::invalid(
+                format!("event_types[{i}].default_class"),
+                format!("must be one of {EVENT_CLASSES:?}, got {c:?}"),
+            ));
+        }
         if let Some(w) = t.weight
             && !(0.0..=1.0).contains(&w)
         {
@@ -1575,6 +1608,7 @@ mod tests {
             ],
             weight: None,
             weight_field: Some("score".into()),
+            default_class: None,
         };
         assert!(
             validate_memory_info(&def, json!({"rating": "good", "score": 7}).as_object().unwrap(), "m", true).is_ok()

@@ -89,6 +89,8 @@ pub struct CollectionCreate {
     pub event_types: Vec<EventTypeDef>,
     #[serde(default)]
     pub profile_types: Vec<ProfileTypeDef>,
+    #[serde(default)]
+    pub temporary_ttl_days: Option<f64>,
 }
 
 pub fn collection_json(c: &Collection) -> Value {
@@ -98,6 +100,7 @@ pub fn collection_json(c: &Collection) -> Value {
         "description": c.description,
         "event_types": c.schema.event_types,
         "profile_types": c.schema.profile_types,
+        "temporary_ttl_days": c.schema.temporary_ttl_days,
         "created_at": c.created_at,
     })
 }

@@ -124,11 +124,17 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
     Router::new()
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(metrics::scrape))
+        .route("/", get(dashboard))
         .nest("/api/memory", api)
         .fallback(not_found_plain)
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
         .with_state(state)
+}
+
+/// The dashboard: one self-contained page compiled into the binary (no separate build step).
+async fn dashboard() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("dashboard/index.html"))
 }
 
 fn new_request_id() -> String {

@@ -77,6 +77,8 @@ impl RulesExtractor {
                     time: c[0].time,
                     source_message_ids: c.iter().map(|m| m.message_id).collect(),
                     embedding: None,
+                    class: None,
+                    expires_at: None,
                 })
             })
             .collect();

@@ -114,6 +114,8 @@ async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile() {
             time: 10,
             source_message_ids: vec![job.messages[0].message_id],
             embedding: None,
+            class: None,
+            expires_at: None,
         }],
         profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
         ..Default::default()

@@ -38,6 +38,23 @@ enum Command {
     },
     /// The whole loop on a temporary embedded store: write, extract, print get_context.
     Demo,
+    /// Everything stored about a user, as JSON lines, from a running server (`user/export`).
+    Export {
+        #[arg(long)]
+        user: String,
+        /// One collection; default: every collection of the project.
+        #[arg(long)]
+        collection: Option<String>,
+        #[arg(long, default_value = "default")]
+        project: String,
+        #[arg(long, default_value = "http://127.0.0.1:8600")]
+        url: String,
+        #[arg(long, env = "MNEMO_API_KEY")]
+        key: Option<String>,
+        /// Write to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Self-tests against a running server.
     Selftest {
         #[command(subcommand)]
@@ -141,6 +158,9 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Export { user, collection, project, url, key, output } => {
+            rt.block_on(export(url, key, project, collection, user, output))
+        }
         Command::Selftest { which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b } } => {
             rt.block_on(selftest::run(selftest::Isolation { url, key_a, project_a, key_b, project_b }))
         }
@@ -167,4 +187,39 @@ fn main() -> Result<()> {
                 cfg,
             )),
     }
+}
+
+/// `mnemo export`: the JSON lines of `user/export`, to a file or standard output.
+async fn export(
+    url: String,
+    key: Option<String>,
+    project: String,
+    collection: Option<String>,
+    user: String,
+    output: Option<PathBuf>,
+) -> Result<()> {
+    let mut body = serde_json::json!({"project_name": project, "user_id": user});
+    if let Some(c) = collection {
+        body["collection_name"] = serde_json::json!(c);
+    }
+    let mut req =
+        reqwest::Client::new().post(format!("{}/api/memory/user/export", url.trim_end_matches('/'))).json(&body);
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let resp = req.send().await?;
+    let status = resp.status();
+    let text = resp.text().await?;
+    if !status.is_success() {
+        anyhow::bail!("export failed ({status}): {text}");
+    }
+    let records = text.lines().count().saturating_sub(1);
+    match output {
+        Some(path) => {
+            std::fs::write(&path, &text)?;
+            eprintln!("exported {records} records to {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
 }

@@ -148,3 +148,36 @@ async fn process_notes_fold_daily_digests_open_new_conversations() {
     let d = s.ok("get_context", json!({"collection_name": "c", "conversation_id": "monday", "locale": "en"})).await;
     assert!(!d["context_str"].as_str().unwrap().contains("Last time"));
 }
+
+#[tokio::test]
+async fn event_types_set_the_class_collections_set_the_temporary_ttl_and_export_runs_from_the_cli() {
+    let s = Server::start("");
+    s.ok(
+        "collection/create",
+        json!({"collection_name": "c", "temporary_ttl_days": 2,
+               "event_types": [{"name": "scratch", "default_class": "temporary", "fields": [{"name": "summary", "type": "string", "required": true}]}]}),
+    )
+    .await;
+    let e = s.ok("event/add", json!({"collection_name": "c", "event_type": "scratch", "user_id": "u", "memory_info": {"summary": "scratch note"}})).await;
+    let ev = &e["event"];
+    assert_eq!(ev["class"], "temporary", "the type's default class");
+    let ttl = ev["expires_at"].as_i64().unwrap() - ev["created_at"].as_i64().unwrap();
+    assert!((ttl - 2 * DAY).abs() < 5_000, "the collection's temporary TTL: {ttl}");
+    let e = s.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "a decision"}})).await;
+    assert_eq!((e["event"]["class"].clone(), e["event"]["expires_at"].clone()), (json!("conclusion"), Value::Null));
+    let (st, v) = s.post("collection/create", json!({"collection_name": "d", "event_types": [{"name": "t", "default_class": "forever", "fields": [{"name": "f", "type": "string"}]}]})).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("event_types[0].default_class:"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("u.jsonl");
+    let out = std::process::Command::new(BIN)
+        .args(["export", "--user", "u", "--collection", "c", "--url", &s.base, "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 3, "a header and two events:\n{text}");
+    assert!(text.contains("scratch note") && text.contains("a decision"));
+}
