@@ -640,7 +640,16 @@ pub struct MaintenanceBody {
     pub limit: Option<i64>,
 }
 
+/// Test-only clock control (`testing.clock_control`).
+#[derive(Deserialize)]
+pub struct ClockBody {
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub advance_ms: i64,
+}
+
 scoped!(
+    ClockBody,
     MaintenanceBody,
     UserBody,
     StatsBody,

@@ -8,7 +8,6 @@ use crate::json::ApiJson;
 use axum::extract::State;
 use axum::http::StatusCode;
 use mnemo_core::service::Target;
-use serde::Deserialize;
 use serde_json::json;
 
 pub async fn run(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<MaintenanceBody>) -> ApiResult {
@@ -31,23 +30,6 @@ pub async fn list(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Main
     let t = Target { project: body.project_name, collection };
     let runs = s.service.maintenance_runs(&t, limit).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, json!({"runs": runs, "count": runs.len()})))
-}
-
-#[derive(Deserialize)]
-pub struct ClockBody {
-    #[serde(default = "default_project_for_clock")]
-    pub project_name: String,
-    pub advance_ms: i64,
-}
-
-fn default_project_for_clock() -> String {
-    mnemo_core::model::DEFAULT_PROJECT.to_string()
-}
-
-impl crate::json::Scoped for ClockBody {
-    fn project(&self) -> &str {
-        &self.project_name
-    }
 }
 
 /// Moves the server's clock forward — only when `testing.clock_control` is on (never by default),
