@@ -707,6 +707,25 @@ impl Service {
                 }
             }
         }));
+        // Re-index: events stored without a vector (provider down) are embedded when it is back.
+        let svc = self.clone();
+        let mut stop = shutdown.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(svc.config.poll_interval.max(Duration::from_secs(1)) * 5) => {}
+                }
+                if *stop.borrow() {
+                    break;
+                }
+                match svc.reindex_missing().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(events = n, "embedded events stored without a vector"),
+                    Err(e) => tracing::debug!(error = %e, "re-index postponed"),
+                }
+            }
+        }));
         // Hits: written in batches every 200 ms, and once more on shutdown.
         let svc = self.clone();
         let mut stop = shutdown.clone();
@@ -802,7 +821,15 @@ impl Service {
             }
             (None, None) => self.default_expiry(&c.schema, Some(&class), now),
         };
-        let embedding = self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await?;
+        // A failing embedding provider must not lose the write: the event is stored without a
+        // vector (full text still finds it) and the re-index loop embeds it once the provider is back.
+        let embedding = match self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "storing an event without a vector; it is embedded when the provider recovers");
+                None
+            }
+        };
         Ok(self
             .store
             .insert_event(NewEvent {
@@ -818,7 +845,7 @@ impl Service {
                 time: req.time.unwrap_or(now),
                 memory_info: req.memory_info,
                 source_message_ids: vec![],
-                embedding: Some(embedding),
+                embedding,
                 expires_at,
                 now,
             })
@@ -968,7 +995,14 @@ impl Service {
                 })
                 .collect());
         };
-        let qv = self.embed_one(query, EmbedKind::Query).await?;
+        // Without the embedding provider, search degrades to full text instead of failing.
+        let qv = match self.embed_one(query, EmbedKind::Query).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "query embedding failed; searching full text only");
+                None
+            }
+        };
         let terms = crate::text::search_tokens(query);
         let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
         let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
@@ -988,7 +1022,7 @@ impl Service {
             out
         };
         let k = (req.limit as usize * 3).max(50);
-        let cq = CandidateQuery { vector: Some(qv), terms, k };
+        let cq = CandidateQuery { vector: qv, terms, k };
         let mut results = ranked(self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?, None);
         // Layers: a search in a scope other than global falls back to global when it is short.
         let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);

@@ -20,12 +20,49 @@ pub struct OpenAiEmbedder {
     config: OpenAiEmbedderConfig,
     id: String,
     client: reqwest::Client,
+    breaker: Breaker,
+}
+
+/// A circuit breaker: after `THRESHOLD` consecutive failures the endpoint is not called for
+/// `OPEN_FOR`; then one call is let through to probe it. A dead endpoint is not hammered, and
+/// callers fail fast (jobs back off, searches fall back to full text).
+#[derive(Default)]
+struct Breaker {
+    state: std::sync::Mutex<(u32, Option<std::time::Instant>)>,
+}
+
+const THRESHOLD: u32 = 3;
+const OPEN_FOR: Duration = Duration::from_secs(5);
+
+impl Breaker {
+    fn check(&self) -> Result<(), EmbedError> {
+        let mut s = self.state.lock().expect("breaker");
+        if let Some(until) = s.1 {
+            if std::time::Instant::now() < until {
+                return Err(EmbedError::Transient("embedding endpoint unavailable (circuit open)".into()));
+            }
+            s.1 = None; // half-open: let this call probe
+        }
+        Ok(())
+    }
+
+    fn record(&self, ok: bool) {
+        let mut s = self.state.lock().expect("breaker");
+        if ok {
+            *s = (0, None);
+        } else {
+            s.0 += 1;
+            if s.0 >= THRESHOLD {
+                s.1 = Some(std::time::Instant::now() + OPEN_FOR);
+            }
+        }
+    }
 }
 
 impl OpenAiEmbedder {
     pub fn new(config: OpenAiEmbedderConfig) -> Result<Self, String> {
         let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| e.to_string())?;
-        Ok(Self { id: format!("openai:{}", config.model), config, client })
+        Ok(Self { id: format!("openai:{}", config.model), config, client, breaker: Breaker::default() })
     }
 }
 
@@ -39,7 +76,16 @@ impl Embedder for OpenAiEmbedder {
         self.config.dimension
     }
 
-    async fn embed(&self, texts: &[String], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.breaker.check()?;
+        let out = self.call(texts, kind).await;
+        self.breaker.record(!matches!(out, Err(EmbedError::Transient(_))));
+        out
+    }
+}
+
+impl OpenAiEmbedder {
+    async fn call(&self, texts: &[String], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         let url = format!("{}/embeddings", self.config.base_url.trim_end_matches('/'));
         let mut req = self.client.post(&url).json(&json!({"model": self.config.model, "input": texts}));
         if let Some(k) = &self.config.api_key {

@@ -9,6 +9,7 @@ mod context;
 mod crash;
 mod crud;
 mod extraction;
+mod faults;
 mod hostile;
 mod lifecycle;
 mod privacy;

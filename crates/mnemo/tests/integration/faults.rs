@@ -1,0 +1,120 @@
+//! Provider faults: an OpenAI-compatible embedding endpoint that goes down and comes back.
+//! Writes are never lost, search degrades to full text, jobs back off and retry, the circuit
+//! breaker stops hammering the dead endpoint, and everything is processed after recovery.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Fake {
+    url: String,
+    down: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+}
+
+async fn fake_embeddings(dim: usize) -> Fake {
+    use axum::{Json, Router, http::StatusCode, routing::post};
+    let down = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (d, c) = (down.clone(), calls.clone());
+    let app = Router::new().route(
+        "/v1/embeddings",
+        post(move |Json(body): Json<Value>| {
+            let (d, c) = (d.clone(), c.clone());
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                if d.load(Ordering::SeqCst) {
+                    return Err(StatusCode::SERVICE_UNAVAILABLE);
+                }
+                let data: Vec<Value> = body["input"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let mut v = vec![0.01f32; dim];
+                        for (j, b) in t.as_str().unwrap_or("").bytes().enumerate() {
+                            v[(b as usize * 7 + j) % dim] += 1.0;
+                        }
+                        json!({"index": i, "embedding": v})
+                    })
+                    .collect();
+                Ok(Json(json!({"data": data})))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Fake { url: format!("http://{addr}/v1"), down, calls }
+}
+
+async fn ids(s: &Server, query: &str) -> Vec<String> {
+    let r = s
+        .ok("event/search", json!({"collection_name": "c", "query": query, "filter": {"user_id": "u"}, "limit": 10}))
+        .await;
+    r["result_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["memory_info"]["summary"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_embedding_endpoint_loses_nothing_and_recovers() {
+    let fake = fake_embeddings(32).await;
+    let s = Server::start(&format!(
+        "embedding:\n  provider: openai\n  base_url: {}\n  model: fake\n  dimension: 32\n  timeout_secs: 2\nextraction:\n  retry_base_ms: 300\n  retry_max_ms: 1000\n",
+        fake.url
+    ));
+    s.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "alpha memory before the outage"}})).await;
+
+    fake.down.store(true, Ordering::SeqCst);
+    // Writes go through: the event is stored without a vector, found by full text.
+    let d = s.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "bravo memory during the outage"}})).await;
+    assert!(d["event_id"].is_string());
+    assert_eq!(ids(&s, "bravo outage").await[0], "bravo memory during the outage", "search falls back to full text");
+    s.write(
+        "conv",
+        msgs(&[("user", "charlie: I live in Porto"), ("assistant", "ok")]),
+        json!({"message_count": 2}),
+        "u",
+    )
+    .await;
+    let job = eventually(10, "the extraction to fail on the embedding", || async {
+        let jobs = s.jobs().await;
+        (jobs[0]["attempts"].as_u64() >= Some(1) && jobs[0]["last_error"].is_string()).then(|| jobs[0].clone())
+    })
+    .await;
+    assert_eq!(job["state"], "queued", "retried later, not failed: {job}");
+    // The breaker: the dead endpoint is not called on every request.
+    let before = fake.calls.load(Ordering::SeqCst);
+    for i in 0..20 {
+        let (st, _) = s
+            .post(
+                "event/search",
+                json!({"collection_name": "c", "query": format!("probe {i}"), "filter": {"user_id": "u"}}),
+            )
+            .await;
+        assert_eq!(st, 200, "the API stays responsive");
+    }
+    let during = fake.calls.load(Ordering::SeqCst) - before;
+    assert!(during <= 4, "{during} calls to a dead endpoint for 20 searches: the circuit should be open");
+
+    // Recovery: the job completes, and the event stored without a vector gets one.
+    fake.down.store(false, Ordering::SeqCst);
+    eventually(20, "the job to complete after recovery", || async {
+        (s.jobs().await[0]["state"] == "done").then_some(())
+    })
+    .await;
+    eventually(20, "the vector-less event to be embedded", || async {
+        // A query with no word in common: only events with vectors can be found.
+        ids(&s, "zzqq xxjj").await.iter().any(|t| t.starts_with("bravo")).then_some(())
+    })
+    .await;
+    let p = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
+    assert_eq!(p["result_list"][0]["attributes"]["city"], "Porto", "nothing lost");
+}
