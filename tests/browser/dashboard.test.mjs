@@ -62,8 +62,11 @@ try {
   await page.selectOption("#collection", "dash");
   await page.fill("#user", user);
   await page.click("#load-btn");
+  await waitFor(async () => (await page.locator("#status").innerText()).includes("newest first"), "the user's memories to load");
   await page.fill("#query", "coffee");
   await page.click("#search-btn");
+  // Wait for this search's own answer (the load above also showed two rows, newest first).
+  await waitFor(async () => (await page.locator("#status").innerText()).includes("for “coffee”"), "the search to answer");
   await waitFor(async () => (await page.locator("#events-table tbody tr").count()) === 2, "two search results");
   const first = await page.locator("#events-table tbody tr").first().innerText();
   if (!first.includes("coffee")) throw new Error("the coffee memory should rank first, got: " + first);
@@ -71,7 +74,8 @@ try {
   await page.click("#conv-btn");
   await waitFor(async () => (await page.locator("#short-term").innerText()).includes("Lisbon"), "short-term memory");
   await page.locator(".delete-event").first().click();
-  await waitFor(async () => (await page.locator("#events-table tbody tr").count()) === 1, "the deleted row to disappear");
+  await waitFor(async () => (await page.locator("#status").innerText()).includes("for “coffee”") &&
+    (await page.locator("#events-table tbody tr").count()) === 1, "the deleted row to disappear");
   const left = await api(base, "event/search", { collection_name: "dash", filter: { user_id: user } });
   if (left.count !== 1 || left.result_list[0].memory_info.summary.includes("coffee")) throw new Error("the delete did not reach the store");
   await page.screenshot({ path: shot, fullPage: true });
