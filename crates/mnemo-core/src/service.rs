@@ -245,6 +245,8 @@ pub struct Service {
     collections: std::sync::RwLock<std::collections::HashMap<(String, String), (Millis, Collection)>>,
     /// Extraction outcomes since start, for monitoring.
     pub job_outcomes: JobOutcomes,
+    /// Set when an event was stored without a vector; the re-index loop only scans then.
+    vectors_missing: std::sync::atomic::AtomicBool,
     /// Hits not yet written: (collection, event ids, when).
     pending_hits: std::sync::Mutex<Vec<(CollectionId, Vec<String>, Millis)>>,
 }
@@ -279,6 +281,8 @@ impl Service {
             collections: Default::default(),
             job_outcomes: JobOutcomes::default(),
             pending_hits: Default::default(),
+            // Set at start: the first loop pass checks for events a previous process left without a vector.
+            vectors_missing: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -454,8 +458,7 @@ impl Service {
     // ------------------------------------------------------------------ write path
 
     pub async fn streaming_write(&self, req: WriteRequest) -> CoreResult<AppendOutcome> {
-        let (collection, append) = self.prepare_append(req).await?;
-        let _ = collection;
+        let append = self.prepare_append(req).await?;
         let out = self.store.append_messages(append).await?;
         if out.closed.is_some() {
             self.job_queued.notify_waiters();
@@ -464,7 +467,7 @@ impl Service {
     }
 
     pub async fn session_add(&self, req: WriteRequest) -> CoreResult<SessionClosed> {
-        let (_, append) = self.prepare_append(req).await?;
+        let append = self.prepare_append(req).await?;
         let closed = self.store.add_session(append).await?;
         self.job_queued.notify_waiters();
         Ok(closed)
@@ -499,7 +502,7 @@ impl Service {
             .ok_or_else(|| CoreError::NotFound(format!("session_id: no session \"{session_id}\"")))
     }
 
-    async fn prepare_append(&self, req: WriteRequest) -> CoreResult<(Collection, AppendRequest)> {
+    async fn prepare_append(&self, req: WriteRequest) -> CoreResult<AppendRequest> {
         validate_conversation_id(&req.conversation_id)?;
         if req.messages.is_empty() || req.messages.len() > MAX_MESSAGES_PER_WRITE {
             return Err(CoreError::invalid(
@@ -561,7 +564,7 @@ impl Service {
             now,
             max_job_attempts: self.config.max_job_attempts,
         };
-        Ok((collection, append))
+        Ok(append)
     }
 
     // ------------------------------------------------------------------ jobs
@@ -719,10 +722,17 @@ impl Service {
                 if *stop.borrow() {
                     break;
                 }
+                // Scanning for vector-less events costs a pass over the index: only when needed.
+                if !svc.vectors_missing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
                 match svc.reindex_missing().await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(events = n, "embedded events stored without a vector"),
-                    Err(e) => tracing::debug!(error = %e, "re-index postponed"),
+                    Err(e) => {
+                        svc.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
+                        tracing::debug!(error = %e, "re-index postponed");
+                    }
                 }
             }
         }));
@@ -827,6 +837,7 @@ impl Service {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::warn!(error = %e, "storing an event without a vector; it is embedded when the provider recovers");
+                self.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
                 None
             }
         };
@@ -1204,7 +1215,7 @@ impl Service {
                 Ok(vec![self.collection_for_read(&Target { project: project.into(), collection: name.into() }).await?])
             }
             None => {
-                validate_names(&Target { project: project.into(), collection: "all".into() })?;
+                validate_name("project_name", project)?;
                 Ok(self.store.list_collections(project).await?)
             }
         }
@@ -1440,16 +1451,18 @@ fn check_time(field: &str, t: Millis) -> CoreResult<()> {
 }
 
 fn validate_names(t: &Target) -> CoreResult<()> {
-    for (field, v) in [("project_name", &t.project), ("collection_name", &t.collection)] {
-        let ok = !v.is_empty()
-            && v.len() <= 128
-            && v.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
-        if !ok {
-            return Err(CoreError::invalid(
-                field,
-                format!("must be 1..=128 characters of letters, digits, '_', '-', '.', got {v:?}"),
-            ));
-        }
+    validate_name("project_name", &t.project)?;
+    validate_name("collection_name", &t.collection)
+}
+
+fn validate_name(field: &str, v: &str) -> CoreResult<()> {
+    let ok =
+        !v.is_empty() && v.len() <= 128 && v.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
+    if !ok {
+        return Err(CoreError::invalid(
+            field,
+            format!("must be 1..=128 characters of letters, digits, '_', '-', '.', got {v:?}"),
+        ));
     }
     Ok(())
 }

@@ -176,9 +176,12 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
 /// Checks the store against the embedding model and indexes events that have no vector.
 pub async fn prepare(service: &Service) -> Result<()> {
     service.check_embedding_model().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let n = service.reindex_missing().await.map_err(|e| anyhow::anyhow!("re-indexing: {e}"))?;
-    if n > 0 {
-        tracing::info!(events = n, "embedded events that had no vector");
+    // Not fatal: with the embedding provider down, the server still starts and the re-index
+    // loop embeds these events later.
+    match service.reindex_missing().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(events = n, "embedded events that had no vector"),
+        Err(e) => tracing::warn!(error = %e, "events without a vector stay unembedded until the provider answers"),
     }
     Ok(())
 }
