@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod context;
+pub mod dates;
 pub mod embed;
 pub mod error;
 pub mod extract;

@@ -1,0 +1,433 @@
+//! Relative dates, resolved deterministically against the time a message was written.
+//!
+//! "yesterday", "last Tuesday", "3 days ago", 上周三, 明天, 两周后, 5月3号 mean different days
+//! depending on when they were said. Extractors (and LLMs) keep them as said; the service
+//! resolves them here against the source message's own time and writes the absolute date next to
+//! the expression (`昨天（2026-11-28）`), so a memory read a month later still means the right day.
+//! Nothing here trusts a model: the same text and anchor always give the same dates.
+
+use chrono::{DateTime, Datelike, Duration, FixedOffset, Months, NaiveDate, TimeZone, Weekday};
+use regex::{Captures, Regex};
+use std::sync::OnceLock;
+
+/// How precise a resolved mention is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granularity {
+    Day,
+    /// The week starting on `date` (a Monday).
+    Week,
+    /// The month containing `date` (the first).
+    Month,
+    /// The year containing `date` (1 January).
+    Year,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DateMention {
+    /// Byte range of the expression in the text.
+    pub start: usize,
+    pub end: usize,
+    pub date: NaiveDate,
+    pub granularity: Granularity,
+    /// Whether the expression needed the anchor (`yesterday`, `5月3号`) rather than naming the
+    /// date in full (`2026-05-03`).
+    pub relative: bool,
+}
+
+impl DateMention {
+    /// The absolute form written next to a relative expression.
+    pub fn render(&self) -> String {
+        match self.granularity {
+            Granularity::Day => self.date.format("%Y-%m-%d").to_string(),
+            Granularity::Week => format!("{} week", self.date.format("%Y-%m-%d")),
+            Granularity::Month => self.date.format("%Y-%m").to_string(),
+            Granularity::Year => self.date.format("%Y").to_string(),
+        }
+    }
+}
+
+type Resolve = fn(&Captures, NaiveDate) -> Option<(NaiveDate, Granularity)>;
+
+struct Rule {
+    re: Regex,
+    resolve: Resolve,
+    relative: bool,
+}
+
+fn rules() -> &'static [Rule] {
+    static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
+    RULES.get_or_init(|| {
+        let r = |p: &str, resolve: Resolve, relative: bool| Rule { re: Regex::new(p).expect("date rule"), resolve, relative };
+        const WD_EN: &str = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tues?|wed|thu(?:rs?)?|fri|sat|sun)";
+        const MON_EN: &str =
+            r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)";
+        const NUM_EN: &str = r"(\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few)";
+        const NUM_ZH: &str = r"(\d{1,3}|[一二两三四五六七八九十]{1,3})";
+        vec![
+            // Absolute dates first: they also set an event's time, but need no annotation.
+            r(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", |c, _| ymd(num(&c[1])?, num(&c[2])?, num(&c[3])?), false),
+            r(r"(\d{4})\s*年\s*(\d{1,2}|[一二三四五六七八九十]{1,3})\s*月\s*(\d{1,2}|[一二三四五六七八九十]{1,3})\s*[日号]", |c, _| {
+                ymd(num(&c[1])?, num(&c[2])?, num(&c[3])?)
+            }, false),
+            r(&format!(r"(?i)\b{MON_EN}\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b"), |c, _| {
+                ymd(num(&c[3])?, month_en(&c[1])?, num(&c[2])?)
+            }, false),
+            // Month and day without a year: the occurrence nearest to the anchor.
+            r(r"(\d{1,2}|[一二三四五六七八九十]{1,3})\s*月\s*(\d{1,2}|[一二三四五六七八九十]{1,3})\s*[日号]", |c, a| {
+                nearest_md(a, num(&c[1])?, num(&c[2])?)
+            }, true),
+            r(&format!(r"(?i)\b{MON_EN}\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b"), |c, a| nearest_md(a, month_en(&c[1])?, num(&c[2])?), true),
+            r(&format!(r"(?i)\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{MON_EN}\b"), |c, a| nearest_md(a, month_en(&c[2])?, num(&c[1])?), true),
+            // English relative days.
+            r(r"(?i)\bthe\s+day\s+before\s+yesterday\b", |_, a| day(a, -2), true),
+            r(r"(?i)\bthe\s+day\s+after\s+tomorrow\b", |_, a| day(a, 2), true),
+            r(r"(?i)\byesterday\b", |_, a| day(a, -1), true),
+            r(r"(?i)\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b", |_, a| day(a, 0), true),
+            r(r"(?i)\btomorrow\b", |_, a| day(a, 1), true),
+            r(&format!(r"(?i)\b(last|next|this|coming|on)\s+{WD_EN}\b"), |c, a| {
+                let wd = weekday_en(&c[2])?;
+                match c[1].to_ascii_lowercase().as_str() {
+                    "last" => Some((prev_weekday(a, wd), Granularity::Day)),
+                    "next" | "coming" => Some((next_weekday(a, wd), Granularity::Day)),
+                    "this" => Some((week_start(a) + Duration::days(wd.num_days_from_monday() as i64), Granularity::Day)),
+                    // "on Friday": said of the past or the future; the nearest one within the week around.
+                    _ => Some((nearest_weekday(a, wd), Granularity::Day)),
+                }
+            }, true),
+            r(&format!(r"(?i)\b{NUM_EN}\s+(day|week|month|year)s?\s+ago\b"), |c, a| shift(a, -(num_en(&c[1])? as i64), &c[2]), true),
+            r(&format!(r"(?i)\bin\s+{NUM_EN}\s+(day|week|month|year)s?\b"), |c, a| shift(a, num_en(&c[1])? as i64, &c[2]), true),
+            r(r"(?i)\b(last|next|this)\s+(week|month|year)\b", |c, a| {
+                let n = match c[1].to_ascii_lowercase().as_str() {
+                    "last" => -1,
+                    "next" => 1,
+                    _ => 0,
+                };
+                period(a, n, &c[2].to_ascii_lowercase())
+            }, true),
+            // Chinese relative days.
+            r(r"大前天", |_, a| day(a, -3), true),
+            r(r"大后天", |_, a| day(a, 3), true),
+            r(r"前天", |_, a| day(a, -2), true),
+            r(r"后天", |_, a| day(a, 2), true),
+            r(r"昨[天日晚]", |_, a| day(a, -1), true),
+            r(r"(?:今[天日晚早]|今儿)", |_, a| day(a, 0), true),
+            r(r"明[天日晚早]", |_, a| day(a, 1), true),
+            r(r"(上上|下下|上|下|这|本)?\s*(?:个)?(?:周|星期|礼拜)([一二三四五六日天])", |c, a| {
+                let off = match c.get(1).map(|m| m.as_str()) {
+                    Some("上上") => -2,
+                    Some("上") => -1,
+                    Some("下") => 1,
+                    Some("下下") => 2,
+                    _ => 0,
+                };
+                let wd = weekday_zh(&c[2])?;
+                Some((week_start(a) + Duration::days(7 * off + wd.num_days_from_monday() as i64), Granularity::Day))
+            }, true),
+            r(&format!(r"{NUM_ZH}\s*(?:个)?(天|日|周|星期|礼拜|月|年)(?:以|之)?(前|后)"), |c, a| {
+                let n = num(&c[1])? as i64;
+                let n = if &c[3] == "前" { -n } else { n };
+                let unit = match &c[2] {
+                    "天" | "日" => "day",
+                    "周" | "星期" | "礼拜" => "week",
+                    "月" => "month",
+                    _ => "year",
+                };
+                shift(a, n, unit)
+            }, true),
+            r(r"(上上|下下|上|下|这|本)(?:个)?(周|星期|礼拜|月)", |c, a| {
+                let n = match &c[1] {
+                    "上上" => -2,
+                    "上" => -1,
+                    "下" => 1,
+                    "下下" => 2,
+                    _ => 0,
+                };
+                period(a, n, if &c[2] == "月" { "month" } else { "week" })
+            }, true),
+            r(r"(去年|前年|明年|今年|后年)", |c, a| {
+                let n = match &c[1] {
+                    "前年" => -2,
+                    "去年" => -1,
+                    "明年" => 1,
+                    "后年" => 2,
+                    _ => 0,
+                };
+                period(a, n, "year")
+            }, true),
+        ]
+    })
+}
+
+/// Every date expression in `text`, resolved against `anchor`, in text order, never overlapping
+/// (the longest match wins).
+pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention> {
+    let a = anchor.date_naive();
+    let mut found: Vec<DateMention> = Vec::new();
+    for rule in rules() {
+        for c in rule.re.captures_iter(text) {
+            let m = c.get(0).expect("whole match");
+            if let Some((date, granularity)) = (rule.resolve)(&c, a) {
+                found.push(DateMention { start: m.start(), end: m.end(), date, granularity, relative: rule.relative });
+            }
+        }
+    }
+    found.sort_by(|x, y| x.start.cmp(&y.start).then((y.end - y.start).cmp(&(x.end - x.start))));
+    let mut out: Vec<DateMention> = Vec::new();
+    for m in found {
+        if out.last().is_none_or(|last| m.start >= last.end) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// What anchoring did to a text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Anchored {
+    pub text: String,
+    /// The first mention precise to the day, if any: when the event happened.
+    pub event_date: Option<NaiveDate>,
+}
+
+/// Writes the absolute date after each relative expression (`yesterday (2026-11-28)`,
+/// `上周三（2026-11-18）`). Idempotent: an expression already followed by a bracketed date is left
+/// alone, so anchoring twice changes nothing.
+pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
+    let mentions = find_dates(text, anchor);
+    let event_date = mentions.iter().find(|m| m.granularity == Granularity::Day).map(|m| m.date);
+    let mut out = String::with_capacity(text.len() + mentions.len() * 14);
+    let mut at = 0;
+    for m in &mentions {
+        out.push_str(&text[at..m.end]);
+        at = m.end;
+        let rest = text[m.end..].trim_start_matches(' ');
+        let annotated = rest.starts_with('(') || rest.starts_with('（');
+        if m.relative && !annotated {
+            let zh = text[m.start..m.end].chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+            if zh {
+                out.push_str(&format!("（{}）", m.render()));
+            } else {
+                out.push_str(&format!(" ({})", m.render()));
+            }
+        }
+    }
+    out.push_str(&text[at..]);
+    Anchored { text: out, event_date }
+}
+
+/// Milliseconds → the wall-clock time at `offset`.
+pub fn local(ms: i64, offset: FixedOffset) -> DateTime<FixedOffset> {
+    offset.timestamp_millis_opt(ms).single().unwrap_or_else(|| offset.timestamp_millis_opt(0).unwrap())
+}
+
+/// Parses `+08:00`, `-05:30`, `Z` or `UTC`.
+pub fn parse_offset(s: &str) -> Option<FixedOffset> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("z") || s.eq_ignore_ascii_case("utc") {
+        return FixedOffset::east_opt(0);
+    }
+    let (sign, rest) = match s.as_bytes().first()? {
+        b'+' => (1, &s[1..]),
+        b'-' => (-1, &s[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
+    if h > 14 || m > 59 {
+        return None;
+    }
+    FixedOffset::east_opt(sign * (h * 3600 + m * 60))
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn day(a: NaiveDate, n: i64) -> Option<(NaiveDate, Granularity)> {
+    Some((a + Duration::days(n), Granularity::Day))
+}
+
+fn ymd(y: u32, m: u32, d: u32) -> Option<(NaiveDate, Granularity)> {
+    Some((NaiveDate::from_ymd_opt(y as i32, m, d)?, Granularity::Day))
+}
+
+fn nearest_md(a: NaiveDate, m: u32, d: u32) -> Option<(NaiveDate, Granularity)> {
+    let best = [a.year() - 1, a.year(), a.year() + 1]
+        .iter()
+        .filter_map(|y| NaiveDate::from_ymd_opt(*y, m, d))
+        .min_by_key(|c| (*c - a).num_days().abs())?;
+    Some((best, Granularity::Day))
+}
+
+fn week_start(a: NaiveDate) -> NaiveDate {
+    a - Duration::days(a.weekday().num_days_from_monday() as i64)
+}
+
+fn prev_weekday(a: NaiveDate, wd: Weekday) -> NaiveDate {
+    let back = (a.weekday().num_days_from_monday() as i64 - wd.num_days_from_monday() as i64).rem_euclid(7);
+    a - Duration::days(if back == 0 { 7 } else { back })
+}
+
+fn next_weekday(a: NaiveDate, wd: Weekday) -> NaiveDate {
+    let fwd = (wd.num_days_from_monday() as i64 - a.weekday().num_days_from_monday() as i64).rem_euclid(7);
+    a + Duration::days(if fwd == 0 { 7 } else { fwd })
+}
+
+fn nearest_weekday(a: NaiveDate, wd: Weekday) -> NaiveDate {
+    let fwd = (wd.num_days_from_monday() as i64 - a.weekday().num_days_from_monday() as i64).rem_euclid(7);
+    if fwd <= 3 { a + Duration::days(fwd) } else { a - Duration::days(7 - fwd) }
+}
+
+fn shift(a: NaiveDate, n: i64, unit: &str) -> Option<(NaiveDate, Granularity)> {
+    let months = |k: i64| {
+        if k >= 0 { a.checked_add_months(Months::new(k as u32)) } else { a.checked_sub_months(Months::new((-k) as u32)) }
+    };
+    match unit.to_ascii_lowercase().as_str() {
+        "day" => Some((a + Duration::days(n), Granularity::Day)),
+        "week" => Some((a + Duration::days(7 * n), Granularity::Day)),
+        "month" => Some((months(n)?, Granularity::Day)),
+        "year" => Some((months(12 * n)?, Granularity::Day)),
+        _ => None,
+    }
+}
+
+fn period(a: NaiveDate, n: i64, unit: &str) -> Option<(NaiveDate, Granularity)> {
+    match unit {
+        "week" => Some((week_start(a) + Duration::days(7 * n), Granularity::Week)),
+        "month" => {
+            let first = a.with_day(1)?;
+            let d = if n >= 0 {
+                first.checked_add_months(Months::new(n as u32))?
+            } else {
+                first.checked_sub_months(Months::new((-n) as u32))?
+            };
+            Some((d, Granularity::Month))
+        }
+        "year" => Some((NaiveDate::from_ymd_opt(a.year() + n as i32, 1, 1)?, Granularity::Year)),
+        _ => None,
+    }
+}
+
+/// Arabic digits or a Chinese numeral up to 99 (`三`, `十一`, `二十五`, `两`).
+fn num(s: &str) -> Option<u32> {
+    if let Ok(n) = s.parse() {
+        return Some(n);
+    }
+    let digit = |c: char| "零一二三四五六七八九".find(c).map(|i| (i / 3) as u32).or(if c == '两' { Some(2) } else { None });
+    let chars: Vec<char> = s.chars().collect();
+    match chars.as_slice() {
+        [c] if *c == '十' => Some(10),
+        [c] => digit(*c),
+        ['十', u] => Some(10 + digit(*u)?),
+        [t, '十'] => Some(digit(*t)? * 10),
+        [t, '十', u] => Some(digit(*t)? * 10 + digit(*u)?),
+        _ => None,
+    }
+}
+
+fn num_en(s: &str) -> Option<u32> {
+    let words =
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"];
+    let s = s.to_ascii_lowercase();
+    match s.as_str() {
+        "a" | "an" => Some(1),
+        "a couple of" => Some(2),
+        "a few" => Some(3),
+        _ => s.parse().ok().or_else(|| words.iter().position(|w| *w == s).map(|i| i as u32)),
+    }
+}
+
+fn month_en(s: &str) -> Option<u32> {
+    let s = s.to_ascii_lowercase();
+    let names = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    names.iter().position(|n| s.starts_with(n)).map(|i| i as u32 + 1)
+}
+
+fn weekday_en(s: &str) -> Option<Weekday> {
+    let s = s.to_ascii_lowercase();
+    let names = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+    names.iter().position(|n| s.starts_with(n)).and_then(|i| Weekday::try_from(i as u8).ok())
+}
+
+fn weekday_zh(s: &str) -> Option<Weekday> {
+    let i = match s {
+        "一" => 0,
+        "二" => 1,
+        "三" => 2,
+        "四" => 3,
+        "五" => 4,
+        "六" => 5,
+        "日" | "天" => 6,
+        _ => return None,
+    };
+    Weekday::try_from(i as u8).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sunday 2026-11-29, 10:00 at UTC+8.
+    fn anchor() -> DateTime<FixedOffset> {
+        FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(2026, 11, 29, 10, 0, 0).unwrap()
+    }
+
+    fn resolve(text: &str) -> Vec<String> {
+        find_dates(text, anchor()).iter().map(|m| format!("{}={}", &text[m.start..m.end], m.render())).collect()
+    }
+
+    #[test]
+    fn english_relative_days() {
+        assert_eq!(resolve("I went hiking yesterday"), ["yesterday=2026-11-28"]);
+        assert_eq!(resolve("the day before yesterday"), ["the day before yesterday=2026-11-27"]);
+        assert_eq!(resolve("Tomorrow I fly"), ["Tomorrow=2026-11-30"]);
+        assert_eq!(resolve("last Tuesday and next Friday"), ["last Tuesday=2026-11-24", "next Friday=2026-12-04"]);
+        assert_eq!(resolve("3 days ago"), ["3 days ago=2026-11-26"]);
+        assert_eq!(resolve("two weeks ago"), ["two weeks ago=2026-11-15"]);
+        assert_eq!(resolve("in 2 days"), ["in 2 days=2026-12-01"]);
+        assert_eq!(resolve("last week"), ["last week=2026-11-16 week"]);
+        assert_eq!(resolve("next month"), ["next month=2026-12"]);
+        assert_eq!(resolve("on April 6th"), ["April 6th=2027-04-06"]);
+        assert_eq!(resolve("on 3 November"), ["3 November=2026-11-03"]);
+        assert_eq!(resolve("May 7, 2023"), ["May 7, 2023=2023-05-07"]);
+    }
+
+    #[test]
+    fn chinese_relative_days() {
+        assert_eq!(resolve("我昨天去爬山了"), ["昨天=2026-11-28"]);
+        assert_eq!(resolve("前天和大后天"), ["前天=2026-11-27", "大后天=2026-12-02"]);
+        // Chinese weeks are calendar weeks: 上周三 is the Wednesday of last week.
+        assert_eq!(resolve("上周三开会"), ["上周三=2026-11-18"]);
+        assert_eq!(resolve("下周一出差"), ["下周一=2026-11-30"]);
+        assert_eq!(resolve("这周五"), ["这周五=2026-11-27"]);
+        assert_eq!(resolve("三天前"), ["三天前=2026-11-26"]);
+        assert_eq!(resolve("两周后"), ["两周后=2026-12-13"]);
+        assert_eq!(resolve("十一月五号"), ["十一月五号=2026-11-05"]);
+        assert_eq!(resolve("5月3日"), ["5月3日=2027-05-03"]);
+        assert_eq!(resolve("2025年3月1日"), ["2025年3月1日=2025-03-01"]);
+        assert_eq!(resolve("去年"), ["去年=2025"]);
+        assert_eq!(resolve("上个月"), ["上个月=2026-10"]);
+    }
+
+    #[test]
+    fn the_anchor_is_the_message_time_in_its_offset() {
+        // 2026-11-28 23:30 UTC is already the 29th at UTC+8.
+        let ms = chrono::Utc.with_ymd_and_hms(2026, 11, 28, 23, 30, 0).unwrap().timestamp_millis();
+        let at8 = local(ms, parse_offset("+08:00").unwrap());
+        let utc = local(ms, parse_offset("UTC").unwrap());
+        assert_eq!(find_dates("昨天", at8)[0].date.to_string(), "2026-11-28");
+        assert_eq!(find_dates("昨天", utc)[0].date.to_string(), "2026-11-27");
+        assert_eq!(parse_offset("-05:30"), FixedOffset::west_opt(5 * 3600 + 1800));
+        assert_eq!(parse_offset("8"), None);
+    }
+
+    #[test]
+    fn anchoring_annotates_relative_dates_once() {
+        let a = anchor_text("我昨天去爬山，下周三要出差", anchor());
+        assert_eq!(a.text, "我昨天（2026-11-28）去爬山，下周三（2026-12-02）要出差");
+        assert_eq!(a.event_date, NaiveDate::from_ymd_opt(2026, 11, 28));
+        assert_eq!(anchor_text(&a.text, anchor()).text, a.text, "idempotent");
+        let e = anchor_text("Went to the gym yesterday; on 2026-11-01 too.", anchor());
+        assert_eq!(e.text, "Went to the gym yesterday (2026-11-28); on 2026-11-01 too.");
+        let none = anchor_text("no dates here, just words like todays or mayday", anchor());
+        assert_eq!(none.event_date, None);
+    }
+}
