@@ -330,6 +330,7 @@ mod tests {
                 created_at: t,
                 updated_at: t,
                 expires_at: None,
+                superseded_by: None,
             },
             scores: Scores::default(),
             layer: None,
@@ -347,6 +348,7 @@ mod tests {
             source_session_ids: vec![],
             created_at: 0,
             updated_at: 0,
+            history: vec![],
         }
     }
 

@@ -1,7 +1,7 @@
 //! The extraction contract: a closed session's messages in, events and profile changes out.
 //! Implementations live in `mnemo-providers` (offline `rules`, OpenAI-compatible `llm`).
 
-use crate::model::{CollectionSchema, ConversationMeta, Millis, Profile, StoredMessage};
+use crate::model::{CollectionSchema, ConversationMeta, Event, Millis, Profile, StoredMessage};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -14,9 +14,18 @@ pub struct ExtractionInput {
     pub meta: ConversationMeta,
     /// The session's messages, oldest first, uncleaned: cleaning is the extractor's first step.
     pub messages: Vec<StoredMessage>,
-    /// The user's current `profile_v1` profile, if any, so changes can be relative to it.
-    pub profile: Option<Profile>,
+    /// The user's current profiles (every type), so changes can be relative to them.
+    pub profiles: Vec<Profile>,
+    /// The user's earlier events most related to this session, so an extractor can say that a
+    /// new event corrects one of them (`supersedes`). Empty unless the extractor asks for them.
+    pub related_events: Vec<Event>,
     pub now: Millis,
+}
+
+impl ExtractionInput {
+    pub fn profile(&self, profile_type: &str) -> Option<&Profile> {
+        self.profiles.iter().find(|p| p.profile_type == profile_type)
+    }
 }
 
 /// One extracted event, not yet stored.
@@ -31,6 +40,28 @@ pub struct ExtractedEvent {
     /// Filled by the service from the event type (extractors leave them empty).
     pub class: Option<String>,
     pub expires_at: Option<Millis>,
+    /// The id of an earlier event of the same user that this one corrects: it is marked
+    /// `superseded` (kept for history, hidden from search by default).
+    pub supersedes: Option<String>,
+    /// Set by the service's dedup: the id of an existing near-duplicate event that this one
+    /// refreshes (time, text and provenance updated; hits kept) instead of being added.
+    pub merge_into: Option<String>,
+}
+
+impl ExtractedEvent {
+    pub fn new(memory_type: impl Into<String>, memory_info: Map<String, Value>, time: Millis) -> Self {
+        Self {
+            memory_type: memory_type.into(),
+            memory_info,
+            time,
+            source_message_ids: vec![],
+            embedding: None,
+            class: None,
+            expires_at: None,
+            supersedes: None,
+            merge_into: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,7 +80,10 @@ pub enum ProfileChange {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExtractionOutput {
     pub events: Vec<ExtractedEvent>,
+    /// Changes to the user's `profile_v1` profile.
     pub profile_changes: Vec<ProfileChange>,
+    /// Changes to the user's profiles of custom types: (profile type, changes).
+    pub typed_profile_changes: Vec<(String, Vec<ProfileChange>)>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
@@ -68,5 +102,58 @@ pub enum ExtractError {
 pub trait Extractor: Send + Sync + 'static {
     /// A stable name recorded with the job, e.g. `rules` or `llm:qwen2.5`.
     fn name(&self) -> &str;
+    /// Whether the extractor uses `related_events` (finding them costs a search per job).
+    fn wants_related_events(&self) -> bool {
+        false
+    }
+    /// Whether the extractor spends model tokens (then the daily token budget applies).
+    fn uses_tokens(&self) -> bool {
+        false
+    }
     async fn extract(&self, input: ExtractionInput) -> Result<ExtractionOutput, ExtractError>;
+}
+
+/// The extractors a server has, by name (`rules`, `llm`), and the one collections use unless
+/// their schema names another (`schema.extractor`).
+#[derive(Clone)]
+pub struct Extractors {
+    default: String,
+    by_name: Vec<(String, std::sync::Arc<dyn Extractor>)>,
+}
+
+impl Extractors {
+    /// A registry with one extractor, which is the default.
+    pub fn new(name: impl Into<String>, extractor: std::sync::Arc<dyn Extractor>) -> Self {
+        let name = name.into();
+        Self { default: name.clone(), by_name: vec![(name, extractor)] }
+    }
+
+    /// Adds (or replaces) an extractor under `name`.
+    pub fn with(mut self, name: impl Into<String>, extractor: std::sync::Arc<dyn Extractor>) -> Self {
+        let name = name.into();
+        self.by_name.retain(|(n, _)| *n != name);
+        self.by_name.push((name, extractor));
+        self
+    }
+
+    /// Makes `name` the default. Panics if it is not registered (a composition-root bug).
+    pub fn default_to(mut self, name: &str) -> Self {
+        assert!(self.by_name.iter().any(|(n, _)| n == name), "extractor {name} is not registered");
+        self.default = name.into();
+        self
+    }
+
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.by_name.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// The extractor called `name`, or the default for `None`.
+    pub fn get(&self, name: Option<&str>) -> Option<&std::sync::Arc<dyn Extractor>> {
+        let name = name.unwrap_or(&self.default);
+        self.by_name.iter().find(|(n, _)| n == name).map(|(_, e)| e)
+    }
 }

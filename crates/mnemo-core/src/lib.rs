@@ -26,7 +26,7 @@ pub mod trigger;
 pub use clock::{Clock, SystemClock};
 pub use embed::{EmbedKind, Embedder};
 pub use error::{CoreError, StoreError};
-pub use extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractor};
+pub use extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractor, Extractors};
 pub use model::*;
 pub use service::{Service, ServiceConfig};
 pub use store::Store;

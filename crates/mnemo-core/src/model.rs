@@ -174,6 +174,9 @@ pub struct CollectionSchema {
     /// TTL of `temporary` events in this collection (days); the server default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temporary_ttl_days: Option<f64>,
+    /// The extractor this collection's sessions go to (`rules`, `llm`); the server default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extractor: Option<String>,
 }
 
 impl CollectionSchema {
@@ -226,7 +229,7 @@ impl CollectionSchema {
         if !profile_types.iter().any(|t| t.name == PROFILE_V1) {
             profile_types.insert(0, Self::builtin_profile_v1());
         }
-        Self { event_types, profile_types, temporary_ttl_days: None }
+        Self { event_types, profile_types, temporary_ttl_days: None, extractor: None }
     }
 
     pub fn event_type(&self, name: &str) -> Option<&EventTypeDef> {
@@ -402,13 +405,14 @@ pub struct ClaimedJob {
     pub session: SessionSummary,
     pub meta: ConversationMeta,
     pub messages: Vec<StoredMessage>,
-    pub profile: Option<Profile>,
+    /// The user's current profiles (every profile type), so changes can be relative to them.
+    pub profiles: Vec<Profile>,
 }
 
 // ---------------------------------------------------------------------------------------------
 // Events and profiles
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Event {
     pub id: String,
     pub memory_type: String,
@@ -430,6 +434,9 @@ pub struct Event {
     pub updated_at: Millis,
     /// When a never-hit event is deleted by maintenance (temporary memories, explicit TTLs).
     pub expires_at: Option<Millis>,
+    /// The newer event that corrected this one (its status is then `superseded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
 }
 
 impl Event {
@@ -543,6 +550,21 @@ pub struct Profile {
     pub source_session_ids: Vec<String>,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// Earlier values of attributes (profile types with `update_mode: keep_history`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<AttributeVersion>,
+}
+
+/// A value an attribute held until it was changed or removed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttributeVersion {
+    pub attribute: String,
+    pub value: Value,
+    /// When the value was set, if known (values older than the history are not).
+    pub valid_from: Option<Millis>,
+    pub valid_to: Millis,
+    /// The session whose extraction changed it (None: an API call).
+    pub session_id: Option<String>,
 }
 
 #[derive(Clone, Debug)]

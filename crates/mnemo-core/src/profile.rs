@@ -4,16 +4,32 @@
 use crate::extract::ProfileChange;
 use serde_json::{Map, Value};
 
-/// Applies `changes` in order. Returns whether anything changed.
-pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChange]) -> bool {
+/// What applying changes did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Applied {
+    pub changed: bool,
+    /// Values that were replaced or removed, in order: (attribute, old value). A list attribute
+    /// that lost items reports the removed items. Kept as history by `keep_history` profiles.
+    pub superseded: Vec<(String, Value)>,
+}
+
+/// Applies `changes` in order.
+pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChange]) -> Applied {
     let before = attributes.clone();
+    let mut superseded = Vec::new();
     for change in changes {
         match change {
             ProfileChange::Set { key, value } => {
-                attributes.insert(key.clone(), value.clone());
+                if let Some(old) = attributes.insert(key.clone(), value.clone())
+                    && old != *value
+                {
+                    superseded.push((key.clone(), old));
+                }
             }
             ProfileChange::Remove { key } => {
-                attributes.remove(key);
+                if let Some(old) = attributes.remove(key) {
+                    superseded.push((key.clone(), old));
+                }
             }
             ProfileChange::Append { key, items } => {
                 let list = attributes.entry(key.clone()).or_insert_with(|| Value::Array(vec![]));
@@ -30,7 +46,13 @@ pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChan
             }
             ProfileChange::RemoveItems { key, items } => {
                 if let Some(Value::Array(arr)) = attributes.get_mut(key) {
-                    arr.retain(|v| !v.as_str().is_some_and(|s| items.iter().any(|i| same_item(s, i))));
+                    let (gone, kept): (Vec<Value>, Vec<Value>) = std::mem::take(arr)
+                        .into_iter()
+                        .partition(|v| v.as_str().is_some_and(|s| items.iter().any(|i| same_item(s, i))));
+                    *arr = kept;
+                    if !gone.is_empty() {
+                        superseded.push((key.clone(), Value::Array(gone)));
+                    }
                     if arr.is_empty() {
                         attributes.remove(key);
                     }
@@ -38,7 +60,7 @@ pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChan
             }
         }
     }
-    *attributes != before
+    Applied { changed: *attributes != before, superseded }
 }
 
 fn same_item(a: &str, b: &str) -> bool {
@@ -77,10 +99,11 @@ mod tests {
     #[test]
     fn set_overwrites_in_place() {
         let mut a = Map::new();
-        assert!(apply_changes(&mut a, &[set("city", json!("北京"))]));
-        assert!(apply_changes(&mut a, &[set("city", json!("上海"))]));
+        assert_eq!(apply_changes(&mut a, &[set("city", json!("北京"))]), Applied { changed: true, superseded: vec![] });
+        let moved = apply_changes(&mut a, &[set("city", json!("上海"))]);
         assert_eq!(Value::Object(a.clone()), json!({"city": "上海"}));
-        assert!(!apply_changes(&mut a, &[set("city", json!("上海"))]), "same value is no change");
+        assert_eq!(moved.superseded, vec![("city".to_string(), json!("北京"))], "the old value is reported");
+        assert!(!apply_changes(&mut a, &[set("city", json!("上海"))]).changed, "same value is no change");
     }
 
     #[test]
@@ -92,9 +115,11 @@ mod tests {
         };
         apply_changes(&mut a, &[add(&["coffee", "tea"]), add(&["Coffee ", "jazz"])]);
         assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "tea", "jazz"]}));
-        apply_changes(&mut a, &[ProfileChange::RemoveItems { key: "likes".into(), items: vec!["TEA".into()] }]);
+        let r = apply_changes(&mut a, &[ProfileChange::RemoveItems { key: "likes".into(), items: vec!["TEA".into()] }]);
         assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "jazz"]}));
-        apply_changes(&mut a, &[ProfileChange::Remove { key: "likes".into() }]);
+        assert_eq!(r.superseded, vec![("likes".to_string(), json!(["tea"]))]);
+        let r = apply_changes(&mut a, &[ProfileChange::Remove { key: "likes".into() }]);
+        assert_eq!(r.superseded, vec![("likes".to_string(), json!(["coffee", "jazz"]))]);
         assert!(a.is_empty());
     }
 

@@ -126,6 +126,7 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             expires_at: None,
+            superseded_by: None,
         }
     }
 

@@ -7,7 +7,11 @@ use crate::clock::Clock;
 use crate::context::{Assembled, Locale};
 use crate::embed::{EmbedKind, Embedder};
 use crate::error::{CoreError, CoreResult};
-use crate::extract::{ExtractError, ExtractionInput, Extractor};
+use crate::extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractors};
+use std::collections::HashMap;
+
+mod jobs;
+pub use jobs::ExtractionPolicy;
 use crate::model::*;
 use crate::ranking::{self, Scores, TimeDecay};
 use crate::redact::Redaction;
@@ -44,6 +48,7 @@ pub struct ServiceConfig {
     /// What is removed or masked before anything is stored.
     pub redaction: Redaction,
     pub lifecycle: LifecycleConfig,
+    pub extraction: ExtractionPolicy,
 }
 
 /// Forgetting (seed 002 §4.2): temporary memories expire, unused ones are archived.
@@ -112,6 +117,7 @@ impl Default for ServiceConfig {
             retrieval: RetrievalConfig::default(),
             redaction: Redaction::default(),
             lifecycle: LifecycleConfig::default(),
+            extraction: ExtractionPolicy::default(),
         }
     }
 }
@@ -233,7 +239,7 @@ pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
 
 pub struct Service {
     store: Arc<dyn Store>,
-    extractor: Arc<dyn Extractor>,
+    extractors: Extractors,
     embedder: Arc<dyn Embedder>,
     clock: Arc<dyn Clock>,
     config: ServiceConfig,
@@ -257,6 +263,8 @@ pub struct JobOutcomes {
     pub done: std::sync::atomic::AtomicU64,
     pub retried: std::sync::atomic::AtomicU64,
     pub failed: std::sync::atomic::AtomicU64,
+    /// Put off to the next day because the project's token budget was spent.
+    pub deferred: std::sync::atomic::AtomicU64,
 }
 
 const COLLECTION_CACHE_MS: Millis = 5_000;
@@ -264,7 +272,7 @@ const COLLECTION_CACHE_MS: Millis = 5_000;
 impl Service {
     pub fn new(
         store: Arc<dyn Store>,
-        extractor: Arc<dyn Extractor>,
+        extractors: Extractors,
         embedder: Arc<dyn Embedder>,
         clock: Arc<dyn Clock>,
         config: ServiceConfig,
@@ -273,7 +281,7 @@ impl Service {
         crate::text::warm();
         Arc::new(Self {
             store,
-            extractor,
+            extractors,
             embedder,
             clock,
             config,
@@ -376,8 +384,13 @@ impl Service {
         self.clock.now_ms()
     }
 
+    /// The default extractor's name, e.g. `rules` or `llm:qwen2.5`.
     pub fn extractor_name(&self) -> &str {
-        self.extractor.name()
+        self.extractors.get(None).map(|e| e.name()).unwrap_or("none")
+    }
+
+    pub fn extractors(&self) -> &Extractors {
+        &self.extractors
     }
 
     // ------------------------------------------------------------------ collections
@@ -427,9 +440,18 @@ impl Service {
         event_types: Vec<EventTypeDef>,
         profile_types: Vec<ProfileTypeDef>,
         temporary_ttl_days: Option<f64>,
+        extractor: Option<String>,
     ) -> CoreResult<Collection> {
         validate_names(t)?;
         validate_schema(&event_types, &profile_types)?;
+        if let Some(name) = &extractor
+            && self.extractors.get(Some(name)).is_none()
+        {
+            return Err(CoreError::invalid(
+                "extractor",
+                format!("\"{name}\" is not configured on this server (configured: {})", self.extractors.names().join(", ")),
+            ));
+        }
         if let Some(d) = temporary_ttl_days
             && !(d > 0.0 && d <= 36_500.0)
         {
@@ -440,6 +462,7 @@ impl Service {
         }
         let mut schema = CollectionSchema::with_builtins(event_types, profile_types);
         schema.temporary_ttl_days = temporary_ttl_days;
+        schema.extractor = extractor;
         Ok(self.store.create_collection(self.new_collection(t, description, schema)).await?)
     }
 
@@ -572,83 +595,6 @@ impl Service {
     pub async fn list_jobs(&self, t: &Target, filter: JobFilter) -> CoreResult<Vec<Job>> {
         let c = self.collection_for_read(t).await?;
         Ok(self.store.list_jobs(c.id, filter).await?)
-    }
-
-    /// Runs one due extraction job, if any. Returns whether a job was run (done or failed).
-    pub async fn try_run_one(&self) -> CoreResult<bool> {
-        let now = self.now();
-        let lease = self.config.job_lease.as_millis() as i64;
-        let Some(claimed) = self.store.claim_job(now, lease).await? else {
-            return Ok(false);
-        };
-        let job_id = claimed.job.job_id.clone();
-        let attempt = claimed.job.attempts; // already counts this attempt
-        let input = ExtractionInput {
-            schema: claimed.collection.schema.clone(),
-            session_id: claimed.session.session_id.clone(),
-            meta: claimed.meta.clone(),
-            messages: claimed.messages,
-            profile: claimed.profile,
-            now,
-        };
-        let result = match tokio::time::timeout(self.config.extraction_timeout, self.extractor.extract(input)).await {
-            Ok(r) => r,
-            Err(_) => Err(ExtractError::Transient(format!(
-                "extraction timed out after {} s",
-                self.config.extraction_timeout.as_secs()
-            ))),
-        };
-        let result = match result {
-            Ok(mut output) => {
-                // Embed before the store transaction: a failed embedding retries the job.
-                let mut failed = None;
-                for e in output.events.iter_mut() {
-                    let class =
-                        claimed.collection.schema.event_type(&e.memory_type).and_then(|t| t.default_class.clone());
-                    e.expires_at = self.default_expiry(&claimed.collection.schema, class.as_deref(), now);
-                    e.class = class;
-                    match self.embedder.embed(&[event_text(&e.memory_info)], EmbedKind::Document).await {
-                        Ok(mut v) => e.embedding = v.pop(),
-                        Err(err) => {
-                            failed = Some(ExtractError::Transient(format!("embedding failed: {err}")));
-                            break;
-                        }
-                    }
-                }
-                match failed {
-                    None => Ok(output),
-                    Some(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(output) => {
-                let n = output.events.len();
-                self.store.complete_job(&job_id, output, self.now()).await?;
-                self.job_outcomes.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, "extraction done");
-            }
-            Err(e) => {
-                let retry_at = match &e {
-                    ExtractError::Transient(_) if attempt < claimed.job.max_attempts => {
-                        Some(self.now() + self.backoff(attempt).as_millis() as i64)
-                    }
-                    _ => None,
-                };
-                tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
-                self.store.fail_job(&job_id, &e.to_string(), retry_at, self.now()).await?;
-                let counter = if retry_at.is_some() { &self.job_outcomes.retried } else { &self.job_outcomes.failed };
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        Ok(true)
-    }
-
-    /// Exponential backoff: base · 2^(attempt-1), capped.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
-        self.config.retry_base.saturating_mul(factor).min(self.config.retry_max)
     }
 
     /// Closes every conversation whose idle deadline has passed. Returns how many.

@@ -68,6 +68,11 @@ pub trait Store: Send + Sync + 'static {
     async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>>;
     /// Records a failed attempt: queued again at `retry_at`, or `failed` when `None`.
     async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()>;
+    /// Puts a claimed job back in the queue until `run_after` without counting the attempt, with
+    /// `note` shown as its `last_error` (e.g. a spent token budget).
+    async fn defer_job(&self, job_id: &str, run_after: Millis, note: &str, now: Millis) -> StoreResult<()>;
+    /// Prompt + completion tokens recorded by a project's jobs updated at or after `since`.
+    async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64>;
     async fn list_jobs(&self, collection_id: CollectionId, filter: JobFilter) -> StoreResult<Vec<Job>>;
     /// The earliest `run_after` of a queued job (to sleep until then).
     async fn next_job_due(&self) -> StoreResult<Option<Millis>>;

@@ -91,6 +91,9 @@ pub struct CollectionCreate {
     pub profile_types: Vec<ProfileTypeDef>,
     #[serde(default)]
     pub temporary_ttl_days: Option<f64>,
+    /// `rules` or `llm` (when the server has one); the server default when absent.
+    #[serde(default)]
+    pub extractor: Option<String>,
 }
 
 pub fn collection_json(c: &Collection) -> Value {
@@ -101,6 +104,7 @@ pub fn collection_json(c: &Collection) -> Value {
         "event_types": c.schema.event_types,
         "profile_types": c.schema.profile_types,
         "temporary_ttl_days": c.schema.temporary_ttl_days,
+        "extractor": c.schema.extractor,
         "created_at": c.created_at,
     })
 }

@@ -2,14 +2,18 @@
 //! provider, chosen once from config at the composition root.
 //!
 //! - [`rules`]: the offline, deterministic extractor (the default; needs no model).
+//! - [`llm`]: any OpenAI-compatible chat-completions endpoint, JSON validated against the schema.
 //! - [`faults`]: a decorator that makes any extractor fail its first attempts, for resilience
 //!   tests and drills; never enabled unless configured.
 //!
 //! This crate knows model runtimes and remote APIs; it must not know HTTP routes or SQL.
 
+pub mod breaker;
 pub mod embed;
 pub mod faults;
+pub mod llm;
 pub mod rules;
 
 pub use faults::FaultInjectingExtractor;
+pub use llm::{JsonMode, LlmConfig, LlmExtractor};
 pub use rules::{RulesConfig, RulesExtractor};

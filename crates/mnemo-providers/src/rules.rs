@@ -71,20 +71,14 @@ impl RulesExtractor {
                 let mut info = Map::new();
                 info.insert("summary".into(), Value::String(summary));
                 info.insert("original_messages".into(), Value::String(original_messages(c)));
-                Some(ExtractedEvent {
-                    memory_type: EVENT_V1.into(),
-                    memory_info: info,
-                    time: c[0].time,
-                    source_message_ids: c.iter().map(|m| m.message_id).collect(),
-                    embedding: None,
-                    class: None,
-                    expires_at: None,
-                })
+                let mut event = ExtractedEvent::new(EVENT_V1, info, c[0].time);
+                event.source_message_ids = c.iter().map(|m| m.message_id).collect();
+                Some(event)
             })
             .collect();
         let profile_changes =
             profile_changes(cleaned.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()));
-        ExtractionOutput { events, profile_changes, prompt_tokens: 0, completion_tokens: 0 }
+        ExtractionOutput { events, profile_changes, ..Default::default() }
     }
 }
 
@@ -102,15 +96,15 @@ static ACK_ONLY: LazyLock<Regex> = LazyLock::new(|| {
 
 /// A message kept for extraction, with its text cleaned.
 #[derive(Clone, Debug)]
-struct Clean<'a> {
-    message_id: i64,
-    role: Role,
-    name: Option<&'a str>,
-    time: i64,
-    content: String,
+pub(crate) struct Clean<'a> {
+    pub message_id: i64,
+    pub role: Role,
+    pub name: Option<&'a str>,
+    pub time: i64,
+    pub content: String,
 }
 
-fn clean<'a>(messages: &'a [StoredMessage], cfg: &RulesConfig) -> Vec<Clean<'a>> {
+pub(crate) fn clean<'a>(messages: &'a [StoredMessage], cfg: &RulesConfig) -> Vec<Clean<'a>> {
     messages
         .iter()
         .filter(|m| {
@@ -276,7 +270,7 @@ fn first_sentence(text: &str) -> &str {
     &text[..end]
 }
 
-fn truncate_chars(s: &str, max: usize) -> String {
+pub(crate) fn truncate_chars(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();
     }
@@ -285,7 +279,7 @@ fn truncate_chars(s: &str, max: usize) -> String {
     out
 }
 
-fn original_messages(chunk: &[Clean]) -> String {
+pub(crate) fn original_messages(chunk: &[Clean]) -> String {
     chunk
         .iter()
         .map(|m| format!("{}({}):{}", m.name.unwrap_or(m.role.as_str()), m.role.as_str(), m.content))
@@ -441,7 +435,8 @@ mod tests {
             session_id: "s".into(),
             meta: ConversationMeta::default(),
             messages,
-            profile: None,
+            profiles: vec![],
+            related_events: vec![],
             now: 0,
         })
     }

@@ -350,6 +350,7 @@ fn profile_for(
     )
     .optional()
     .map_err(backend)
+    .and_then(|p| one_with_history(conn, p))
 }
 
 fn profile_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Profile>> {
@@ -360,6 +361,89 @@ fn profile_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<
     )
     .optional()
     .map_err(backend)
+    .and_then(|p| one_with_history(conn, p))
+}
+
+/// Fills in the attribute history of each profile.
+pub(crate) fn with_history(conn: &Connection, mut profiles: Vec<Profile>) -> StoreResult<Vec<Profile>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT attribute, value, valid_from, valid_to, session_id FROM profile_history WHERE profile_id=?1 ORDER BY valid_to, id",
+        )
+        .map_err(backend)?;
+    for p in profiles.iter_mut() {
+        let rows = stmt
+            .query_map([&p.id], |r| {
+                Ok(AttributeVersion {
+                    attribute: r.get(0)?,
+                    value: serde_json::from_str(&r.get::<_, String>(1)?).unwrap_or(serde_json::Value::Null),
+                    valid_from: r.get(2)?,
+                    valid_to: r.get(3)?,
+                    session_id: r.get(4)?,
+                })
+            })
+            .map_err(backend)?;
+        p.history = rows.collect::<Result<Vec<_>, _>>().map_err(backend)?;
+    }
+    Ok(profiles)
+}
+
+fn one_with_history(conn: &Connection, p: Option<Profile>) -> StoreResult<Option<Profile>> {
+    Ok(match p {
+        Some(p) => with_history(conn, vec![p])?.pop(),
+        None => None,
+    })
+}
+
+/// Attribute values and since when they hold (`profiles.attribute_since`).
+type Since = serde_json::Map<String, serde_json::Value>;
+
+fn attribute_since(conn: &Connection, id: &str) -> StoreResult<Since> {
+    let raw: Option<String> = conn
+        .query_row("SELECT attribute_since FROM profiles WHERE id=?1", [id], |r| r.get(0))
+        .optional()
+        .map_err(backend)?;
+    Ok(raw.and_then(|r| serde_json::from_str(&r).ok()).unwrap_or_default())
+}
+
+/// Records what a change did to a profile's attributes: since-times of changed attributes, and,
+/// for `keep_history` types, the replaced values with their validity end.
+fn record_versions(
+    conn: &Connection,
+    profile_id: &str,
+    keep_history: bool,
+    before: &serde_json::Map<String, serde_json::Value>,
+    after: &serde_json::Map<String, serde_json::Value>,
+    superseded: &[(String, serde_json::Value)],
+    session_id: Option<&str>,
+    now: Millis,
+) -> StoreResult<String> {
+    let mut since = attribute_since(conn, profile_id)?;
+    if keep_history {
+        let mut ins = conn
+            .prepare_cached(
+                "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES (?1,?2,?3,?4,?5,?6)",
+            )
+            .map_err(backend)?;
+        for (attr, old) in superseded {
+            let from = since.get(attr).and_then(|v| v.as_i64());
+            ins.execute(params![profile_id, attr, json(old), from, now, session_id]).map_err(backend)?;
+        }
+    }
+    for (k, v) in after {
+        if before.get(k) != Some(v) {
+            since.insert(k.clone(), now.into());
+        }
+    }
+    since.retain(|k, _| after.contains_key(k));
+    Ok(json(&since))
+}
+
+fn keeps_history(conn: &Connection, cid: CollectionId, profile_type: &str) -> StoreResult<bool> {
+    Ok(collection_by_id(conn, cid)?
+        .schema
+        .profile_type(profile_type)
+        .is_some_and(|t| t.update_mode == mnemo_core::model::ProfileUpdateMode::KeepHistory))
 }
 
 fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
@@ -823,11 +907,19 @@ impl Store for SqliteStore {
                 let (_, session, meta) =
                     session_summary(conn, &sid)?.ok_or_else(|| backend(format!("job {job_id} has no session {sid}")))?;
                 let messages = messages_where(conn, "m.session_id=?1", &[SqlValue::Text(sid)])?;
-                let profile = match &meta.user_id {
-                    Some(u) => profile_for(conn, cid, PROFILE_V1, u, "")?,
-                    None => None,
+                let profiles = match &meta.user_id {
+                    Some(u) => {
+                        let mut stmt = conn
+                            .prepare_cached(&format!(
+                                "SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1 AND user_id=?2 AND assistant_id='' ORDER BY profile_type"
+                            ))
+                            .map_err(backend)?;
+                        let rows = stmt.query_map(params![cid, u], profile_from_row).map_err(backend)?;
+                        with_history(conn, rows.collect::<Result<Vec<_>, _>>().map_err(backend)?)?
+                    }
+                    None => vec![],
                 };
-                Ok(Some(ClaimedJob { job, collection, session, meta, messages, profile }))
+                Ok(Some(ClaimedJob { job, collection, session, meta, messages, profiles }))
             })
             .await
     }
@@ -845,7 +937,13 @@ impl Store for SqliteStore {
                 let (_, session, meta) = session_summary(conn, &sid)?.ok_or_else(|| backend("job without session"))?;
                 let mut ids = Vec::with_capacity(output.events.len());
                 for e in &output.events {
-                    ids.push(insert_event_row(
+                    if let Some(target) = &e.merge_into
+                        && merge_event_row(conn, cid, target, e, now)?
+                    {
+                        ids.push(target.clone());
+                        continue;
+                    }
+                    let id = insert_event_row(
                         conn,
                         &NewEvent {
                             collection_id: cid,
@@ -864,10 +962,23 @@ impl Store for SqliteStore {
                             expires_at: e.expires_at,
                             now,
                         },
-                    )?);
+                    )?;
+                    if let Some(old) = &e.supersedes {
+                        conn.execute(
+                            "UPDATE events SET status='superseded', superseded_by=?3, updated_at=?4
+                             WHERE collection_id=?1 AND id=?2 AND status='active'",
+                            params![cid, old, id, now],
+                        )
+                        .map_err(backend)?;
+                    }
+                    ids.push(id);
                 }
-                if let (Some(user), false) = (&meta.user_id, output.profile_changes.is_empty()) {
-                    apply_profile_changes(conn, cid, user, &session.session_id, &output.profile_changes, now)?;
+                if let Some(user) = &meta.user_id {
+                    let typed = std::iter::once((PROFILE_V1.to_string(), output.profile_changes.clone()))
+                        .chain(output.typed_profile_changes.iter().cloned());
+                    for (ptype, changes) in typed.filter(|(_, c)| !c.is_empty()) {
+                        apply_profile_changes(conn, cid, &ptype, user, &session.session_id, &changes, now)?;
+                    }
                 }
                 conn.execute(
                     "UPDATE sessions SET state='extracted', extracted_at=?2 WHERE session_id=?1",
@@ -905,6 +1016,36 @@ impl Store for SqliteStore {
                 Ok(())
             })
             .await
+    }
+
+    async fn defer_job(&self, job_id: &str, run_after: Millis, note: &str, now: Millis) -> StoreResult<()> {
+        let (job_id, note) = (job_id.to_string(), note.to_string());
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE jobs SET state='queued', attempts=MAX(attempts-1, 0), run_after=?2, last_error=?3, lease_until=NULL, updated_at=?4
+                     WHERE job_id=?1 AND state='running'",
+                    params![job_id, run_after, note, now],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
+        let project = project.to_string();
+        self.read(move |conn| {
+            conn.query_row(
+                "SELECT COALESCE(SUM(j.prompt_tokens + j.completion_tokens), 0) FROM jobs j
+                 JOIN collections c ON c.id = j.collection_id WHERE c.project_name=?1 AND j.updated_at>=?2",
+                params![project, since],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+            .map_err(backend)
+        })
+        .await
     }
 
     async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
@@ -1286,6 +1427,7 @@ impl Store for SqliteStore {
                 let mut p = profile_by_id(conn, cid, &id)?
                     .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
                 let auto_content = p.content == profile::describe(&p.attributes);
+                let before = p.attributes.clone();
                 if let Some(attrs) = patch.attributes {
                     if patch.replace_attributes {
                         p.attributes = attrs.into_iter().filter(|(_, v)| !v.is_null()).collect();
@@ -1304,9 +1446,16 @@ impl Store for SqliteStore {
                     None if auto_content => p.content = profile::describe(&p.attributes),
                     None => {}
                 }
+                let superseded: Vec<(String, serde_json::Value)> = before
+                    .iter()
+                    .filter(|(k, v)| p.attributes.get(*k) != Some(*v))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let keep = keeps_history(conn, cid, &p.profile_type)?;
+                let since = record_versions(conn, &id, keep, &before, &p.attributes, &superseded, None, now)?;
                 conn.execute(
-                    "UPDATE profiles SET content=?3, attributes=?4, updated_at=?5 WHERE collection_id=?1 AND id=?2",
-                    params![cid, id, p.content, json(&p.attributes), now],
+                    "UPDATE profiles SET content=?3, attributes=?4, updated_at=?5, attribute_since=?6 WHERE collection_id=?1 AND id=?2",
+                    params![cid, id, p.content, json(&p.attributes), now, since],
                 )
                 .map_err(backend)?;
                 profile_by_id(conn, cid, &id)?.ok_or_else(|| backend("updated profile vanished"))
@@ -1347,27 +1496,31 @@ impl Store for SqliteStore {
             sql.push_str(&format!(" ORDER BY updated_at DESC, id LIMIT ?{}", args.len()));
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
             let rows = stmt.query_map(params_from_iter(args.iter()), profile_from_row).map_err(backend)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+            let profiles = rows.collect::<Result<Vec<_>, _>>().map_err(backend)?;
+            with_history(conn, profiles)
         })
         .await
     }
 }
 
-/// Applies extracted profile changes to the user's `profile_v1`, creating it on first use.
+/// Applies extracted profile changes to the user's profile of `ptype`, creating it on first use.
 fn apply_profile_changes(
     conn: &Connection,
     cid: CollectionId,
+    ptype: &str,
     user: &str,
     session_id: &str,
     changes: &[mnemo_core::extract::ProfileChange],
     now: Millis,
 ) -> StoreResult<()> {
-    let existing = profile_for(conn, cid, PROFILE_V1, user, "")?;
+    let existing = profile_for(conn, cid, ptype, user, "")?;
     let (id, mut attrs, mut sources, created) = match existing {
         Some(p) => (p.id, p.attributes, p.source_session_ids, false),
         None => (new_id("prf"), serde_json::Map::new(), vec![], true),
     };
-    if !profile::apply_changes(&mut attrs, changes) && !created {
+    let before = attrs.clone();
+    let applied = profile::apply_changes(&mut attrs, changes);
+    if !applied.changed && !created {
         return Ok(());
     }
     sources.push(session_id.to_string());
@@ -1380,10 +1533,41 @@ fn apply_profile_changes(
          VALUES (?1,?2,?3,?4,'',?5,?6,?7,?8,?8)
          ON CONFLICT(id) DO UPDATE SET content=excluded.content, attributes=excluded.attributes,
              source_sessions=excluded.source_sessions, updated_at=excluded.updated_at",
-        params![id, cid, PROFILE_V1, user, content, json(&attrs), json(&sources), now],
+        params![id, cid, ptype, user, content, json(&attrs), json(&sources), now],
     )
     .map_err(backend)?;
+    let keep = keeps_history(conn, cid, ptype)?;
+    let since = record_versions(conn, &id, keep, &before, &attrs, &applied.superseded, Some(session_id), now)?;
+    conn.execute("UPDATE profiles SET attribute_since=?2 WHERE id=?1", params![id, since]).map_err(backend)?;
     Ok(())
+}
+
+/// Refreshes an existing event with a near-duplicate's content: text, time (the later one),
+/// provenance and vector change; hits, id and creation time stay. Returns false (and changes
+/// nothing) if the target is gone or no longer active, so the caller inserts instead.
+fn merge_event_row(
+    conn: &Connection,
+    cid: CollectionId,
+    id: &str,
+    e: &mnemo_core::extract::ExtractedEvent,
+    now: Millis,
+) -> StoreResult<bool> {
+    let Some(old) = event_by_id(conn, cid, id)? else { return Ok(false) };
+    if old.status != "active" {
+        return Ok(false);
+    }
+    let mut sources = old.source_message_ids.clone();
+    sources.extend(e.source_message_ids.iter().filter(|i| !old.source_message_ids.contains(i)));
+    let rowid: i64 = conn.query_row("SELECT rowid FROM events WHERE id=?1", [id], |r| r.get(0)).map_err(backend)?;
+    index_event(conn, cid, id, rowid, &e.memory_info, e.embedding.as_deref())?;
+    conn.execute(
+        "UPDATE events SET memory_info=?3, time=MAX(time, ?4), source_message_ids=?5, updated_at=?6,
+             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE MAX(expires_at, COALESCE(?7, expires_at)) END
+         WHERE collection_id=?1 AND id=?2",
+        params![cid, id, json(&e.memory_info), e.time, json(&sources), now, e.expires_at],
+    )
+    .map_err(backend)?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -89,9 +89,8 @@ pub fn export(conn: &Connection, cid: CollectionId, user: &str) -> Result<UserDa
         ))
         .map_err(backend)?;
     let profiles = stmt.query_map(params![cid, user], profile_from_row).map_err(backend)?;
-    for p in profiles {
-        out.profiles.push(p.map_err(backend)?);
-    }
+    let profiles = profiles.collect::<Result<Vec<_>, _>>().map_err(backend)?;
+    out.profiles = crate::with_history(conn, profiles)?;
     Ok(out)
 }
 

@@ -13,7 +13,7 @@ pub const SESSION_COLS: &str = "collection_id, session_id, conversation_id, reas
 pub const JOB_COLS: &str = "collection_id, job_id, kind, state, conversation_id, session_id, attempts, max_attempts, last_error, \
      run_after, prompt_tokens, completion_tokens, created_at, updated_at";
 pub const EVENT_COLS: &str = "id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope, class, \
-     status, time, memory_info, source_message_ids, hit_count, last_hit_at, created_at, updated_at, expires_at";
+     status, time, memory_info, source_message_ids, hit_count, last_hit_at, created_at, updated_at, expires_at, superseded_by";
 pub const PROFILE_COLS: &str =
     "id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at";
 
@@ -135,6 +135,7 @@ pub fn event_from_row(r: &Row) -> rusqlite::Result<Event> {
         created_at: r.get(15)?,
         updated_at: r.get(16)?,
         expires_at: r.get(17)?,
+        superseded_by: r.get(18)?,
     })
 }
 
@@ -150,5 +151,6 @@ pub fn profile_from_row(r: &Row) -> rusqlite::Result<Profile> {
         source_session_ids: parse(&r.get::<_, String>(6)?),
         created_at: r.get(7)?,
         updated_at: r.get(8)?,
+        history: vec![],
     })
 }

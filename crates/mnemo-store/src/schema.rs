@@ -167,6 +167,23 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE maintenance_runs ADD COLUMN folded INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE maintenance_runs ADD COLUMN digests INTEGER NOT NULL DEFAULT 0;
     "#,
+    // v6: living memories — corrected events point at their successor; profile attributes know
+    // since when they hold, and `keep_history` profile types keep the values they replaced.
+    r#"
+    ALTER TABLE events ADD COLUMN superseded_by TEXT;
+    ALTER TABLE profiles ADD COLUMN attribute_since TEXT NOT NULL DEFAULT '{}';
+    CREATE TABLE profile_history(
+        id INTEGER PRIMARY KEY,
+        profile_id TEXT NOT NULL REFERENCES profiles(id) ON DELETE CASCADE,
+        attribute TEXT NOT NULL,
+        value TEXT NOT NULL,            -- JSON
+        valid_from INTEGER,
+        valid_to INTEGER NOT NULL,
+        session_id TEXT
+    );
+    CREATE INDEX profile_history_profile ON profile_history(profile_id, valid_to);
+    CREATE INDEX jobs_updated ON jobs(updated_at);
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -109,13 +109,8 @@ async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile() {
     assert_eq!(job.job.attempts, 2);
     let out = ExtractionOutput {
         events: vec![ExtractedEvent {
-            memory_type: EVENT_V1.into(),
-            memory_info: json!({"summary": "用户住在上海"}).as_object().unwrap().clone(),
-            time: 10,
             source_message_ids: vec![job.messages[0].message_id],
-            embedding: None,
-            class: None,
-            expires_at: None,
+            ..ExtractedEvent::new(EVENT_V1, json!({"summary": "用户住在上海"}).as_object().unwrap().clone(), 10)
         }],
         profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
         ..Default::default()
@@ -130,6 +125,90 @@ async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile() {
     let profiles =
         s.list_profiles(c.id, ProfileFilter { user_id: vec!["u1".into()], ..Default::default() }, 5).await.unwrap();
     assert_eq!(profiles[0].attributes.get("city"), Some(&json!("上海")));
+}
+
+/// Runs one session of `text` through a job that returns `out` (with the session's message ids).
+async fn extract_session(
+    s: &SqliteStore,
+    c: &Collection,
+    text: &str,
+    now: Millis,
+    out: impl FnOnce(i64) -> ExtractionOutput,
+) -> Vec<String> {
+    let t = ExtractTrigger::from_parts(None, Some(1), None, Default::default()).unwrap();
+    s.append_messages(append(c, "conv", vec![msg(Role::User, text, 5, None)], t, now)).await.unwrap();
+    let job = s.claim_job(now, 1000).await.unwrap().expect("a due job");
+    let mid = job.messages[0].message_id;
+    s.complete_job(&job.job.job_id, out(mid), now).await.unwrap()
+}
+
+fn summary(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    json!({"summary": text}).as_object().unwrap().clone()
+}
+
+#[tokio::test]
+async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let mut nc = new_coll();
+    let mut pt = CollectionSchema::builtin_profile_v1();
+    pt.update_mode = mnemo_core::model::ProfileUpdateMode::KeepHistory;
+    nc.schema = CollectionSchema::with_builtins(vec![], vec![pt]);
+    let c = s.ensure_collection(nc).await.unwrap();
+
+    let first = extract_session(&s, &c, "我住在北京，周末去跑步", 1_000, |mid| ExtractionOutput {
+        events: vec![
+            ExtractedEvent { source_message_ids: vec![mid], ..ExtractedEvent::new(EVENT_V1, summary("用户周末跑步"), 1_000) },
+            ExtractedEvent { source_message_ids: vec![mid], ..ExtractedEvent::new(EVENT_V1, summary("用户下周去上海出差"), 1_000) },
+        ],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("北京") }],
+        ..Default::default()
+    })
+    .await;
+    s.record_hits(c.id, vec![first[0].clone()], 1_500).await.unwrap();
+
+    let (run, trip) = (first[0].clone(), first[1].clone());
+    let second = extract_session(&s, &c, "搬到上海了，还是周末跑步；出差取消了", 2_000, |mid| ExtractionOutput {
+        events: vec![
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                merge_into: Some(run.clone()),
+                ..ExtractedEvent::new(EVENT_V1, summary("用户每个周末跑步"), 2_000)
+            },
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                supersedes: Some(trip.clone()),
+                ..ExtractedEvent::new(EVENT_V1, summary("用户取消了上海出差"), 2_000)
+            },
+        ],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(second[0], run, "the near-duplicate refreshed the existing event");
+    let merged = s.get_event(c.id, &run).await.unwrap().unwrap();
+    assert_eq!(merged.memory_info["summary"], json!("用户每个周末跑步"));
+    assert_eq!((merged.time, merged.hit_count), (2_000, 1), "time refreshed, hits kept");
+    assert_eq!(merged.source_message_ids.len(), 2, "provenance of both sessions");
+    let old = s.get_event(c.id, &trip).await.unwrap().unwrap();
+    assert_eq!((old.status.as_str(), old.superseded_by.as_deref()), ("superseded", Some(second[1].as_str())));
+    let active =
+        s.list_events(c.id, EventFilter { active_only: true, ..Default::default() }, 10).await.unwrap();
+    assert_eq!(active.len(), 2, "the superseded event is hidden from active listings");
+
+    let p = s.list_profiles(c.id, ProfileFilter::default(), 5).await.unwrap().remove(0);
+    assert_eq!(p.attributes["city"], json!("上海"));
+    assert_eq!(p.history.len(), 1);
+    let h = &p.history[0];
+    assert_eq!((h.attribute.as_str(), &h.value, h.valid_from, h.valid_to), ("city", &json!("北京"), Some(1_000), 2_000));
+    // An API edit of a keep_history profile is versioned too.
+    let patch = ProfilePatch {
+        attributes: Some(json!({"city": "杭州"}).as_object().unwrap().clone()),
+        ..Default::default()
+    };
+    let p = s.update_profile(c.id, &p.id, patch, 3_000).await.unwrap();
+    assert_eq!(p.history.iter().map(|h| h.value.clone()).collect::<Vec<_>>(), vec![json!("北京"), json!("上海")]);
+    assert_eq!(p.history[1].valid_from, Some(2_000));
 }
 
 #[tokio::test]

@@ -4,10 +4,10 @@
 use crate::config::Config;
 use anyhow::{Context, Result, bail};
 use mnemo_core::ranking::TimeDecay;
-use mnemo_core::service::{RetrievalConfig, ServiceConfig};
-use mnemo_core::{Clock, Embedder, Extractor, Service, Store};
+use mnemo_core::service::{ExtractionPolicy, RetrievalConfig, ServiceConfig};
+use mnemo_core::{Clock, Embedder, Extractor, Extractors, Service, Store};
 use mnemo_providers::embed::{LocalUseEmbedder, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
-use mnemo_providers::{FaultInjectingExtractor, RulesConfig, RulesExtractor};
+use mnemo_providers::{FaultInjectingExtractor, JsonMode, LlmConfig, LlmExtractor, RulesConfig, RulesExtractor};
 use mnemo_store::{Durability, SqliteOptions, SqliteStore};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -99,21 +99,7 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
         }
         other => bail!("store.engine: {other:?} is not available in this build (use sqlite)"),
     };
-    let extractor: Arc<dyn Extractor> = match cfg.extraction.provider.as_str() {
-        "rules" => Arc::new(RulesExtractor::new(RulesConfig {
-            ignore_system: cfg.session.ignore_system,
-            ignore_tools: cfg.session.ignore_tools,
-            ..Default::default()
-        })),
-        other => bail!("extraction.provider: {other:?} is not available in this build (use rules)"),
-    };
-    let extractor: Arc<dyn Extractor> = match cfg.extraction.fault_injection.fail_first_attempts {
-        0 => extractor,
-        n => {
-            tracing::warn!(n, "fault injection is on: the first {n} extraction attempts will fail");
-            Arc::new(FaultInjectingExtractor::new(extractor, n))
-        }
-    };
+    let extractors = extractors(cfg)?;
     let s = &cfg.session;
     let default_trigger = mnemo_core::ExtractTrigger::from_parts(
         Some(s.token_count as i64),
@@ -147,8 +133,69 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
             private_tags: cfg.redaction.private_tags,
             secrets: cfg.redaction.secrets,
         },
+        extraction: ExtractionPolicy {
+            dedup_similarity: (e.dedup_similarity > 0.0).then_some(e.dedup_similarity.min(1.0)),
+            utc_offset: mnemo_core::dates::parse_offset(&e.utc_offset).with_context(|| {
+                format!("extraction.utc_offset: must look like +08:00, -05:30 or UTC, got {:?}", e.utc_offset)
+            })?,
+            daily_token_budget: (e.daily_token_budget > 0).then_some(e.daily_token_budget),
+            project_token_budgets: e.project_token_budgets.clone(),
+        },
     };
-    Ok(Service::new(store, extractor, embedder, clock, config))
+    Ok(Service::new(store, extractors, embedder, clock, config))
+}
+
+/// The extractors: `rules` always, `llm` when an endpoint is configured; the default is
+/// `extraction.provider`.
+fn extractors(cfg: &Config) -> Result<Extractors> {
+    let e = &cfg.extraction;
+    let wrap = |x: Arc<dyn Extractor>| -> Arc<dyn Extractor> {
+        match e.fault_injection.fail_first_attempts {
+            0 => x,
+            n => {
+                tracing::warn!(n, "fault injection is on: the first {n} extraction attempts will fail");
+                Arc::new(FaultInjectingExtractor::new(x, n))
+            }
+        }
+    };
+    let rules = RulesExtractor::new(RulesConfig {
+        ignore_system: cfg.session.ignore_system,
+        ignore_tools: cfg.session.ignore_tools,
+        ..Default::default()
+    });
+    let mut all = Extractors::new("rules", wrap(Arc::new(rules)));
+    if e.base_url.is_some() || e.model.is_some() || e.provider == "llm" {
+        let need = |v: &Option<String>, k: &str| {
+            v.clone().with_context(|| format!("extraction.{k} is required for the llm extractor"))
+        };
+        let api_key = match &e.api_key_env {
+            Some(var) => Some(std::env::var(var).with_context(|| format!("extraction.api_key_env: {var} is not set"))?),
+            None => None,
+        };
+        let json_mode = JsonMode::parse(&e.json_mode).with_context(|| {
+            format!("extraction.json_mode: must be json_schema, json_object or none, got {:?}", e.json_mode)
+        })?;
+        let llm = LlmExtractor::new(LlmConfig {
+            base_url: need(&e.base_url, "base_url")?,
+            model: need(&e.model, "model")?,
+            api_key,
+            timeout: Duration::from_secs(e.request_timeout_secs.max(1)),
+            max_concurrency: e.max_concurrency.max(1),
+            json_mode,
+            max_retries: e.max_retries,
+            max_tokens: e.max_tokens.max(64),
+            temperature: e.temperature.clamp(0.0, 2.0),
+            ignore_system: cfg.session.ignore_system,
+            ignore_tools: cfg.session.ignore_tools,
+            ..Default::default()
+        })
+        .map_err(anyhow::Error::msg)?;
+        all = all.with("llm", wrap(Arc::new(llm)));
+    }
+    match e.provider.as_str() {
+        "rules" | "llm" => Ok(all.default_to(&e.provider)),
+        other => bail!("extraction.provider: must be rules or llm, got {other:?}"),
+    }
 }
 
 fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {

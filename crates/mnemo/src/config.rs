@@ -191,12 +191,41 @@ impl Default for StoreConfig {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExtractionConfig {
+    /// The default extractor: `rules` (offline) or `llm`. Collections may pick another one that
+    /// is configured (`extractor` in `collection/create`).
     pub provider: String,
     pub workers: usize,
     pub max_attempts: u32,
     pub retry_base_ms: u64,
     pub retry_max_ms: u64,
+    /// One extraction job at most (all its LLM calls and retries).
     pub timeout_secs: u64,
+    /// llm: the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1. With `base_url` and
+    /// `model` set, the `llm` extractor is available even when `provider` is `rules`.
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    /// llm: one HTTP request at most.
+    pub request_timeout_secs: u64,
+    /// llm: requests in flight at most.
+    pub max_concurrency: usize,
+    /// llm: `json_schema`, `json_object` or `none`; steps down by itself if the server refuses.
+    pub json_mode: String,
+    /// llm: retries of one request on 429 / 5xx / timeouts before the job backs off.
+    pub max_retries: u32,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    /// A new event whose embedding is at least this similar to one of the user's events of the
+    /// same type refreshes it instead of being added; 0 turns similarity dedup off (exact text
+    /// duplicates still merge).
+    pub dedup_similarity: f32,
+    /// The users' UTC offset (e.g. "+08:00"), for resolving "yesterday" / 昨天.
+    pub utc_offset: String,
+    /// Tokens a project's LLM extraction may spend per UTC day; 0: no limit. Jobs over budget
+    /// wait for the next day (nothing is lost) and say so in `job/list`.
+    pub daily_token_budget: u64,
+    /// Per-project budgets overriding `daily_token_budget`.
+    pub project_token_budgets: std::collections::HashMap<String, u64>,
     pub fault_injection: FaultInjectionConfig,
 }
 
@@ -208,7 +237,20 @@ impl Default for ExtractionConfig {
             max_attempts: 10,
             retry_base_ms: 2000,
             retry_max_ms: 600_000,
-            timeout_secs: 120,
+            timeout_secs: 300,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            request_timeout_secs: 120,
+            max_concurrency: 2,
+            json_mode: "json_schema".into(),
+            max_retries: 2,
+            max_tokens: 1200,
+            temperature: 0.0,
+            dedup_similarity: 0.9,
+            utc_offset: "+00:00".into(),
+            daily_token_budget: 0,
+            project_token_budgets: Default::default(),
             fault_injection: FaultInjectionConfig::default(),
         }
     }

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use mnemo_core::embed::{EmbedError, EmbedKind, Embedder, normalize};
 use serde_json::{Value, json};
+use crate::breaker::Breaker;
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -23,46 +24,11 @@ pub struct OpenAiEmbedder {
     breaker: Breaker,
 }
 
-/// A circuit breaker: after `THRESHOLD` consecutive failures the endpoint is not called for
-/// `OPEN_FOR`; then one call is let through to probe it. A dead endpoint is not hammered, and
-/// callers fail fast (jobs back off, searches fall back to full text).
-#[derive(Default)]
-struct Breaker {
-    state: std::sync::Mutex<(u32, Option<std::time::Instant>)>,
-}
-
-const THRESHOLD: u32 = 3;
-const OPEN_FOR: Duration = Duration::from_secs(5);
-
-impl Breaker {
-    fn check(&self) -> Result<(), EmbedError> {
-        let mut s = self.state.lock().expect("breaker");
-        if let Some(until) = s.1 {
-            if std::time::Instant::now() < until {
-                return Err(EmbedError::Transient("embedding endpoint unavailable (circuit open)".into()));
-            }
-            s.1 = None; // half-open: let this call probe
-        }
-        Ok(())
-    }
-
-    fn record(&self, ok: bool) {
-        let mut s = self.state.lock().expect("breaker");
-        if ok {
-            *s = (0, None);
-        } else {
-            s.0 += 1;
-            if s.0 >= THRESHOLD {
-                s.1 = Some(std::time::Instant::now() + OPEN_FOR);
-            }
-        }
-    }
-}
 
 impl OpenAiEmbedder {
     pub fn new(config: OpenAiEmbedderConfig) -> Result<Self, String> {
         let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| e.to_string())?;
-        Ok(Self { id: format!("openai:{}", config.model), config, client, breaker: Breaker::default() })
+        Ok(Self { id: format!("openai:{}", config.model), config, client, breaker: Breaker::new(3, Duration::from_secs(5)) })
     }
 }
 
@@ -77,7 +43,9 @@ impl Embedder for OpenAiEmbedder {
     }
 
     async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.breaker.check()?;
+        if !self.breaker.allow() {
+            return Err(EmbedError::Transient("embedding endpoint unavailable (circuit open)".into()));
+        }
         let out = self.call(texts, kind).await;
         self.breaker.record(!matches!(out, Err(EmbedError::Transient(_))));
         out

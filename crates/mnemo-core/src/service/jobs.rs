@@ -1,0 +1,302 @@
+//! Running one extraction job: budget check, extraction, then what the service does to every
+//! extractor's output before it is stored — validation, date anchoring, embedding, and dedup /
+//! supersede against the user's earlier events. Extractors stay simple; the rules that keep
+//! memories clean live here once.
+
+use super::*;
+use crate::dates;
+use crate::embed::dot;
+use crate::extract::ExtractedEvent;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+/// What the service does with extraction output (config `extraction.*`).
+#[derive(Clone, Debug)]
+pub struct ExtractionPolicy {
+    /// Cosine similarity at or above which a new event of the same user and type refreshes an
+    /// existing one instead of being added (`None`: only exact normalised-text duplicates merge).
+    pub dedup_similarity: Option<f32>,
+    /// The users' clock, for resolving "yesterday" / 昨天 against a message's time.
+    pub utc_offset: chrono::FixedOffset,
+    /// Tokens (prompt + completion) a project's extraction may spend per UTC day; `None`: no limit.
+    pub daily_token_budget: Option<u64>,
+    /// Per-project budgets overriding `daily_token_budget`.
+    pub project_token_budgets: HashMap<String, u64>,
+}
+
+impl Default for ExtractionPolicy {
+    fn default() -> Self {
+        Self {
+            dedup_similarity: Some(0.9),
+            utc_offset: chrono::FixedOffset::east_opt(0).expect("UTC"),
+            daily_token_budget: None,
+            project_token_budgets: HashMap::new(),
+        }
+    }
+}
+
+const DAY_MS: Millis = 86_400_000;
+
+impl Service {
+    /// Runs one due extraction job, if any. Returns whether a job was taken (done, retried,
+    /// failed or deferred).
+    pub async fn try_run_one(&self) -> CoreResult<bool> {
+        let now = self.now();
+        let lease = self.config.job_lease.as_millis() as i64;
+        let Some(claimed) = self.store.claim_job(now, lease).await? else {
+            return Ok(false);
+        };
+        let job_id = claimed.job.job_id.clone();
+        let attempt = claimed.job.attempts; // already counts this attempt
+        let Some(extractor) = self.extractors.get(claimed.collection.schema.extractor.as_deref()).cloned() else {
+            let name = claimed.collection.schema.extractor.clone().unwrap_or_default();
+            let msg = format!("extractor \"{name}\" is not configured on this server");
+            self.store.fail_job(&job_id, &msg, Some(now + self.config.retry_max.as_millis() as i64), now).await?;
+            return Ok(true);
+        };
+        if extractor.uses_tokens()
+            && let Some(note) = self.over_budget(&claimed.collection.project_name, now).await?
+        {
+            let tomorrow = (now.div_euclid(DAY_MS) + 1) * DAY_MS;
+            tracing::info!(job_id, "{note}");
+            self.store.defer_job(&job_id, tomorrow, &note, now).await?;
+            self.job_outcomes.deferred.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        let related_events = match (&claimed.meta.user_id, extractor.wants_related_events()) {
+            (Some(user), true) => self.related_events(&claimed.collection, user, &claimed.messages).await,
+            _ => vec![],
+        };
+        let input = ExtractionInput {
+            schema: claimed.collection.schema.clone(),
+            session_id: claimed.session.session_id.clone(),
+            meta: claimed.meta.clone(),
+            messages: claimed.messages.clone(),
+            profiles: claimed.profiles.clone(),
+            related_events: related_events.clone(),
+            now,
+        };
+        let result = match tokio::time::timeout(self.config.extraction_timeout, extractor.extract(input)).await {
+            Ok(r) => r,
+            Err(_) => Err(ExtractError::Transient(format!(
+                "extraction timed out after {} s",
+                self.config.extraction_timeout.as_secs()
+            ))),
+        };
+        let result = match result {
+            Ok(output) => self.prepare_output(&claimed, &related_events, output, now).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(output) => {
+                let (n, merged) = (output.events.len(), output.events.iter().filter(|e| e.merge_into.is_some()).count());
+                self.store.complete_job(&job_id, output, self.now()).await?;
+                self.job_outcomes.done.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, merged, "extraction done");
+            }
+            Err(e) => {
+                let retry_at = match &e {
+                    ExtractError::Transient(_) if attempt < claimed.job.max_attempts => {
+                        Some(self.now() + self.backoff(attempt).as_millis() as i64)
+                    }
+                    _ => None,
+                };
+                tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
+                self.store.fail_job(&job_id, &e.to_string(), retry_at, self.now()).await?;
+                let counter = if retry_at.is_some() { &self.job_outcomes.retried } else { &self.job_outcomes.failed };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Exponential backoff: base · 2^(attempt-1), capped.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
+        self.config.retry_base.saturating_mul(factor).min(self.config.retry_max)
+    }
+
+    /// `Some(reason)` when the project has spent its daily token budget.
+    async fn over_budget(&self, project: &str, now: Millis) -> CoreResult<Option<String>> {
+        let p = &self.config.extraction;
+        let Some(budget) = p.project_token_budgets.get(project).copied().or(p.daily_token_budget) else {
+            return Ok(None);
+        };
+        let day_start = now.div_euclid(DAY_MS) * DAY_MS;
+        let used = self.store.tokens_used_since(project, day_start).await?;
+        Ok((used >= budget).then(|| {
+            format!(
+                "deferred: project \"{project}\" spent {used} of its daily budget of {budget} tokens; the job runs after 00:00 UTC"
+            )
+        }))
+    }
+
+    /// The user's earlier events most related to the session: the best hybrid matches for what
+    /// the user said, and the newest few. Best effort: a failed search gives none.
+    async fn related_events(&self, c: &Collection, user: &str, messages: &[StoredMessage]) -> Vec<Event> {
+        let text: String = messages
+            .iter()
+            .filter(|m| m.role == crate::model::Role::User)
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+            .chars()
+            .take(2000)
+            .collect();
+        let filter = EventFilter { user_id: vec![user.to_string()], active_only: true, ..Default::default() };
+        let vector = self.embed_one(&text, EmbedKind::Query).await.ok();
+        let query = CandidateQuery { vector, terms: crate::text::search_tokens(&text), k: 6 };
+        let mut out: Vec<Event> = match self.store.search_candidates(c.id, filter.clone(), query).await {
+            Ok(cands) => {
+                let mut scored: Vec<(f64, Event)> = cands
+                    .into_iter()
+                    .map(|c| (crate::ranking::fuse(c.cosine, c.bm25), c.event))
+                    .collect();
+                scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+                scored.into_iter().take(6).map(|(_, e)| e).collect()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "related events: search failed");
+                vec![]
+            }
+        };
+        if let Ok(recent) = self.store.list_events(c.id, filter, 4).await {
+            for e in recent {
+                if !out.iter().any(|o| o.id == e.id) {
+                    out.push(e);
+                }
+            }
+        }
+        out
+    }
+
+    /// What every extractor's output goes through before it is stored.
+    async fn prepare_output(
+        &self,
+        claimed: &ClaimedJob,
+        related: &[Event],
+        mut output: ExtractionOutput,
+        now: Millis,
+    ) -> Result<ExtractionOutput, ExtractError> {
+        let schema = &claimed.collection.schema;
+        let first_time = claimed.messages.first().map(|m| m.time).unwrap_or(now);
+        let mut kept: Vec<ExtractedEvent> = Vec::with_capacity(output.events.len());
+        for mut e in std::mem::take(&mut output.events) {
+            // 1. Valid against the collection's schema, or dropped (never stored half-formed).
+            let Some(def) = schema.event_type(&e.memory_type) else {
+                tracing::warn!(memory_type = %e.memory_type, "extraction: dropped an event of an unknown type");
+                continue;
+            };
+            if let Err(err) = validate_memory_info(def, &e.memory_info, "memory_info", true) {
+                tracing::warn!(error = %err, "extraction: dropped an invalid event");
+                continue;
+            }
+            // 2. Relative dates resolved against the time of the message the event came from.
+            let anchor_ms = claimed
+                .messages
+                .iter()
+                .filter(|m| e.source_message_ids.contains(&m.message_id))
+                .map(|m| m.time)
+                .min()
+                .unwrap_or(first_time);
+            let anchor = dates::local(anchor_ms, self.config.extraction.utc_offset);
+            let mut event_date = None;
+            for (k, v) in e.memory_info.iter_mut() {
+                if k == "original_messages" {
+                    continue;
+                }
+                if let Value::String(s) = v {
+                    let a = dates::anchor_text(s, anchor);
+                    event_date = event_date.or(a.event_date);
+                    *s = a.text;
+                }
+            }
+            e.time = match event_date {
+                Some(d) if d != anchor.date_naive() => {
+                    let noon = d.and_hms_opt(12, 0, 0).expect("noon exists");
+                    noon.and_local_timezone(self.config.extraction.utc_offset)
+                        .single()
+                        .map(|t| t.timestamp_millis())
+                        .unwrap_or(anchor_ms)
+                }
+                _ => anchor_ms,
+            };
+            // 3. Corrections only of the user's own earlier events that the extractor was shown.
+            if let Some(old) = &e.supersedes
+                && !related.iter().any(|r| &r.id == old)
+            {
+                tracing::warn!(supersedes = %old, "extraction: ignored a correction of an event it was not shown");
+                e.supersedes = None;
+            }
+            let class = def.default_class.clone();
+            e.expires_at = self.default_expiry(schema, class.as_deref(), now);
+            e.class = class;
+            kept.push(e);
+        }
+        // 4. Embedded before the store transaction: a failed embedding retries the job.
+        if !kept.is_empty() {
+            let texts: Vec<String> = kept.iter().map(|e| event_text(&e.memory_info)).collect();
+            let vectors = self
+                .embedder
+                .embed(&texts, EmbedKind::Document)
+                .await
+                .map_err(|err| ExtractError::Transient(format!("embedding failed: {err}")))?;
+            for (e, v) in kept.iter_mut().zip(vectors) {
+                e.embedding = Some(v);
+            }
+        }
+        // 5. Near-duplicates merge: within this session, then with the user's stored events.
+        output.events = self.dedup(claimed, kept).await;
+        Ok(output)
+    }
+
+    async fn dedup(&self, claimed: &ClaimedJob, events: Vec<ExtractedEvent>) -> Vec<ExtractedEvent> {
+        let threshold = self.config.extraction.dedup_similarity;
+        let same = |a: &ExtractedEvent, b_text: &str, b_vec: Option<&[f32]>| {
+            normalized(&event_text(&a.memory_info)) == normalized(b_text)
+                || matches!((threshold, a.embedding.as_deref(), b_vec), (Some(t), Some(x), Some(y)) if dot(x, y) >= t)
+        };
+        let mut out: Vec<ExtractedEvent> = Vec::with_capacity(events.len());
+        for e in events {
+            if let Some(first) = out.iter_mut().find(|o| {
+                o.memory_type == e.memory_type && same(&e, &event_text(&o.memory_info), o.embedding.as_deref())
+            }) {
+                let known: HashSet<i64> = first.source_message_ids.iter().copied().collect();
+                first.source_message_ids.extend(e.source_message_ids.iter().filter(|i| !known.contains(i)));
+                continue;
+            }
+            out.push(e);
+        }
+        let Some(user) = &claimed.meta.user_id else { return out };
+        for e in out.iter_mut() {
+            let filter = EventFilter {
+                user_id: vec![user.clone()],
+                memory_type: vec![e.memory_type.clone()],
+                active_only: true,
+                ..Default::default()
+            };
+            let text = event_text(&e.memory_info);
+            let query = CandidateQuery { vector: e.embedding.clone(), terms: crate::text::search_tokens(&text), k: 3 };
+            let Ok(cands) = self.store.search_candidates(claimed.collection.id, filter, query).await else {
+                continue;
+            };
+            let twin = cands
+                .into_iter()
+                .filter(|c| Some(&c.event.id) != e.supersedes.as_ref())
+                .filter(|c| {
+                    normalized(&c.event.text()) == normalized(&text)
+                        || matches!((threshold, c.cosine), (Some(t), Some(cos)) if cos >= t)
+                })
+                .max_by(|a, b| a.cosine.unwrap_or(1.0).total_cmp(&b.cosine.unwrap_or(1.0)));
+            if let Some(twin) = twin {
+                e.merge_into = Some(twin.event.id);
+            }
+        }
+        out
+    }
+}
+
+/// Text compared for exact duplicates: case, spacing and punctuation do not count.
+fn normalized(s: &str) -> String {
+    s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
+}
