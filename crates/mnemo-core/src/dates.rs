@@ -278,7 +278,11 @@ fn nearest_weekday(a: NaiveDate, wd: Weekday) -> NaiveDate {
 
 fn shift(a: NaiveDate, n: i64, unit: &str) -> Option<(NaiveDate, Granularity)> {
     let months = |k: i64| {
-        if k >= 0 { a.checked_add_months(Months::new(k as u32)) } else { a.checked_sub_months(Months::new((-k) as u32)) }
+        if k >= 0 {
+            a.checked_add_months(Months::new(k as u32))
+        } else {
+            a.checked_sub_months(Months::new((-k) as u32))
+        }
     };
     match unit.to_ascii_lowercase().as_str() {
         "day" => Some((a + Duration::days(n), Granularity::Day)),
@@ -311,7 +315,8 @@ fn num(s: &str) -> Option<u32> {
     if let Ok(n) = s.parse() {
         return Some(n);
     }
-    let digit = |c: char| "零一二三四五六七八九".find(c).map(|i| (i / 3) as u32).or(if c == '两' { Some(2) } else { None });
+    let digit =
+        |c: char| "零一二三四五六七八九".find(c).map(|i| (i / 3) as u32).or(if c == '两' { Some(2) } else { None });
     let chars: Vec<char> = s.chars().collect();
     match chars.as_slice() {
         [c] if *c == '十' => Some(10),

@@ -11,13 +11,13 @@ use crate::extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractors
 use std::collections::HashMap;
 
 mod jobs;
-pub use jobs::ExtractionPolicy;
 use crate::model::*;
 use crate::ranking::{self, Scores, TimeDecay};
 use crate::redact::Redaction;
 use crate::store::Store;
 use crate::tokens::TokenCounter;
 use crate::trigger::ExtractTrigger;
+pub use jobs::ExtractionPolicy;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -449,7 +449,10 @@ impl Service {
         {
             return Err(CoreError::invalid(
                 "extractor",
-                format!("\"{name}\" is not configured on this server (configured: {})", self.extractors.names().join(", ")),
+                format!(
+                    "\"{name}\" is not configured on this server (configured: {})",
+                    self.extractors.names().join(", ")
+                ),
             ));
         }
         if let Some(d) = temporary_ttl_days

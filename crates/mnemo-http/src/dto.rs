@@ -419,6 +419,7 @@ pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
         "created_at": e.created_at,
         "updated_at": e.updated_at,
         "expires_at": e.expires_at,
+        "superseded_by": e.superseded_by,
     });
     if let Some(s) = s {
         let o = v.as_object_mut().expect("object");
@@ -504,6 +505,7 @@ pub fn profile_json(p: &Profile) -> Value {
         "content": p.content,
         "attributes": p.attributes,
         "source_session_ids": p.source_session_ids,
+        "history": p.history,
         "created_at": p.created_at,
         "updated_at": p.updated_at,
     })

@@ -10,8 +10,9 @@
 //! half-formed. Relative dates are kept as said; the service resolves them deterministically.
 //!
 //! Transport faults (timeouts, connection errors, 429, 5xx) are retried here with backoff
-//! (honouring `Retry-After`), then reported as transient so the job backs off; a circuit breaker
-//! stops calling a dead endpoint; a semaphore bounds concurrent requests.
+//! (honouring `Retry-After`), then reported as transient so the job backs off; after three calls
+//! in a row failed that way a circuit breaker stops calling the endpoint for 30 s; a semaphore
+//! bounds concurrent requests.
 
 use crate::breaker::Breaker;
 use crate::rules::{Clean, RulesConfig, clean, original_messages, truncate_chars};
@@ -135,11 +136,11 @@ impl LlmExtractor {
     /// refuses `response_format`.
     async fn chat(&self, messages: &[Value], schema: &Value) -> Result<Reply, ExtractError> {
         let url = self.url();
+        if !self.breaker.allow() {
+            return Err(ExtractError::Transient(format!("{url}: endpoint unavailable (circuit open)")));
+        }
         let mut attempt = 0u32;
         loop {
-            if !self.breaker.allow() {
-                return Err(ExtractError::Transient(format!("{url}: endpoint unavailable (circuit open)")));
-            }
             let mode = JsonMode::from_u8(self.mode.load(Ordering::Relaxed));
             let mut body = json!({
                 "model": self.config.model,
@@ -191,8 +192,9 @@ impl LlmExtractor {
                     (retry_after, format!("{url}: HTTP {status}: {snippet}"))
                 }
             };
-            self.breaker.record(false);
             if attempt >= self.config.max_retries {
+                // The breaker counts calls that failed after their retries, not single requests.
+                self.breaker.record(false);
                 return Err(ExtractError::Transient(error));
             }
             let pause = retry_after.unwrap_or(self.config.retry_base * 2u32.saturating_pow(attempt));
@@ -204,8 +206,9 @@ impl LlmExtractor {
 }
 
 fn parse_reply(url: &str, text: &str) -> Result<Reply, ExtractError> {
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| ExtractError::Transient(format!("{url}: response is not JSON ({e}): {}", truncate_chars(text, 200))))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        ExtractError::Transient(format!("{url}: response is not JSON ({e}): {}", truncate_chars(text, 200)))
+    })?;
     let content = v["choices"][0]["message"]["content"]
         .as_str()
         .ok_or_else(|| ExtractError::Transient(format!("{url}: no choices[0].message.content in the response")))?
@@ -253,7 +256,8 @@ impl Extractor for LlmExtractor {
         let first = self.chat(&messages, &schema).await?;
         let (mut prompt_tokens, mut completion_tokens) = (first.prompt_tokens, first.completion_tokens);
         if first.prompt_tokens == 0 {
-            prompt_tokens = messages.iter().map(|m| TokenCounter::count(m["content"].as_str().unwrap_or("")) as u64).sum();
+            prompt_tokens =
+                messages.iter().map(|m| TokenCounter::count(m["content"].as_str().unwrap_or("")) as u64).sum();
         }
         let parsed = match parse_json(&first.content) {
             Ok(v) => v,
@@ -496,7 +500,8 @@ fn validate(parsed: &Value, input: &ExtractionInput, cleaned: &[Clean], summary_
         }
         let chunk: Vec<Clean> = sources.iter().map(|m| (*m).clone()).collect();
         info.insert("original_messages".into(), Value::String(original_messages(&chunk)));
-        let mut event = ExtractedEvent::new(def.name.clone(), info, chunk.first().map(|m| m.time).unwrap_or(session_start));
+        let mut event =
+            ExtractedEvent::new(def.name.clone(), info, chunk.first().map(|m| m.time).unwrap_or(session_start));
         event.source_message_ids = chunk.iter().map(|m| m.message_id).collect();
         event.supersedes = item["supersedes"]
             .as_str()
@@ -630,7 +635,10 @@ mod tests {
     fn the_schema_names_every_type_and_bounds_lengths() {
         let s = output_schema(&CollectionSchema::default());
         assert_eq!(s["properties"]["events"]["items"]["properties"]["type"]["enum"], json!(["event_v1"]));
-        assert_eq!(s["properties"]["events"]["items"]["properties"]["fields"]["properties"]["summary"]["maxLength"], 400);
+        assert_eq!(
+            s["properties"]["events"]["items"]["properties"]["fields"]["properties"]["summary"]["maxLength"],
+            400
+        );
         let p = system_prompt(&CollectionSchema::default());
         assert!(p.contains("event_v1") && p.contains("profile_v1") && p.contains("Do NOT turn them into dates"));
     }

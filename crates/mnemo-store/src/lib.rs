@@ -408,16 +408,21 @@ fn attribute_since(conn: &Connection, id: &str) -> StoreResult<Since> {
 
 /// Records what a change did to a profile's attributes: since-times of changed attributes, and,
 /// for `keep_history` types, the replaced values with their validity end.
+struct AttributeChange<'a> {
+    before: &'a serde_json::Map<String, serde_json::Value>,
+    after: &'a serde_json::Map<String, serde_json::Value>,
+    superseded: &'a [(String, serde_json::Value)],
+}
+
 fn record_versions(
     conn: &Connection,
     profile_id: &str,
     keep_history: bool,
-    before: &serde_json::Map<String, serde_json::Value>,
-    after: &serde_json::Map<String, serde_json::Value>,
-    superseded: &[(String, serde_json::Value)],
+    change: AttributeChange,
     session_id: Option<&str>,
     now: Millis,
 ) -> StoreResult<String> {
+    let AttributeChange { before, after, superseded } = change;
     let mut since = attribute_since(conn, profile_id)?;
     if keep_history {
         let mut ins = conn
@@ -1452,7 +1457,14 @@ impl Store for SqliteStore {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let keep = keeps_history(conn, cid, &p.profile_type)?;
-                let since = record_versions(conn, &id, keep, &before, &p.attributes, &superseded, None, now)?;
+                let since = record_versions(
+                    conn,
+                    &id,
+                    keep,
+                    AttributeChange { before: &before, after: &p.attributes, superseded: &superseded },
+                    None,
+                    now,
+                )?;
                 conn.execute(
                     "UPDATE profiles SET content=?3, attributes=?4, updated_at=?5, attribute_since=?6 WHERE collection_id=?1 AND id=?2",
                     params![cid, id, p.content, json(&p.attributes), now, since],
@@ -1537,7 +1549,14 @@ fn apply_profile_changes(
     )
     .map_err(backend)?;
     let keep = keeps_history(conn, cid, ptype)?;
-    let since = record_versions(conn, &id, keep, &before, &attrs, &applied.superseded, Some(session_id), now)?;
+    let since = record_versions(
+        conn,
+        &id,
+        keep,
+        AttributeChange { before: &before, after: &attrs, superseded: &applied.superseded },
+        Some(session_id),
+        now,
+    )?;
     conn.execute("UPDATE profiles SET attribute_since=?2 WHERE id=?1", params![id, since]).map_err(backend)?;
     Ok(())
 }

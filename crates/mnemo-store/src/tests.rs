@@ -158,8 +158,14 @@ async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember() {
 
     let first = extract_session(&s, &c, "我住在北京，周末去跑步", 1_000, |mid| ExtractionOutput {
         events: vec![
-            ExtractedEvent { source_message_ids: vec![mid], ..ExtractedEvent::new(EVENT_V1, summary("用户周末跑步"), 1_000) },
-            ExtractedEvent { source_message_ids: vec![mid], ..ExtractedEvent::new(EVENT_V1, summary("用户下周去上海出差"), 1_000) },
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                ..ExtractedEvent::new(EVENT_V1, summary("用户周末跑步"), 1_000)
+            },
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                ..ExtractedEvent::new(EVENT_V1, summary("用户下周去上海出差"), 1_000)
+            },
         ],
         profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("北京") }],
         ..Default::default()
@@ -168,21 +174,23 @@ async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember() {
     s.record_hits(c.id, vec![first[0].clone()], 1_500).await.unwrap();
 
     let (run, trip) = (first[0].clone(), first[1].clone());
-    let second = extract_session(&s, &c, "搬到上海了，还是周末跑步；出差取消了", 2_000, |mid| ExtractionOutput {
-        events: vec![
-            ExtractedEvent {
-                source_message_ids: vec![mid],
-                merge_into: Some(run.clone()),
-                ..ExtractedEvent::new(EVENT_V1, summary("用户每个周末跑步"), 2_000)
-            },
-            ExtractedEvent {
-                source_message_ids: vec![mid],
-                supersedes: Some(trip.clone()),
-                ..ExtractedEvent::new(EVENT_V1, summary("用户取消了上海出差"), 2_000)
-            },
-        ],
-        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
-        ..Default::default()
+    let second = extract_session(&s, &c, "搬到上海了，还是周末跑步；出差取消了", 2_000, |mid| {
+        ExtractionOutput {
+            events: vec![
+                ExtractedEvent {
+                    source_message_ids: vec![mid],
+                    merge_into: Some(run.clone()),
+                    ..ExtractedEvent::new(EVENT_V1, summary("用户每个周末跑步"), 2_000)
+                },
+                ExtractedEvent {
+                    source_message_ids: vec![mid],
+                    supersedes: Some(trip.clone()),
+                    ..ExtractedEvent::new(EVENT_V1, summary("用户取消了上海出差"), 2_000)
+                },
+            ],
+            profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
+            ..Default::default()
+        }
     })
     .await;
     assert_eq!(second[0], run, "the near-duplicate refreshed the existing event");
@@ -192,20 +200,20 @@ async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember() {
     assert_eq!(merged.source_message_ids.len(), 2, "provenance of both sessions");
     let old = s.get_event(c.id, &trip).await.unwrap().unwrap();
     assert_eq!((old.status.as_str(), old.superseded_by.as_deref()), ("superseded", Some(second[1].as_str())));
-    let active =
-        s.list_events(c.id, EventFilter { active_only: true, ..Default::default() }, 10).await.unwrap();
+    let active = s.list_events(c.id, EventFilter { active_only: true, ..Default::default() }, 10).await.unwrap();
     assert_eq!(active.len(), 2, "the superseded event is hidden from active listings");
 
     let p = s.list_profiles(c.id, ProfileFilter::default(), 5).await.unwrap().remove(0);
     assert_eq!(p.attributes["city"], json!("上海"));
     assert_eq!(p.history.len(), 1);
     let h = &p.history[0];
-    assert_eq!((h.attribute.as_str(), &h.value, h.valid_from, h.valid_to), ("city", &json!("北京"), Some(1_000), 2_000));
+    assert_eq!(
+        (h.attribute.as_str(), &h.value, h.valid_from, h.valid_to),
+        ("city", &json!("北京"), Some(1_000), 2_000)
+    );
     // An API edit of a keep_history profile is versioned too.
-    let patch = ProfilePatch {
-        attributes: Some(json!({"city": "杭州"}).as_object().unwrap().clone()),
-        ..Default::default()
-    };
+    let patch =
+        ProfilePatch { attributes: Some(json!({"city": "杭州"}).as_object().unwrap().clone()), ..Default::default() };
     let p = s.update_profile(c.id, &p.id, patch, 3_000).await.unwrap();
     assert_eq!(p.history.iter().map(|h| h.value.clone()).collect::<Vec<_>>(), vec![json!("北京"), json!("上海")]);
     assert_eq!(p.history[1].valid_from, Some(2_000));

@@ -89,7 +89,8 @@ impl Service {
         };
         match result {
             Ok(output) => {
-                let (n, merged) = (output.events.len(), output.events.iter().filter(|e| e.merge_into.is_some()).count());
+                let (n, merged) =
+                    (output.events.len(), output.events.iter().filter(|e| e.merge_into.is_some()).count());
                 self.store.complete_job(&job_id, output, self.now()).await?;
                 self.job_outcomes.done.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, merged, "extraction done");
@@ -148,10 +149,8 @@ impl Service {
         let query = CandidateQuery { vector, terms: crate::text::search_tokens(&text), k: 6 };
         let mut out: Vec<Event> = match self.store.search_candidates(c.id, filter.clone(), query).await {
             Ok(cands) => {
-                let mut scored: Vec<(f64, Event)> = cands
-                    .into_iter()
-                    .map(|c| (crate::ranking::fuse(c.cosine, c.bm25), c.event))
-                    .collect();
+                let mut scored: Vec<(f64, Event)> =
+                    cands.into_iter().map(|c| (crate::ranking::fuse(c.cosine, c.bm25), c.event)).collect();
                 scored.sort_by(|a, b| b.0.total_cmp(&a.0));
                 scored.into_iter().take(6).map(|(_, e)| e).collect()
             }

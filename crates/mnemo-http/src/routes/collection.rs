@@ -12,7 +12,14 @@ pub async fn create(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Co
     let t = mnemo_core::service::Target { project: body.project_name, collection: body.collection_name };
     let c = s
         .service
-        .create_collection(&t, body.description, body.event_types, body.profile_types, body.temporary_ttl_days, body.extractor)
+        .create_collection(
+            &t,
+            body.description,
+            body.event_types,
+            body.profile_types,
+            body.temporary_ttl_days,
+            body.extractor,
+        )
         .await
         .map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, collection_json(&c)))

@@ -28,6 +28,10 @@ pub async fn stats(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sta
             "new_memories_per_day": st.new_memories_per_day.iter().map(|(d, n)| json!({"day": d, "count": n})).collect::<Vec<_>>(),
             "hits_per_day": st.hits_per_day.iter().map(|(d, n)| json!({"day": d, "hits": n})).collect::<Vec<_>>(),
             "top_hit": st.top_hit.iter().map(|(id, text, n)| json!({"event_id": id, "summary": text, "hit_count": n})).collect::<Vec<_>>(),
+            "token_usage": {
+                "prompt_tokens": st.jobs_per_day.iter().map(|j| j.4).sum::<u64>(),
+                "completion_tokens": st.jobs_per_day.iter().map(|j| j.5).sum::<u64>(),
+            },
             "jobs_per_day": st.jobs_per_day.iter().map(|(d, n, done, failed, pt, ct)| json!({
                 "day": d, "jobs": n, "done": done, "failed": failed,
                 "token_usage": {"prompt_tokens": pt, "completion_tokens": ct}

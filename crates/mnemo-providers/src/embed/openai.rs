@@ -1,10 +1,10 @@
 //! Any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, Ollama, vLLM, TEI, Ark…). The model
 //! id recorded with a collection is `openai:<model>`, so switching models is caught at start-up.
 
+use crate::breaker::Breaker;
 use async_trait::async_trait;
 use mnemo_core::embed::{EmbedError, EmbedKind, Embedder, normalize};
 use serde_json::{Value, json};
-use crate::breaker::Breaker;
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -24,11 +24,15 @@ pub struct OpenAiEmbedder {
     breaker: Breaker,
 }
 
-
 impl OpenAiEmbedder {
     pub fn new(config: OpenAiEmbedderConfig) -> Result<Self, String> {
         let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| e.to_string())?;
-        Ok(Self { id: format!("openai:{}", config.model), config, client, breaker: Breaker::new(3, Duration::from_secs(5)) })
+        Ok(Self {
+            id: format!("openai:{}", config.model),
+            config,
+            client,
+            breaker: Breaker::new(3, Duration::from_secs(5)),
+        })
     }
 }
 

@@ -12,6 +12,7 @@ mod extraction;
 mod faults;
 mod hostile;
 mod lifecycle;
+mod llm;
 mod privacy;
 mod retrieval;
 mod write_path;

@@ -1,0 +1,349 @@
+//! The `llm` extractor against an OpenAI-compatible test server with scripted answers:
+//! typed events and profiles end to end, malformed JSON repaired, wrong types dropped, 429 / 5xx
+//! / timeouts retried, duplicates merged, corrections superseding, profile history, the daily
+//! token budget deferring jobs, and relative dates anchored to the message's own time.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the fake model does with one request.
+pub enum Answer {
+    /// A well-formed completion whose content is this JSON.
+    Json(Value),
+    /// A completion whose content is this text verbatim (for malformed answers).
+    Raw(String),
+    /// An HTTP error status.
+    Status(u16),
+    /// Never answers within the client's timeout.
+    Hang,
+}
+
+type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
+
+pub struct FakeLlm {
+    pub url: String,
+    /// Every request body received, in order.
+    pub requests: Arc<Mutex<Vec<Value>>>,
+    /// Requests wait here while it has no permits (`release` adds them).
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl FakeLlm {
+    pub fn release(&self) {
+        self.gate.add_permits(1_000);
+    }
+
+    pub fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
+/// The transcript part of a request: the user prompt (and any repair turns).
+pub fn prompt(body: &Value) -> String {
+    body["messages"].as_array().unwrap().iter().skip(1).map(|m| m["content"].as_str().unwrap_or("")).collect()
+}
+
+/// Starts the fake model. `script(body, n)` gets each request and how many requests carrying the
+/// same user prompt came before it. With `gated`, requests wait until `release`.
+pub async fn fake_llm(gated: bool, script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static) -> FakeLlm {
+    use axum::{Json, Router, http::StatusCode, response::IntoResponse, routing::post};
+    let requests: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let gate = Arc::new(tokio::sync::Semaphore::new(if gated { 0 } else { 1_000 }));
+    let script: Arc<Script> = Arc::new(script);
+    let (reqs, g) = (requests.clone(), gate.clone());
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |Json(body): Json<Value>| {
+            let (reqs, g, script) = (reqs.clone(), g.clone(), script.clone());
+            async move {
+                let n = {
+                    let mut r = reqs.lock().unwrap();
+                    let first_user = body["messages"][1]["content"].clone();
+                    let n = r.iter().filter(|b| b["messages"][1]["content"] == first_user).count();
+                    r.push(body.clone());
+                    n
+                };
+                g.acquire().await.unwrap().forget();
+                g.add_permits(1);
+                let content = match script(&body, n) {
+                    Answer::Json(v) => v.to_string(),
+                    Answer::Raw(s) => s,
+                    Answer::Status(code) => {
+                        return (StatusCode::from_u16(code).unwrap(), "scripted failure").into_response();
+                    }
+                    Answer::Hang => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        return StatusCode::GATEWAY_TIMEOUT.into_response();
+                    }
+                };
+                Json(json!({
+                    "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                }))
+                .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    FakeLlm { url: format!("http://{addr}/v1"), requests, gate }
+}
+
+pub fn llm_config(url: &str, extra: &str) -> String {
+    format!(
+        "extraction:\n  provider: llm\n  base_url: {url}\n  model: fake-model\n  retry_base_ms: 200\n  retry_max_ms: 1000\n  request_timeout_secs: 1\n{extra}"
+    )
+}
+
+fn summary_event(text: &str) -> Value {
+    json!({"type": "event_v1", "fields": {"summary": text}, "source": [1]})
+}
+
+async fn all_done(s: &Server, n: usize) -> Vec<Value> {
+    eventually(30, "jobs to finish", || async {
+        let jobs = s.jobs().await;
+        (jobs.len() == n && jobs.iter().all(|j| j["state"] == "done")).then_some(jobs)
+    })
+    .await
+}
+
+/// 2026-11-29 02:00 UTC = 10:00 at UTC+8.
+const T_MSG: i64 = 1_795_917_600_000;
+
+#[tokio::test]
+async fn typed_events_and_profiles_end_to_end_without_blocking_writes() {
+    let llm = fake_llm(true, |_, _| {
+        Answer::Json(json!({
+            "events": [
+                summary_event("用户昨天在东京买了一台相机"),
+                {"type": "purchase", "fields": {"item": "相机", "price": "500", "category": "travel"}, "source": [1]},
+                {"type": "purchase", "fields": {"item": "x", "price": "cheap", "category": "nope"}, "source": [1]},
+            ],
+            "profile": [
+                {"op": "set", "attribute": "city", "value": "上海"},
+                {"op": "set", "attribute": "job", "value": "后端工程师"},
+            ],
+        }))
+    })
+    .await;
+    let s = Server::start(&llm_config(&llm.url, "  utc_offset: \"+08:00\"\n"));
+    s.ok(
+        "collection/create",
+        json!({"collection_name": "c", "event_types": [{
+        "name": "purchase", "description": "Something the user bought.",
+        "fields": [
+            {"name": "item", "type": "string", "required": true},
+            {"name": "price", "type": "float"},
+            {"name": "category", "type": "enum", "values": ["food", "travel", "other"]},
+        ]}]}),
+    )
+    .await;
+    let messages = json!([
+        {"role": "user", "content": "我昨天在东京买了一台相机，花了500美元。我住在上海，是后端工程师。", "time": T_MSG},
+        {"role": "assistant", "content": "好的，记下了。", "time": T_MSG + 1000},
+    ]);
+    let w = s.write("a", messages, json!({"message_count": 2}), "u1").await;
+    assert!(w["extraction"]["job_id"].is_string(), "{w}");
+    // The model is blocked: the job is taken but cannot finish, and writes go on regardless.
+    eventually(10, "the job to reach the model", || async { (llm.count() == 1).then_some(()) }).await;
+    let w2 = s.write("a", msgs(&[("user", "还有一件事")]), json!({"message_count": 50}), "u1").await;
+    assert_eq!(w2["accepted"], 1);
+    assert_eq!(s.jobs().await[0]["state"], "running");
+    llm.release();
+    let jobs = all_done(&s, 1).await;
+    assert_eq!(jobs[0]["token_usage"], json!({"prompt_tokens": 100, "completion_tokens": 20}));
+
+    let req = llm.requests.lock().unwrap()[0].clone();
+    assert_eq!(req["response_format"]["type"], "json_schema", "schema-constrained output is asked for");
+    assert!(req["messages"][0]["content"].as_str().unwrap().contains("purchase"), "custom types are in the prompt");
+    assert!(prompt(&req).contains("我昨天在东京买了一台相机"));
+
+    let events = s.events("u1").await;
+    assert_eq!(events.len(), 2, "the invalid purchase was dropped: {events:#?}");
+    let summary = events.iter().find(|e| e["memory_type"] == "event_v1").unwrap();
+    assert_eq!(summary["memory_info"]["summary"], "用户昨天（2026-11-28）在东京买了一台相机", "dated by the message");
+    assert_eq!(summary["time"], 1_795_838_400_000i64, "event time: 2026-11-28 12:00 at UTC+8");
+    assert!(summary["created_at"].as_i64().unwrap() > T_MSG, "ingest time is separate");
+    let purchase = events.iter().find(|e| e["memory_type"] == "purchase").unwrap();
+    assert_eq!(purchase["memory_info"]["price"], json!(500.0), "a numeric string became a float");
+    assert_eq!(purchase["memory_info"]["category"], "travel");
+    assert!(purchase["memory_info"]["original_messages"].as_str().unwrap().contains("相机"), "provenance kept");
+
+    let ctx = s.ok("get_context", json!({"collection_name": "c", "conversation_id": "a", "query": "相机"})).await;
+    let text = ctx["context_str"].as_str().unwrap();
+    assert!(text.contains("上海") && text.contains("后端工程师"), "profile in context: {text}");
+    assert!(text.contains("相机"), "events in context: {text}");
+    let stats = s.ok("stats", json!({"collection_name": "c"})).await;
+    assert_eq!(stats["token_usage"], json!({"prompt_tokens": 100, "completion_tokens": 20}));
+}
+
+#[tokio::test]
+async fn bad_answers_are_repaired_retried_or_dropped_and_nothing_is_lost() {
+    let llm = fake_llm(false, |body, n| {
+        let p = prompt(body);
+        let ok = || Answer::Json(json!({"events": [summary_event("用户说了一件事")], "profile": []}));
+        if p.contains("MALFORMED") {
+            // The repair request carries the bad answer and the parse error.
+            return if p.contains("not valid JSON") { ok() } else { Answer::Raw("Sure! {events: [oops".into()) };
+        }
+        if p.contains("RATE") {
+            return if n < 2 { Answer::Status(429) } else { ok() };
+        }
+        if p.contains("FLAKY") {
+            return if n < 4 { Answer::Status(500) } else { ok() };
+        }
+        if p.contains("SLOW") {
+            return if n < 1 { Answer::Hang } else { ok() };
+        }
+        ok()
+    })
+    .await;
+    let s = Server::start(&llm_config(&llm.url, "  max_retries: 2\n"));
+    for (conv, marker) in [("m", "MALFORMED"), ("r", "RATE"), ("f", "FLAKY"), ("s", "SLOW")] {
+        s.write(conv, msgs(&[("user", &format!("{marker}: 今天的事情 {conv}"))]), json!({"message_count": 1}), conv)
+            .await;
+    }
+    let jobs = all_done(&s, 4).await;
+    let by_conv = |c: &str| jobs.iter().find(|j| j["conversation_id"] == c).unwrap().clone();
+    assert_eq!(by_conv("m")["attempts"], 1, "repaired within the attempt");
+    assert_eq!(by_conv("r")["attempts"], 1, "two 429s retried within the attempt");
+    assert_eq!(by_conv("f")["attempts"], 2, "three 500s failed the attempt; the job backed off and succeeded");
+    for conv in ["m", "r", "f", "s"] {
+        assert_eq!(s.events(conv).await.len(), 1, "{conv}: extracted");
+        assert_eq!(s.all_messages(conv).await.len(), 1, "{conv}: the message is kept");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_json_schema_steps_down_to_json_object() {
+    let llm = fake_llm(false, |body, _| {
+        if body["response_format"]["type"] == "json_schema" {
+            Answer::Status(400)
+        } else {
+            Answer::Json(json!({"events": [summary_event("用户喜欢爵士乐")], "profile": []}))
+        }
+    })
+    .await;
+    let s = Server::start(&llm_config(&llm.url, ""));
+    s.write("a", msgs(&[("user", "我喜欢爵士乐")]), json!({"message_count": 1}), "u").await;
+    all_done(&s, 1).await;
+    let reqs = llm.requests.lock().unwrap().clone();
+    assert_eq!(reqs.last().unwrap()["response_format"]["type"], "json_object");
+    assert_eq!(s.events("u").await.len(), 1);
+}
+
+#[tokio::test]
+async fn duplicates_merge_corrections_supersede_and_profile_history_is_kept() {
+    let llm = fake_llm(false, |body, _| {
+        let p = prompt(body);
+        if p.contains("SESSION-ONE") {
+            return Answer::Json(json!({
+                "events": [summary_event("The user plans a trip to Tokyo in March."), summary_event("The user adopted a cat named Miso.")],
+                "profile": [{"op": "set", "attribute": "city", "value": "Beijing"}],
+            }));
+        }
+        // Session two: the same cat event again, and a correction of the Tokyo plan, pointing at
+        // the earlier memory by the id the prompt gave it.
+        let tokyo = p.lines().find(|l| l.starts_with('E') && l.contains("Tokyo")).and_then(|l| l.split(' ').next());
+        Answer::Json(json!({
+            "events": [
+                summary_event("The user adopted a cat named Miso."),
+                {"type": "event_v1", "fields": {"summary": "The user cancelled the Tokyo trip."}, "source": [1], "supersedes": tokyo},
+            ],
+            "profile": [{"op": "set", "attribute": "city", "value": "Shanghai"}],
+        }))
+    })
+    .await;
+    let s = Server::start(&llm_config(&llm.url, ""));
+    s.ok(
+        "collection/create",
+        json!({"collection_name": "c", "profile_types": [{"name": "profile_v1", "update_mode": "keep_history"}]}),
+    )
+    .await;
+    s.write(
+        "a",
+        msgs(&[("user", "SESSION-ONE: I live in Beijing, I got a cat, Tokyo in March!")]),
+        json!({"message_count": 1}),
+        "u",
+    )
+    .await;
+    all_done(&s, 1).await;
+    s.write(
+        "b",
+        msgs(&[("user", "SESSION-TWO: moved to Shanghai; the Tokyo trip is off. Miso says hi.")]),
+        json!({"message_count": 1}),
+        "u",
+    )
+    .await;
+    all_done(&s, 2).await;
+
+    assert!(prompt(&llm.requests.lock().unwrap()[1]).contains("Tokyo"), "earlier memories are shown to the model");
+    let active = s.events("u").await;
+    let texts: Vec<&str> = active.iter().map(|e| e["memory_info"]["summary"].as_str().unwrap()).collect();
+    assert_eq!(active.len(), 2, "one cat event, one cancellation: {texts:?}");
+    let cat = active.iter().find(|e| e["memory_info"]["summary"].as_str().unwrap().contains("Miso")).unwrap();
+    assert_eq!(cat["source_message_ids"].as_array().unwrap().len(), 2, "the duplicate refreshed it");
+    let all = s
+        .ok(
+            "event/search",
+            json!({"collection_name": "c", "filter": {"user_id": "u"}, "include_archived": true, "limit": 10}),
+        )
+        .await["result_list"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let trip = all.iter().find(|e| e["memory_info"]["summary"].as_str().unwrap().contains("plans a trip")).unwrap();
+    assert_eq!(trip["status"], "superseded");
+    let cancel = active.iter().find(|e| e["memory_info"]["summary"].as_str().unwrap().contains("cancelled")).unwrap();
+    assert_eq!(trip["superseded_by"], cancel["id"]);
+    let found = s
+        .ok("event/search", json!({"collection_name": "c", "query": "Tokyo trip plan", "filter": {"user_id": "u"}}))
+        .await;
+    assert!(found["result_list"].as_array().unwrap().iter().all(|e| e["id"] != trip["id"]), "hidden from search");
+
+    let p = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
+    let p = &p["result_list"][0];
+    assert_eq!(p["attributes"]["city"], "Shanghai", "the contradiction replaced the old value");
+    assert_eq!(p["history"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        (p["history"][0]["attribute"].as_str(), p["history"][0]["value"].as_str()),
+        (Some("city"), Some("Beijing"))
+    );
+    assert!(p["history"][0]["valid_to"].as_i64().is_some());
+}
+
+#[tokio::test]
+async fn a_spent_daily_token_budget_defers_jobs_until_the_next_day() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let llm = fake_llm(false, move |_, _| {
+        c2.fetch_add(1, Ordering::SeqCst);
+        Answer::Json(json!({"events": [summary_event("用户今天做了一件事")], "profile": []}))
+    })
+    .await;
+    let s = Server::start(&format!(
+        "{}testing:\n  clock_control: true\n",
+        llm_config(&llm.url, "  daily_token_budget: 100\n")
+    ));
+    s.write("a", msgs(&[("user", "第一件事")]), json!({"message_count": 1}), "u").await;
+    all_done(&s, 1).await;
+    s.write("b", msgs(&[("user", "第二件事")]), json!({"message_count": 1}), "u").await;
+    let deferred = eventually(10, "the second job to be deferred", || async {
+        let jobs = s.jobs().await;
+        jobs.iter().find(|j| j["last_error"].as_str().is_some_and(|e| e.starts_with("deferred:"))).cloned()
+    })
+    .await;
+    assert_eq!(deferred["state"], "queued", "waiting, not failed: {deferred}");
+    assert_eq!(deferred["attempts"], 0, "a deferral is not an attempt");
+    assert!(deferred["last_error"].as_str().unwrap().contains("120 of its daily budget of 100"), "{deferred}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the model was not called over budget");
+    assert_eq!(s.all_messages("b").await.len(), 1, "nothing lost while waiting");
+    s.ok("admin/clock", json!({"advance_ms": 86_400_000})).await;
+    all_done(&s, 2).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
