@@ -1561,6 +1561,9 @@ fn apply_profile_changes(
     Ok(())
 }
 
+/// How much of the conversations behind a merged event is kept (characters, newest first).
+const MERGED_ORIGINAL_CHARS: usize = 8_000;
+
 /// Refreshes an existing event with a near-duplicate's content: text, time (the later one),
 /// provenance and vector change; hits, id and creation time stay. Returns false (and changes
 /// nothing) if the target is gone or no longer active, so the caller inserts instead.
@@ -1577,13 +1580,22 @@ fn merge_event_row(
     }
     let mut sources = old.source_message_ids.clone();
     sources.extend(e.source_message_ids.iter().filter(|i| !old.source_message_ids.contains(i)));
+    // The new text wins; what was said stays searchable from both sessions (newest kept if long).
+    let mut info = e.memory_info.clone();
+    if let (Some(serde_json::Value::String(before)), Some(serde_json::Value::String(now_said))) =
+        (old.memory_info.get("original_messages"), e.memory_info.get("original_messages"))
+    {
+        let both = format!("{before}\n{now_said}");
+        let skip = both.chars().count().saturating_sub(MERGED_ORIGINAL_CHARS);
+        info.insert("original_messages".into(), serde_json::Value::String(both.chars().skip(skip).collect()));
+    }
     let rowid: i64 = conn.query_row("SELECT rowid FROM events WHERE id=?1", [id], |r| r.get(0)).map_err(backend)?;
-    index_event(conn, cid, id, rowid, &e.memory_info, e.embedding.as_deref())?;
+    index_event(conn, cid, id, rowid, &info, e.embedding.as_deref())?;
     conn.execute(
         "UPDATE events SET memory_info=?3, time=MAX(time, ?4), source_message_ids=?5, updated_at=?6,
              expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE MAX(expires_at, COALESCE(?7, expires_at)) END
          WHERE collection_id=?1 AND id=?2",
-        params![cid, id, json(&e.memory_info), e.time, json(&sources), now, e.expires_at],
+        params![cid, id, json(&info), e.time, json(&sources), now, e.expires_at],
     )
     .map_err(backend)?;
     Ok(true)

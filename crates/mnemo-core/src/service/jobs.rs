@@ -275,7 +275,8 @@ impl Service {
                 ..Default::default()
             };
             let text = event_text(&e.memory_info);
-            let query = CandidateQuery { vector: e.embedding.clone(), terms: crate::text::search_tokens(&text), k: 3 };
+            // Vector nearest only: an exact duplicate is its own nearest neighbour (cosine 1).
+            let query = CandidateQuery { vector: e.embedding.clone(), terms: vec![], k: 3 };
             let Ok(cands) = self.store.search_candidates(claimed.collection.id, filter, query).await else {
                 continue;
             };
