@@ -74,7 +74,7 @@ impl Default for Metrics {
         );
         registry.register(
             "job_attempts",
-            "Extraction attempts since start by outcome (done, retried, failed)",
+            "Extraction attempts since start by outcome (done, retried, failed, deferred by the token budget)",
             outcomes.clone(),
         );
         registry.register("store_rows", "Rows in the store by kind", rows.clone());
@@ -117,7 +117,7 @@ pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Respon
         m.bytes.set(stats.bytes as i64);
     }
     let o = &svc.job_outcomes;
-    for (kind, n) in [("done", &o.done), ("retried", &o.retried), ("failed", &o.failed)] {
+    for (kind, n) in [("done", &o.done), ("retried", &o.retried), ("failed", &o.failed), ("deferred", &o.deferred)] {
         m.outcomes.get_or_create(&OutcomeLabels { outcome: kind.into() }).set(n.load(Ordering::Relaxed) as i64);
     }
     let mut body = String::new();

@@ -22,7 +22,7 @@ use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, Extract
 use mnemo_core::model::{CollectionSchema, EventTypeDef, FieldType, PROFILE_V1, Role};
 use mnemo_core::service::validate_memory_info;
 use serde_json::{Map, Value, json};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -106,6 +106,9 @@ pub struct LlmExtractor {
     breaker: Breaker,
     /// The JSON mode in use: starts at the configured one, steps down when a server refuses it.
     mode: AtomicU8,
+    /// Answers received, and how many of them were repair rounds (for benchmarks and metrics).
+    answers: AtomicU64,
+    repairs: AtomicU64,
 }
 
 /// One chat call's answer.
@@ -123,9 +126,16 @@ impl LlmExtractor {
             permits: Semaphore::new(config.max_concurrency.max(1)),
             breaker: Breaker::new(3, Duration::from_secs(30)),
             mode: AtomicU8::new(config.json_mode as u8),
+            answers: AtomicU64::new(0),
+            repairs: AtomicU64::new(0),
             client,
             config,
         })
+    }
+
+    /// (answers received, of which repair rounds).
+    pub fn counters(&self) -> (u64, u64) {
+        (self.answers.load(Ordering::Relaxed), self.repairs.load(Ordering::Relaxed))
     }
 
     fn url(&self) -> String {
@@ -254,6 +264,7 @@ impl Extractor for LlmExtractor {
         ];
         let _permit = self.permits.acquire().await.map_err(|e| ExtractError::Transient(e.to_string()))?;
         let first = self.chat(&messages, &schema).await?;
+        self.answers.fetch_add(1, Ordering::Relaxed);
         let (mut prompt_tokens, mut completion_tokens) = (first.prompt_tokens, first.completion_tokens);
         if first.prompt_tokens == 0 {
             prompt_tokens =
@@ -268,7 +279,9 @@ impl Extractor for LlmExtractor {
                 messages.push(json!({"role": "user", "content": format!(
                     "That answer is not valid JSON ({err}). Reply with the corrected JSON object only, no prose."
                 )}));
+                self.repairs.fetch_add(1, Ordering::Relaxed);
                 let second = self.chat(&messages, &schema).await?;
+                self.answers.fetch_add(1, Ordering::Relaxed);
                 prompt_tokens += second.prompt_tokens;
                 completion_tokens += second.completion_tokens;
                 parse_json(&second.content).map_err(|e| {

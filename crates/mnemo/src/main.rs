@@ -4,6 +4,7 @@
 mod app;
 mod bench;
 mod bench_crash;
+mod bench_extraction;
 mod bench_locomo;
 mod bench_scope;
 mod config;
@@ -113,6 +114,20 @@ enum BenchCommand {
         #[arg(long)]
         e2e: bool,
     },
+    /// Extraction quality on a labelled zh + en set: the rules baseline, and a real model with --llm-url.
+    Extraction {
+        /// An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8081/v1 (see scripts/setup-llm).
+        #[arg(long, env = "MNEMO_TEST_LLM_URL")]
+        llm_url: Option<String>,
+        #[arg(long, default_value = "local")]
+        model: String,
+        /// Seconds per LLM request at most.
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+        /// Print every extraction.
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Concurrent streaming_write clients: messages/s and ack latency, against GET /healthz as baseline.
     Write {
         /// A running server; default: an in-process server on a temporary data directory.
@@ -171,6 +186,9 @@ fn main() -> Result<()> {
                 max_cycle_ms,
                 seed,
             }))
+        }
+        Command::Bench { which: BenchCommand::Extraction { llm_url, model, timeout_secs, verbose } } => {
+            rt.block_on(bench_extraction::run(llm_url, model, timeout_secs, verbose))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),

@@ -14,5 +14,6 @@ mod hostile;
 mod lifecycle;
 mod llm;
 mod privacy;
+mod real_llm;
 mod retrieval;
 mod write_path;

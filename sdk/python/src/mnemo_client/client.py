@@ -1,0 +1,390 @@
+"""The synchronous client: one HTTP POST per call, JSON in and out, retries on overload."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional
+
+DEFAULT_HOST = "http://127.0.0.1:8600"
+
+
+class MnemoError(Exception):
+    """An error answer from mnemo (or a transport failure after the retries).
+
+    ``code`` is mnemo's error code (HTTP status × 100; 0 for transport failures), ``message`` names
+    the offending field and the allowed range, ``request_id`` identifies the request in the
+    server's log, ``status`` is the HTTP status (0 when no answer came).
+    """
+
+    def __init__(self, message: str, code: int = 0, request_id: str = "", status: int = 0):
+        super().__init__(f"{message} (code {code}, request_id {request_id or '-'})")
+        self.message = message
+        self.code = code
+        self.request_id = request_id
+        self.status = status
+
+
+@dataclass
+class APIKey:
+    """A bearer key (``server.api_keys`` on the server); not needed on a loopback server without keys."""
+
+    api_key: str
+
+
+@dataclass
+class ContextResponse:
+    """What ``get_context`` returns: the prompt-ready string and its structured parts."""
+
+    context_str: str
+    context_parts: Dict[str, Any] = field(default_factory=dict)
+    token_count: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def short_term_memory(self) -> List[Dict[str, Any]]:
+        return list(self.context_parts.get("short_term_memory", []))
+
+    @property
+    def profiles(self) -> List[Dict[str, Any]]:
+        return list(self.context_parts.get("profiles", []))
+
+    @property
+    def events(self) -> List[Dict[str, Any]]:
+        parts = self.context_parts
+        return list(parts.get("intra_conversation_events", [])) + list(parts.get("cross_conversation_events", []))
+
+    def __str__(self) -> str:
+        return self.context_str
+
+
+def _base_url(host: str, scheme: Optional[str]) -> str:
+    host = host.rstrip("/")
+    if host.startswith("http://") or host.startswith("https://"):
+        return host
+    return f"{scheme or 'https'}://{host}"
+
+
+def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+class MemoryClient:
+    """A client for one mnemo server.
+
+    ``host`` may carry the scheme (``http://127.0.0.1:8600``); otherwise ``scheme`` is used
+    (default ``https``, as for a remote service). ``region`` is accepted for compatibility and
+    ignored. ``max_retries`` applies to 429, 5xx and connection failures.
+    """
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        region: Optional[str] = None,
+        auth: Optional[APIKey] = None,
+        scheme: Optional[str] = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        api_key: Optional[str] = None,
+    ):
+        self.base_url = _base_url(host, scheme)
+        self.region = region
+        self.api_key = api_key or (auth.api_key if auth else None)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+
+    # ------------------------------------------------------------------ transport
+
+    def request(
+        self,
+        path: str,
+        body: Dict[str, Any],
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Any:
+        """POSTs ``body`` to ``/api/memory/<path>`` and returns ``data``; raises ``MnemoError``."""
+        url = f"{self.base_url}/api/memory/{path.lstrip('/')}"
+        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            hdrs["Authorization"] = f"Bearer {self.api_key}"
+        hdrs.update(headers or {})
+        attempt = 0
+        while True:
+            req = urllib.request.Request(url, data=payload, headers=hdrs, method="POST")
+            retry_after: Optional[float] = None
+            try:
+                with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                    return self._unwrap(resp.status, resp.read())
+            except urllib.error.HTTPError as e:
+                raw = e.read()
+                if e.code != 429 and e.code < 500:
+                    return self._unwrap(e.code, raw)
+                retry_after = _retry_after(e.headers.get("Retry-After"))
+                failure = self._error(e.code, raw)
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+                failure = MnemoError(f"{url}: {getattr(e, 'reason', e)}")
+            if attempt >= self.max_retries:
+                raise failure
+            pause = retry_after if retry_after is not None else self.backoff * (2**attempt) * (0.5 + random.random())
+            time.sleep(min(pause, 30.0))
+            attempt += 1
+
+    @staticmethod
+    def _error(status: int, raw: bytes) -> MnemoError:
+        try:
+            v = json.loads(raw.decode("utf-8"))
+            return MnemoError(v.get("message", ""), v.get("code", status * 100), v.get("request_id", ""), status)
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return MnemoError(raw[:200].decode("utf-8", "replace"), status * 100, "", status)
+
+    def _unwrap(self, status: int, raw: bytes) -> Any:
+        if status >= 400:
+            raise self._error(status, raw)
+        text = raw.decode("utf-8")
+        try:
+            v = json.loads(text)
+        except ValueError:
+            return _export_lines(text)  # JSON lines (user/export)
+        if v.get("kind") == "export":
+            return _export_lines(text)
+        if v.get("code", 0) != 0:
+            raise MnemoError(v.get("message", ""), v.get("code", 0), v.get("request_id", ""), status)
+        return v.get("data")
+
+    # ------------------------------------------------------------------ collections
+
+    def get_collection(self, collection_name: str, project_name: str = "default") -> "Collection":
+        """A handle on a collection (no request is made; writes create it with the default schema)."""
+        return Collection(self, collection_name, project_name)
+
+    def create_collection(
+        self,
+        collection_name: str,
+        project_name: str = "default",
+        description: str = "",
+        event_types: Optional[List[Dict[str, Any]]] = None,
+        profile_types: Optional[List[Dict[str, Any]]] = None,
+        **extra: Any,
+    ) -> "Collection":
+        body = _drop_none(
+            {
+                "collection_name": collection_name,
+                "project_name": project_name,
+                "description": description,
+                "event_types": event_types,
+                "profile_types": profile_types,
+                **extra,
+            }
+        )
+        self.request("collection/create", body)
+        return Collection(self, collection_name, project_name)
+
+    def list_collections(self, project_name: str = "default") -> List[Dict[str, Any]]:
+        return self.request("collection/list", {"project_name": project_name})["collections"]
+
+    def delete_collection(self, collection_name: str, project_name: str = "default") -> None:
+        self.request("collection/delete", {"collection_name": collection_name, "project_name": project_name})
+
+    def healthz(self) -> Dict[str, Any]:
+        with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=self.timeout) as resp:
+            return json.loads(resp.read().decode("utf-8"))
+
+
+def _export_lines(text: str) -> Dict[str, Any]:
+    """`user/export` answers JSON lines: a header, then `{"kind", "collection_name", "record"}` per
+    record. Grouped here by kind: {"header": …, "events": […], "profiles": […], "messages": […], …}."""
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    out: Dict[str, Any] = {"header": lines[0] if lines else {}}
+    for kind in ("conversation", "message", "session", "job", "event", "profile"):
+        out[kind + "s"] = []
+    for rec in lines[1:]:
+        out.setdefault(rec.get("kind", "record") + "s", []).append(rec.get("record"))
+    return out
+
+
+def _retry_after(v: Optional[str]) -> Optional[float]:
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+class Collection:
+    """One collection; every method is one API call and returns the answer's ``data``."""
+
+    def __init__(self, client: MemoryClient, collection_name: str, project_name: str = "default"):
+        self.client = client
+        self.collection_name = collection_name
+        self.project_name = project_name
+
+    def _call(self, path: str, body: Dict[str, Any], headers=None, timeout=None, project_name=None) -> Any:
+        full = {"collection_name": self.collection_name, "project_name": project_name or self.project_name}
+        full.update(_drop_none(body))
+        return self.client.request(path, full, headers=headers, timeout=timeout)
+
+    # ------------------------------------------------------------------ writing
+
+    def streaming_write(
+        self,
+        conversation_id: str,
+        messages: Iterable[Dict[str, Any]],
+        extract_trigger: Optional[Dict[str, Any]] = None,
+        metadata: Optional[Dict[str, Any]] = None,
+        headers=None,
+        timeout=None,
+        project_name: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Streams turns into the conversation; a trigger closes a session for extraction."""
+        body = {
+            "conversation_id": conversation_id,
+            "messages": list(messages),
+            "extract_trigger": extract_trigger,
+            "metadata": metadata,
+        }
+        return self._call("session/streaming_write", body, headers, timeout, project_name)
+
+    def session_add(
+        self,
+        conversation_id: str,
+        messages: Iterable[Dict[str, Any]],
+        metadata: Optional[Dict[str, Any]] = None,
+        headers=None,
+        timeout=None,
+        project_name: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Writes a whole session at once (batch); it is extracted right away."""
+        body = {"conversation_id": conversation_id, "messages": list(messages), "metadata": metadata}
+        return self._call("session/add", body, headers, timeout, project_name)
+
+    def flush(self, conversation_id: str, headers=None, timeout=None) -> Dict[str, Any]:
+        """Closes the conversation's open messages into a session now."""
+        return self._call("session/flush", {"conversation_id": conversation_id}, headers, timeout)
+
+    def session_info(self, conversation_id: Optional[str] = None, session_id: Optional[str] = None) -> Dict[str, Any]:
+        return self._call("session/info", {"conversation_id": conversation_id, "session_id": session_id})
+
+    # ------------------------------------------------------------------ reading
+
+    def get_context(
+        self,
+        conversation_id: str,
+        query: Optional[str] = None,
+        event_search_config: Optional[Dict[str, Any]] = None,
+        profile_search_config: Optional[Dict[str, Any]] = None,
+        project_name: Optional[str] = None,
+        max_tokens: Optional[int] = None,
+        headers=None,
+        timeout=None,
+        **extra: Any,
+    ) -> ContextResponse:
+        """The prompt-ready memory for the next LLM call, within ``max_tokens``."""
+        body = {
+            "conversation_id": conversation_id,
+            "query": query,
+            "event_search_config": event_search_config,
+            "profile_search_config": profile_search_config,
+            "max_tokens": max_tokens,
+            **extra,
+        }
+        data = self._call("get_context", body, headers, timeout, project_name)
+        return ContextResponse(
+            context_str=data.get("context_str", ""),
+            context_parts=data.get("context_parts", {}) or {},
+            token_count=data.get("token_count", 0),
+            raw=data,
+        )
+
+    def search_event_memory(
+        self,
+        query: Optional[str] = None,
+        filter: Optional[Dict[str, Any]] = None,
+        time_decay_config: Optional[Dict[str, Any]] = None,
+        limit: Optional[int] = None,
+        headers=None,
+        timeout=None,
+        **extra: Any,
+    ) -> Dict[str, Any]:
+        """Semantic (hybrid) search with a query; the newest events matching ``filter`` without."""
+        body = {"query": query, "filter": filter, "time_decay_config": time_decay_config, "limit": limit, **extra}
+        return self._call("event/search", body, headers, timeout)
+
+    def search_profile_memory(self, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None, **extra):
+        return self._call("profile/search", {"filter": filter or {}, "limit": limit, **extra})
+
+    # ------------------------------------------------------------------ events
+
+    def add_event(
+        self,
+        event_type: str,
+        user_id=None,
+        assistant_id=None,
+        memory_info: Optional[Dict[str, Any]] = None,
+        headers=None,
+        timeout=None,
+        **extra: Any,
+    ) -> Dict[str, Any]:
+        body = {
+            "event_type": event_type,
+            "user_id": user_id,
+            "assistant_id": assistant_id,
+            "memory_info": memory_info or {},
+            **extra,
+        }
+        return self._call("event/add", body, headers, timeout)
+
+    def update_event(self, event_id: str, **fields: Any) -> Dict[str, Any]:
+        return self._call("event/update", {"event_id": event_id, **fields})
+
+    def delete_event(self, event_id: str) -> Dict[str, Any]:
+        return self._call("event/delete", {"event_id": event_id})
+
+    def batch_delete_event(self, filter: Dict[str, Any], delete_type: Optional[str] = None, headers=None, timeout=None):
+        return self._call("event/batch_delete", {"filter": filter, "delete_type": delete_type}, headers, timeout)
+
+    # ------------------------------------------------------------------ profiles
+
+    def add_profile(self, user_id: str, attributes=None, profile_type=None, content=None, assistant_id=None):
+        body = {
+            "user_id": user_id,
+            "attributes": attributes or {},
+            "profile_type": profile_type,
+            "content": content,
+            "assistant_id": assistant_id,
+        }
+        return self._call("profile/add", body)
+
+    def update_profile(self, profile_id: str, attributes=None, content=None, replace_attributes=None):
+        body = {
+            "profile_id": profile_id,
+            "attributes": attributes,
+            "content": content,
+            "replace_attributes": replace_attributes,
+        }
+        return self._call("profile/update", body)
+
+    def delete_profile(self, profile_id: str) -> Dict[str, Any]:
+        return self._call("profile/delete", {"profile_id": profile_id})
+
+    # ------------------------------------------------------------------ users, jobs, stats
+
+    def export_user(self, user_id: str) -> Dict[str, Any]:
+        """Everything stored about the user in this collection, grouped by kind:
+        ``{"header", "conversations", "messages", "sessions", "jobs", "events", "profiles"}``."""
+        return self._call("user/export", {"user_id": user_id})
+
+    def forget_user(self, user_id: str) -> Dict[str, Any]:
+        """Deletes everything stored about the user in this collection, for good."""
+        return self._call("user/forget", {"user_id": user_id})
+
+    def list_jobs(self, state: Optional[str] = None, conversation_id: Optional[str] = None, limit: Optional[int] = None):
+        return self._call("job/list", {"state": state, "conversation_id": conversation_id, "limit": limit})["jobs"]
+
+    def stats(self, user_id: Optional[str] = None, days: Optional[int] = None) -> Dict[str, Any]:
+        return self._call("stats", {"user_id": user_id, "days": days})
