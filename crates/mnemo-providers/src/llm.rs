@@ -441,6 +441,35 @@ fn output_schema(schema: &CollectionSchema) -> Value {
 
 // --------------------------------------------------------------------------------- answer
 
+/// Attributes that hold one value at a time: a new value replaces the old one.
+const SINGLE_VALUED: &[&str] = &[
+    "name",
+    "age",
+    "city",
+    "location",
+    "job",
+    "occupation",
+    "company",
+    "employer",
+    "gender",
+    "birthday",
+    "nationality",
+    "hometown",
+    "title",
+    "role",
+    "marital_status",
+    "姓名",
+    "名字",
+    "年龄",
+    "城市",
+    "居住城市",
+    "职业",
+    "工作",
+    "公司",
+    "性别",
+    "生日",
+];
+
 /// Tolerant parsing: code fences and prose around the object are ignored.
 fn parse_json(text: &str) -> Result<Value, String> {
     let t = text.trim();
@@ -548,8 +577,11 @@ fn validate(parsed: &Value, input: &ExtractionInput, cleaned: &[Clean], summary_
         }
         let key = attribute.to_string();
         let current = input.profile(ptype).and_then(|p| p.attributes.get(attribute));
+        // Small models often "add" to facts that hold one value; those are set instead.
+        let single = SINGLE_VALUED.contains(&key.to_lowercase().as_str());
         let change = match (op, value) {
             ("set", Some(v)) => ProfileChange::Set { key, value: Value::String(v) },
+            ("add", Some(v)) if single => ProfileChange::Set { key, value: Value::String(v) },
             ("add", Some(v)) => ProfileChange::Append { key, items: vec![v] },
             ("remove", Some(v)) if current.is_some_and(Value::is_array) => {
                 ProfileChange::RemoveItems { key, items: vec![v] }
@@ -630,6 +662,7 @@ mod tests {
             "profile": [
                 {"op": "set", "attribute": "city", "value": "Berlin"},
                 {"op": "add", "attribute": "diet", "value": "vegetarian"},
+                {"op": "add", "attribute": "job", "value": "designer"},
                 {"op": "explode", "attribute": "x", "value": "y"},
                 {"op": "set", "attribute": "", "value": "y"},
                 {"type": "nope", "op": "set", "attribute": "x", "value": "y"},
@@ -641,7 +674,11 @@ mod tests {
         assert_eq!(e.source_message_ids, vec![10]);
         assert_eq!(e.supersedes.as_deref(), Some("evt_old"));
         assert!(e.memory_info["original_messages"].as_str().unwrap().contains("Berlin"));
-        assert_eq!(out.profile_changes.len(), 2);
+        assert_eq!(out.profile_changes.len(), 3);
+        assert!(
+            matches!(&out.profile_changes[2], ProfileChange::Set { key, .. } if key == "job"),
+            "a single-valued attribute is set, not appended"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod bench_crash;
 mod bench_extraction;
 mod bench_locomo;
 mod bench_scope;
+mod cli;
 mod config;
 mod demo;
 mod selftest;
@@ -39,22 +40,69 @@ enum Command {
     },
     /// The whole loop on a temporary embedded store: write, extract, print get_context.
     Demo,
-    /// Everything stored about a user, as JSON lines, from a running server (`user/export`).
+    /// Write one message into a conversation of a running server (`session/streaming_write`).
+    Write {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[arg(long)]
+        conversation: String,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long, default_value = "user")]
+        role: String,
+        /// Close the conversation's open messages into a session right after (extraction starts).
+        #[arg(long)]
+        flush: bool,
+        text: String,
+    },
+    /// Print what `get_context` returns for a conversation.
+    Context {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[arg(long)]
+        conversation: String,
+        #[arg(long)]
+        query: Option<String>,
+        #[arg(long)]
+        max_tokens: Option<u32>,
+    },
+    /// Search events: semantic with a query, newest first without.
+    Search {
+        #[command(flatten)]
+        remote: cli::Remote,
+        query: Option<String>,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
+    },
+    /// Everything stored about a user, as JSON lines (`user/export`).
     Export {
+        #[command(flatten)]
+        remote: cli::Remote,
         #[arg(long)]
         user: String,
-        /// One collection; default: every collection of the project.
-        #[arg(long)]
-        collection: Option<String>,
-        #[arg(long, default_value = "default")]
-        project: String,
-        #[arg(long, default_value = "http://127.0.0.1:8600")]
-        url: String,
-        #[arg(long, env = "MNEMO_API_KEY")]
-        key: Option<String>,
         /// Write to this file instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,
+    },
+    /// Delete everything stored about a user (`user/forget`); needs --yes.
+    Forget {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Import conversations (benchmark JSONL format) or exported records, resumably, with progress.
+    Import {
+        #[command(flatten)]
+        remote: cli::Remote,
+        file: PathBuf,
+        /// Ignore FILE.progress and start from the first line.
+        #[arg(long)]
+        restart: bool,
     },
     /// Self-tests against a running server.
     Selftest {
@@ -173,9 +221,16 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
-        Command::Export { user, collection, project, url, key, output } => {
-            rt.block_on(export(url, key, project, collection, user, output))
+        Command::Write { remote, conversation, user, role, flush, text } => {
+            rt.block_on(cli::write(&remote, conversation, user, role, text, flush))
         }
+        Command::Context { remote, conversation, query, max_tokens } => {
+            rt.block_on(cli::context(&remote, conversation, query, max_tokens))
+        }
+        Command::Search { remote, query, user, limit } => rt.block_on(cli::search(&remote, query, user, limit)),
+        Command::Export { remote, user, output } => rt.block_on(cli::export(&remote, user, output)),
+        Command::Forget { remote, user, yes } => rt.block_on(cli::forget(&remote, user, yes)),
+        Command::Import { remote, file, restart } => rt.block_on(cli::import(&remote, file, restart)),
         Command::Selftest { which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b } } => {
             rt.block_on(selftest::run(selftest::Isolation { url, key_a, project_a, key_b, project_b }))
         }
@@ -205,39 +260,4 @@ fn main() -> Result<()> {
                 cfg,
             )),
     }
-}
-
-/// `mnemo export`: the JSON lines of `user/export`, to a file or standard output.
-async fn export(
-    url: String,
-    key: Option<String>,
-    project: String,
-    collection: Option<String>,
-    user: String,
-    output: Option<PathBuf>,
-) -> Result<()> {
-    let mut body = serde_json::json!({"project_name": project, "user_id": user});
-    if let Some(c) = collection {
-        body["collection_name"] = serde_json::json!(c);
-    }
-    let mut req =
-        reqwest::Client::new().post(format!("{}/api/memory/user/export", url.trim_end_matches('/'))).json(&body);
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
-    }
-    let resp = req.send().await?;
-    let status = resp.status();
-    let text = resp.text().await?;
-    if !status.is_success() {
-        anyhow::bail!("export failed ({status}): {text}");
-    }
-    let records = text.lines().count().saturating_sub(1);
-    match output {
-        Some(path) => {
-            std::fs::write(&path, &text)?;
-            eprintln!("exported {records} records to {}", path.display());
-        }
-        None => print!("{text}"),
-    }
-    Ok(())
 }

@@ -5,6 +5,7 @@ mod harness;
 
 mod auth;
 mod bad_input;
+mod cli;
 mod context;
 mod crash;
 mod crud;

@@ -1,0 +1,86 @@
+//! The client verbs of the binary against a real server: write, context, search, import (resumable,
+//! idempotent), export → import round trip, forget.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::process::Command;
+
+fn mnemo(s: &Server, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN).args(args).args(["--url", &s.base]).env("MNEMO_LOG", "warn").output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(s: &Server, args: &[&str]) -> String {
+    let (success, out, err) = mnemo(s, args);
+    assert!(success, "mnemo {args:?} failed: {err}");
+    out
+}
+
+#[tokio::test]
+async fn write_context_search_forget() {
+    let s = Server::start("");
+    let out = ok(
+        &s,
+        &["write", "--collection", "c", "--conversation", "k1", "--user", "u1", "--flush", "我住在上海，喜欢爵士乐"],
+    );
+    assert!(out.contains("stored 1 message(s) in k1") && out.contains("flushed"), "{out}");
+    eventually(20, "extraction", || async { s.jobs().await.iter().all(|j| j["state"] == "done").then_some(()) }).await;
+    let out = ok(&s, &["context", "--collection", "c", "--conversation", "k1", "--query", "音乐"]);
+    assert!(out.contains("上海"), "{out}");
+    let out = ok(&s, &["search", "--collection", "c", "--user", "u1", "--json", "爵士"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["count"].as_u64().unwrap() >= 1, "{v}");
+    let out = ok(&s, &["search", "--collection", "c", "--user", "u1", "爵士"]);
+    assert!(out.contains("爵士乐"), "human-readable lines: {out}");
+    let (success, _, err) = mnemo(&s, &["forget", "--collection", "c", "--user", "u1"]);
+    assert!(!success && err.contains("--yes"), "forget asks for confirmation: {err}");
+    let out = ok(&s, &["forget", "--collection", "c", "--user", "u1", "--yes"]);
+    assert!(out.contains("forgot u1: 1 events"), "{out}");
+}
+
+#[tokio::test]
+async fn import_is_resumable_and_round_trips_an_export() {
+    let s = Server::start("");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("convs.jsonl");
+    let conv = |id: &str, user: &str, text: &str| {
+        json!({"conversation_id": id, "user_id": user, "sessions": [
+            {"session_id": "s1", "time": "2023-05-08T13:56:00", "messages": [
+                {"role": "user", "speaker": "A", "content": text}, {"role": "assistant", "speaker": "B", "content": "ok"}]},
+            {"session_id": "s2", "time": "2023-05-09T10:00:00", "messages": [
+                {"role": "user", "speaker": "A", "content": format!("{text} again")}]}]})
+        .to_string()
+    };
+    std::fs::write(&file, [conv("a", "ua", "I adopted a cat named Miso"), conv("b", "ub", "我在学日语")].join("\n"))
+        .unwrap();
+    let f = file.to_str().unwrap();
+    let out = ok(&s, &["import", "--collection", "imp", f]);
+    assert!(out.contains("imported 2 lines: 6 messages") && out.contains("0 errors"), "{out}");
+    let out = ok(&s, &["import", "--collection", "imp", f]);
+    assert!(out.contains("imported 0 lines"), "resumes after the last line done: {out}");
+    ok(&s, &["import", "--collection", "imp", "--restart", f]);
+    let info = s.ok("session/info", json!({"collection_name": "imp", "conversation_id": "a"})).await;
+    let sessions = info["sessions"].as_array().unwrap();
+    let stored: u64 = sessions.iter().map(|x| x["message_count"].as_u64().unwrap()).sum();
+    assert_eq!(stored, 3, "a re-run stores nothing twice: {info}");
+    assert_eq!(sessions.len(), 2, "one session per imported session");
+
+    // Export a user, import the export into another collection.
+    eventually(20, "extraction", || async {
+        let jobs = s.ok("job/list", json!({"collection_name": "imp"})).await["jobs"].as_array().unwrap().clone();
+        jobs.iter().all(|j| j["state"] == "done").then_some(())
+    })
+    .await;
+    let export = dir.path().join("ua.jsonl");
+    ok(&s, &["export", "--collection", "imp", "--user", "ua", "-o", export.to_str().unwrap()]);
+    let out = ok(&s, &["import", "--collection", "copy", "--json", export.to_str().unwrap()]);
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert!(summary["records"].as_u64().unwrap() >= 1, "events and the profile came along: {summary}");
+    let copied = s.ok("event/search", json!({"collection_name": "copy", "filter": {"user_id": "ua"}})).await;
+    assert!(copied["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("Miso"), "{copied}");
+}
