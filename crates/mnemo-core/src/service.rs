@@ -841,6 +841,12 @@ impl Service {
         Ok(self.store.update_event(c.id, id, patch, self.now()).await?)
     }
 
+    pub async fn get_event(&self, t: &Target, id: &str) -> CoreResult<Event> {
+        validate_id("event_id", id)?;
+        let c = self.collection_for_read(t).await?;
+        self.store.get_event(c.id, id).await?.ok_or_else(|| CoreError::NotFound(format!("event_id: no event \"{id}\"")))
+    }
+
     pub async fn delete_event(&self, t: &Target, id: &str) -> CoreResult<()> {
         validate_id("event_id", id)?;
         let c = self.collection_for_read(t).await?;

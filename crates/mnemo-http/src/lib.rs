@@ -6,6 +6,7 @@
 mod dto;
 mod error;
 mod json;
+pub mod mcp;
 mod metrics;
 mod routes;
 
@@ -63,11 +64,19 @@ pub struct HttpConfig {
     pub max_in_flight: usize,
     /// Test-only: a clock `admin/clock` may move (`testing.clock_control`); `None` in production.
     pub clock: Option<Arc<mnemo_core::clock::OffsetClock>>,
+    /// Who the MCP endpoint (`/mcp`) acts for unless the request's headers say otherwise.
+    pub mcp_scope: mcp::McpScope,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048, clock: None }
+        Self {
+            api_keys: vec![],
+            max_body_bytes: 4 * 1024 * 1024,
+            max_in_flight: 2048,
+            clock: None,
+            mcp_scope: Default::default(),
+        }
     }
 }
 
@@ -121,7 +130,11 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
     };
     let api =
         routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
+    let mcp = Router::new()
+        .route_service("/mcp", mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     Router::new()
+        .merge(mcp)
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(metrics::scrape))
         .route("/", get(dashboard))

@@ -280,6 +280,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             max_body_bytes: cfg.server.max_body_bytes,
             max_in_flight: cfg.server.max_in_flight,
             clock: cfg.testing.clock_control.then_some(clock),
+            mcp_scope: cfg.mcp.scope(),
         },
     );
     let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
@@ -295,6 +296,26 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             .await
     });
     Ok(Running { addr, stop, server, background })
+}
+
+/// `mnemo mcp`: the MCP tools on stdin/stdout over the configured store, with the background
+/// loops (extraction) running, until the client closes stdin. Nothing else writes to stdout.
+pub async fn mcp_stdio(cfg: Config) -> Result<()> {
+    use rmcp::ServiceExt;
+    let clock = Arc::new(mnemo_core::clock::OffsetClock::default());
+    let service = build_service(&cfg, clock)?;
+    prepare(&service).await?;
+    let (stop, stop_rx) = watch::channel(false);
+    let background = service.spawn_background(stop_rx);
+    let tools = mnemo_http::mcp::MemoryTools::new(service, cfg.mcp.scope());
+    tracing::info!(project = %cfg.mcp.project, collection = %cfg.mcp.collection, user = %cfg.mcp.user_id, "MCP server on stdio");
+    let running = tools.serve(rmcp::transport::stdio()).await.context("starting the MCP server on stdio")?;
+    let ended = running.waiting().await;
+    let _ = stop.send(true);
+    for h in background {
+        let _ = tokio::time::timeout(Duration::from_secs(10), h).await;
+    }
+    ended.map(|_| ()).context("MCP session")
 }
 
 /// `mnemo serve`: runs until SIGTERM or Ctrl-C.

@@ -40,6 +40,19 @@ enum Command {
     },
     /// The whole loop on a temporary embedded store: write, extract, print get_context.
     Demo,
+    /// An MCP server on stdio over the same store (for Claude Code, Cursor, Codex…).
+    Mcp {
+        /// Data directory (default ./mnemo-data).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// The user the tools act for (default: config `mcp.user_id`).
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        project: Option<String>,
+        #[arg(long)]
+        collection: Option<String>,
+    },
     /// Write one message into a conversation of a running server (`session/streaming_write`).
     Write {
         #[command(flatten)]
@@ -221,6 +234,21 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Mcp { data, user, project, collection } => {
+            if let Some(d) = data {
+                cfg.store.path = d;
+            }
+            if let Some(u) = user {
+                cfg.mcp.user_id = u;
+            }
+            if let Some(p) = project {
+                cfg.mcp.project = p;
+            }
+            if let Some(c) = collection {
+                cfg.mcp.collection = c;
+            }
+            rt.block_on(app::mcp_stdio(cfg))
+        }
         Command::Write { remote, conversation, user, role, flush, text } => {
             rt.block_on(cli::write(&remote, conversation, user, role, text, flush))
         }

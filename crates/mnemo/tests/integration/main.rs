@@ -14,6 +14,7 @@ mod faults;
 mod hostile;
 mod lifecycle;
 mod llm;
+mod mcp;
 mod privacy;
 mod real_llm;
 mod retrieval;

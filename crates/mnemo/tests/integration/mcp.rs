@@ -1,0 +1,179 @@
+//! The MCP server as an MCP client drives it: `mnemo mcp` on stdio (initialize, list tools, call
+//! each), and the streamable-HTTP endpoint `/mcp` behind the API keys, scoped by headers.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+struct Stdio_ {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: i64,
+}
+
+impl Stdio_ {
+    fn start(data: &std::path::Path) -> Self {
+        let dir = data.parent().unwrap();
+        let cfg = dir.join("mcp.yaml");
+        std::fs::write(&cfg, "session:\n  poll_interval_ms: 50\nmcp:\n  user_id: alice\n  collection: agent\n")
+            .unwrap();
+        let mut child = Command::new(BIN)
+            .args(["mcp", "--config"])
+            .arg(&cfg)
+            .arg("--data")
+            .arg(data)
+            .env("MNEMO_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Self { child, stdin, stdout, next_id: 1 }
+    }
+
+    fn send(&mut self, msg: Value) {
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends a request and returns its response (skipping notifications).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "the MCP server closed stdout");
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout is only JSON-RPC: {e}: {line}"));
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> (bool, String) {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{r}")).to_string();
+        (r["result"]["isError"] == true, text)
+    }
+}
+
+impl Drop for Stdio_ {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const INIT: &str =
+    r#"{"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mnemo-test", "version": "1"}}"#;
+
+#[test]
+fn stdio_mcp_initialize_list_and_call_every_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Stdio_::start(&dir.path().join("data"));
+    let init = m.request("initialize", serde_json::from_str(INIT).unwrap());
+    assert_eq!(init["result"]["serverInfo"]["name"], "mnemo", "{init}");
+    assert!(init["result"]["capabilities"]["tools"].is_object());
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    let list = m.request("tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["remember", "recall", "search_memory", "add_memory", "forget_memory"]);
+    for t in tools {
+        assert!(t["description"].as_str().unwrap().len() > 40, "an agent can follow it: {t}");
+        assert_eq!(t["inputSchema"]["type"], "object");
+    }
+
+    let (err, text) = m.call("add_memory", json!({"summary": "The user prefers answers in Chinese."}));
+    assert!(!err && text.starts_with("Saved as memory evt_"), "{text}");
+    let (err, text) = m.call("remember", json!({"content": "我下周去东京出差，住在新宿"}));
+    assert!(!err && text.starts_with("Remembered"), "{text}");
+    let (_, found) = m.call("search_memory", json!({"query": "language preference", "limit": 3}));
+    assert!(found.contains("prefers answers in Chinese"), "{found}");
+    let id = found.split(['[', ']']).nth(1).unwrap().to_string();
+    let (err, ctx) = m.call("recall", json!({"query": "东京"}));
+    assert!(!err && ctx.contains("东京") && ctx.contains("Chinese"), "profile/events and recent turns: {ctx}");
+
+    let (err, text) = m.call("forget_memory", json!({"memory_id": id}));
+    assert!(!err && text.contains("Forgot"), "{text}");
+    let (_, found) = m.call("search_memory", json!({"query": "language preference"}));
+    assert!(!found.contains("prefers answers in Chinese"), "{found}");
+    // Bad arguments are tool errors naming the argument, not crashes.
+    let (err, text) = m.call("search_memory", json!({"query": "x", "limit": 0}));
+    assert!(err && text.starts_with("limit: must be an integer in 1..=50"), "{text}");
+    let (err, text) = m.call("forget_memory", json!({"memory_id": "evt_nope"}));
+    assert!(err && text.contains("memory_id"), "{text}");
+    let (err, text) = m.call("remember", json!({}));
+    assert!(err && text.contains("content: is required"), "{text}");
+    let unknown = m.request("tools/call", json!({"name": "drop_tables", "arguments": {}}));
+    assert!(unknown["error"].is_object(), "{unknown}");
+}
+
+async fn mcp_post(s: &Server, key: Option<&str>, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
+    let mut req = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&body);
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn http_mcp_is_behind_the_keys_and_scoped_by_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mnemo.yaml");
+    std::fs::write(
+        &cfg,
+        "server:\n  api_keys:\n    - key_env: MCP_KEY_A\n      projects: [pa]\nsession:\n  poll_interval_ms: 50\n",
+    )
+    .unwrap();
+    let mut s =
+        Server::spawn(&cfg, &dir.path().join("data"), "127.0.0.1:0", &[("MCP_KEY_A", "key-a-0123456789abc")]).unwrap();
+    s.key = Some("key-a-0123456789abc".into());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": serde_json::from_str::<Value>(INIT).unwrap()});
+    let (status, _) = mcp_post(&s, None, &[], init.clone()).await;
+    assert_eq!(status, 401, "no key, no MCP");
+    let (status, v) = mcp_post(&s, Some("key-a-0123456789abc"), &[], init).await;
+    assert_eq!((status, &v["result"]["serverInfo"]["name"]), (200, &json!("mnemo")), "{v}");
+
+    let scope = [("x-mnemo-project", "pa"), ("x-mnemo-collection", "agent"), ("x-mnemo-user", "bob")];
+    let call = |id: i64, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}});
+    let (_, v) = mcp_post(
+        &s,
+        Some("key-a-0123456789abc"),
+        &scope,
+        call(2, "add_memory", json!({"summary": "Bob drinks oolong tea"})),
+    )
+    .await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    // Stored for bob in pa/agent, visible through the REST API.
+    let found = s
+        .ok("event/search", json!({"project_name": "pa", "collection_name": "agent", "filter": {"user_id": "bob"}}))
+        .await;
+    assert_eq!(found["result_list"][0]["memory_info"]["summary"], "Bob drinks oolong tea");
+    // Another user sees nothing of bob's; a project the key may not use is refused.
+    let other = [("x-mnemo-project", "pa"), ("x-mnemo-collection", "agent"), ("x-mnemo-user", "eve")];
+    let (_, v) =
+        mcp_post(&s, Some("key-a-0123456789abc"), &other, call(3, "search_memory", json!({"query": "tea"}))).await;
+    assert_eq!(v["result"]["content"][0]["text"], "No matching memories.", "{v}");
+    let bad = [("x-mnemo-project", "pb")];
+    let (_, v) = mcp_post(&s, Some("key-a-0123456789abc"), &bad, call(4, "recall", json!({}))).await;
+    assert_eq!(v["result"]["isError"], true);
+    assert!(v["result"]["content"][0]["text"].as_str().unwrap().contains("may not use project \"pb\""), "{v}");
+}
