@@ -106,7 +106,7 @@ impl ConversationMeta {
 // ---------------------------------------------------------------------------------------------
 // Collections and schema
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldType {
     String,
@@ -116,7 +116,7 @@ pub enum FieldType {
     Enum,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct FieldDef {
     pub name: String,
     #[serde(rename = "type")]
@@ -130,7 +130,7 @@ pub struct FieldDef {
     pub required: bool,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct EventTypeDef {
     pub name: String,
     #[serde(default)]
@@ -148,7 +148,7 @@ pub struct EventTypeDef {
     pub default_class: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProfileUpdateMode {
     #[default]
@@ -156,7 +156,7 @@ pub enum ProfileUpdateMode {
     KeepHistory,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ProfileTypeDef {
     pub name: String,
     #[serde(default)]

@@ -5,6 +5,7 @@ use crate::json::Scoped;
 use mnemo_core::model::*;
 use mnemo_core::service::{IncomingMessage, Target};
 use mnemo_core::{CoreError, ExtractTrigger};
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -15,6 +16,19 @@ fn default_project() -> String {
 /// A string or a list of strings (the seed API accepts both for ids and types).
 #[derive(Clone, Debug, Default)]
 pub struct StrOrList(pub Vec<String>);
+
+impl JsonSchema for StrOrList {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StrOrList".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "One id, or a list of ids.",
+            "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for StrOrList {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -57,7 +71,7 @@ macro_rules! scoped {
 }
 
 /// The collection a request addresses.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct CollectionRef {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -70,7 +84,7 @@ impl CollectionRef {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ProjectOnly {
     #[serde(default = "default_project")]
     pub project_name: String,
@@ -78,7 +92,7 @@ pub struct ProjectOnly {
 
 // ------------------------------------------------------------------------- collections
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct CollectionCreate {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -111,7 +125,7 @@ pub fn collection_json(c: &Collection) -> Value {
 
 // ------------------------------------------------------------------------- write path
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct MessageDto {
     pub role: String,
     pub content: String,
@@ -123,14 +137,14 @@ pub struct MessageDto {
     pub idempotency_key: Option<String>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, JsonSchema)]
 pub struct TriggerDto {
     pub token_count: Option<i64>,
     pub message_count: Option<i64>,
     pub wait_timeout: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct WriteBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -192,7 +206,7 @@ fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> 
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ConversationBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -200,7 +214,7 @@ pub struct ConversationBody {
     pub conversation_id: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct SessionInfoBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -240,7 +254,7 @@ pub fn job_json(j: &Job) -> Value {
 
 // ------------------------------------------------------------------------- events
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, JsonSchema)]
 pub struct EventFilterDto {
     #[serde(default)]
     pub user_id: Option<StrOrList>,
@@ -285,14 +299,14 @@ impl EventFilterDto {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct TimeDecayDto {
     pub weight: f64,
     #[serde(default)]
     pub no_decay_period: Option<f64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct EventSearchBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -315,7 +329,7 @@ pub struct EventSearchBody {
     pub include_archived: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct EventAddBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -345,7 +359,7 @@ pub struct EventAddBody {
     pub ttl_absolute: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct EventUpdateBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -356,8 +370,10 @@ pub struct EventUpdateBody {
     #[serde(default)]
     pub time: Option<i64>,
     #[serde(default, deserialize_with = "some_nullable")]
+    #[schemars(with = "Option<String>")]
     pub group_id: Option<Option<String>>,
     #[serde(default, deserialize_with = "some_nullable")]
+    #[schemars(with = "Option<String>")]
     pub scope: Option<Option<String>>,
     #[serde(default)]
     pub class: Option<String>,
@@ -370,7 +386,7 @@ fn some_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String
     Option::<String>::deserialize(d).map(Some)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct EventIdBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -378,7 +394,7 @@ pub struct EventIdBody {
     pub event_id: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct BatchDeleteBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -433,7 +449,7 @@ pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
 
 // ------------------------------------------------------------------------- profiles
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, JsonSchema)]
 pub struct ProfileFilterDto {
     #[serde(default)]
     pub user_id: Option<StrOrList>,
@@ -443,7 +459,7 @@ pub struct ProfileFilterDto {
     pub profile_type: Option<StrOrList>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ProfileSearchBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -455,7 +471,7 @@ pub struct ProfileSearchBody {
     pub limit: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ProfileAddBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -471,7 +487,7 @@ pub struct ProfileAddBody {
     pub attributes: Map<String, Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ProfileUpdateBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -485,7 +501,7 @@ pub struct ProfileUpdateBody {
     pub replace_attributes: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ProfileIdBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -513,7 +529,7 @@ pub fn profile_json(p: &Profile) -> Value {
 
 // ------------------------------------------------------------------------- jobs
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct JobListBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -528,7 +544,7 @@ pub struct JobListBody {
     pub limit: Option<i64>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, JsonSchema)]
 pub struct EventSearchConfigDto {
     #[serde(default)]
     pub filter: EventFilterDto,
@@ -540,7 +556,7 @@ pub struct EventSearchConfigDto {
     pub similarity_threshold: Option<f64>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, JsonSchema)]
 pub struct ProfileSearchConfigDto {
     #[serde(default)]
     pub filter: ProfileFilterDto,
@@ -548,7 +564,7 @@ pub struct ProfileSearchConfigDto {
     pub limit: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct IncludeDto {
     #[serde(default = "yes")]
     pub profile: bool,
@@ -566,7 +582,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct GetContextBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -615,7 +631,7 @@ pub fn scored_event_json(r: &mnemo_core::service::ScoredEvent) -> Value {
     v
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct StatsBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -627,7 +643,7 @@ pub struct StatsBody {
 }
 
 /// `user/export` and `user/forget`: one collection, or every collection of the project.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct UserBody {
     #[serde(default)]
     pub collection_name: Option<String>,
@@ -636,7 +652,7 @@ pub struct UserBody {
     pub user_id: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct MaintenanceBody {
     #[serde(default = "default_project")]
     pub project_name: String,
@@ -647,7 +663,7 @@ pub struct MaintenanceBody {
 }
 
 /// Test-only clock control (`testing.clock_control`).
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct ClockBody {
     #[serde(default = "default_project")]
     pub project_name: String,

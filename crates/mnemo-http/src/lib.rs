@@ -8,6 +8,7 @@ mod error;
 mod json;
 pub mod mcp;
 mod metrics;
+pub mod openapi;
 mod routes;
 
 use axum::Router;
@@ -136,6 +137,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
     Router::new()
         .merge(mcp)
         .route("/healthz", get(routes::healthz))
+        .route("/openapi.json", get(|| async { axum::Json(openapi::document()) }))
         .route("/metrics", get(metrics::scrape))
         .route("/", get(dashboard))
         .nest("/api/memory", api)
@@ -230,10 +232,6 @@ fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
 }
 
 /// Registers POST routes.
-pub(crate) fn post_routes(routes: &[(&'static str, axum::routing::MethodRouter<AppState>)]) -> Router<AppState> {
-    routes.iter().fold(Router::new(), |r, (path, h)| r.route(path, h.clone()))
-}
-
 pub(crate) fn p<H, T>(h: H) -> axum::routing::MethodRouter<AppState>
 where
     H: axum::handler::Handler<T, AppState>,

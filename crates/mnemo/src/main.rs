@@ -40,6 +40,8 @@ enum Command {
     },
     /// The whole loop on a temporary embedded store: write, extract, print get_context.
     Demo,
+    /// Print the OpenAPI 3 document of the HTTP API (committed as docs/openapi.json).
+    Openapi,
     /// An MCP server on stdio over the same store (for Claude Code, Cursor, Codex…).
     Mcp {
         /// Data directory (default ./mnemo-data).
@@ -234,6 +236,10 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Openapi => {
+            println!("{}", serde_json::to_string_pretty(&mnemo_http::openapi::document())?);
+            Ok(())
+        }
         Command::Mcp { data, user, project, collection } => {
             if let Some(d) = data {
                 cfg.store.path = d;

@@ -81,6 +81,7 @@ def test_custom_schema_collection(client):
         c.add_event("purchase", user_id="carol", memory_info={"item": "x", "price": "cheap"})
     assert "price" in e.value.message
     assert any(x["collection_name"] == "py_custom" for x in client.list_collections())
+    assert any(t["name"] == "purchase" for t in c.info()["event_types"])
 
 
 def test_retries_on_429_and_503_then_succeeds():

@@ -10,40 +10,131 @@ mod session;
 mod stats;
 mod user;
 
-use crate::{AppState, p, post_routes};
+use crate::{AppState, p};
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use serde_json::{Value, json};
 
+/// One API endpoint: what the router serves and what the OpenAPI document says about it, from
+/// the same table (so the document cannot drift from the routes).
+pub struct Endpoint {
+    pub path: &'static str,
+    pub summary: &'static str,
+    pub handler: axum::routing::MethodRouter<AppState>,
+    /// The JSON schema of the request body (its DTO).
+    pub body: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+}
+
+fn ep<B: schemars::JsonSchema, H, T>(path: &'static str, summary: &'static str, h: H) -> Endpoint
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    Endpoint { path, summary, handler: p(h), body: |g| g.subschema_for::<B>() }
+}
+
+pub fn endpoints() -> Vec<Endpoint> {
+    use crate::dto::*;
+    vec![
+        ep::<CollectionCreate, _, _>(
+            "/collection/create",
+            "Create a collection with custom event and profile types (the built-ins event_v1 and profile_v1 always exist), and optionally its extractor.",
+            collection::create,
+        ),
+        ep::<ProjectOnly, _, _>("/collection/list", "List the project's collections.", collection::list),
+        ep::<CollectionRef, _, _>(
+            "/collection/info",
+            "A collection's schema, embedding model and sizes.",
+            collection::info,
+        ),
+        ep::<CollectionRef, _, _>(
+            "/collection/delete",
+            "Delete a collection and everything in it.",
+            collection::delete,
+        ),
+        ep::<WriteBody, _, _>(
+            "/session/streaming_write",
+            "Stream conversation turns; when the extract trigger fires (tokens, messages, or idle time) the open turns close into a session that is extracted in the background. The call never waits for extraction.",
+            session::streaming_write,
+        ),
+        ep::<WriteBody, _, _>(
+            "/session/add",
+            "Write a whole session at once; it is closed and queued for extraction immediately.",
+            session::add,
+        ),
+        ep::<ConversationBody, _, _>(
+            "/session/flush",
+            "Close a conversation's open turns into a session now.",
+            session::flush,
+        ),
+        ep::<SessionInfoBody, _, _>(
+            "/session/info",
+            "A conversation's short-term memory and sessions, or one session with its messages, events and job.",
+            session::info,
+        ),
+        ep::<EventSearchBody, _, _>(
+            "/event/search",
+            "Search events: hybrid semantic + full-text ranking with a query (time decay, custom weight, threshold), newest first without.",
+            event::search,
+        ),
+        ep::<EventAddBody, _, _>("/event/add", "Add an event directly (validated against its type).", event::add),
+        ep::<EventUpdateBody, _, _>(
+            "/event/update",
+            "Change an event's fields, time, scope, class or status.",
+            event::update,
+        ),
+        ep::<EventIdBody, _, _>("/event/delete", "Delete one event.", event::delete),
+        ep::<BatchDeleteBody, _, _>(
+            "/event/batch_delete",
+            "Delete the events matching a (non-empty) filter.",
+            event::batch_delete,
+        ),
+        ep::<ProfileSearchBody, _, _>(
+            "/profile/search",
+            "List profiles by user, assistant and type (with attribute history for keep_history types).",
+            profile::search,
+        ),
+        ep::<ProfileAddBody, _, _>("/profile/add", "Create or replace a user's profile of a type.", profile::add),
+        ep::<ProfileUpdateBody, _, _>(
+            "/profile/update",
+            "Change a profile's attributes (merged, or replaced) or content.",
+            profile::update,
+        ),
+        ep::<ProfileIdBody, _, _>("/profile/delete", "Delete a profile.", profile::delete),
+        ep::<JobListBody, _, _>(
+            "/job/list",
+            "Extraction jobs with state, attempts, last error and token usage.",
+            job::list,
+        ),
+        ep::<GetContextBody, _, _>(
+            "/get_context",
+            "One prompt-ready context string within max_tokens: user profile, recent turns, this conversation's events and other conversations' events matching the query; with its structured parts.",
+            context::get_context,
+        ),
+        ep::<StatsBody, _, _>(
+            "/stats",
+            "Memories created and hit per day, top and never-hit events, jobs and token usage.",
+            stats::stats,
+        ),
+        ep::<MaintenanceBody, _, _>(
+            "/maintenance/run",
+            "Run maintenance now: expire, archive, fold, digest.",
+            maintenance::run,
+        ),
+        ep::<MaintenanceBody, _, _>("/maintenance/list", "Recent maintenance runs.", maintenance::list),
+        ep::<ClockBody, _, _>(
+            "/admin/clock",
+            "Tests only (testing.clock_control): move the server's clock forward.",
+            maintenance::advance_clock,
+        ),
+        ep::<UserBody, _, _>("/user/export", "Everything stored about a user, as JSON lines.", user::export),
+        ep::<UserBody, _, _>("/user/forget", "Delete everything stored about a user, for good.", user::forget),
+    ]
+}
+
 pub fn api_routes() -> Router<AppState> {
-    post_routes(&[
-        ("/collection/create", p(collection::create)),
-        ("/collection/list", p(collection::list)),
-        ("/collection/info", p(collection::info)),
-        ("/collection/delete", p(collection::delete)),
-        ("/session/streaming_write", p(session::streaming_write)),
-        ("/session/add", p(session::add)),
-        ("/session/flush", p(session::flush)),
-        ("/session/info", p(session::info)),
-        ("/event/search", p(event::search)),
-        ("/event/add", p(event::add)),
-        ("/event/update", p(event::update)),
-        ("/event/delete", p(event::delete)),
-        ("/event/batch_delete", p(event::batch_delete)),
-        ("/profile/search", p(profile::search)),
-        ("/profile/add", p(profile::add)),
-        ("/profile/update", p(profile::update)),
-        ("/profile/delete", p(profile::delete)),
-        ("/job/list", p(job::list)),
-        ("/get_context", p(context::get_context)),
-        ("/stats", p(stats::stats)),
-        ("/maintenance/run", p(maintenance::run)),
-        ("/maintenance/list", p(maintenance::list)),
-        ("/admin/clock", p(maintenance::advance_clock)),
-        ("/user/export", p(user::export)),
-        ("/user/forget", p(user::forget)),
-    ])
+    endpoints().into_iter().fold(Router::new(), |r, e| r.route(e.path, e.handler))
 }
 
 pub async fn healthz(State(state): State<AppState>) -> Json<Value> {

@@ -15,6 +15,7 @@ mod hostile;
 mod lifecycle;
 mod llm;
 mod mcp;
+mod openapi;
 mod privacy;
 mod real_llm;
 mod retrieval;

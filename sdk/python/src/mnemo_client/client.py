@@ -229,6 +229,10 @@ class Collection:
         full.update(_drop_none(body))
         return self.client.request(path, full, headers=headers, timeout=timeout)
 
+    def info(self) -> Dict[str, Any]:
+        """The collection's schema, embedding model and sizes."""
+        return self._call("collection/info", {})
+
     # ------------------------------------------------------------------ writing
 
     def streaming_write(

@@ -1,0 +1,75 @@
+//! The OpenAPI 3 document, generated from the route table (`routes::endpoints`) and the request
+//! DTOs' JSON schemas (`schemars`, field docs become descriptions). Served at `/openapi.json` and
+//! committed at `docs/openapi.json` (a test keeps the two equal; `mnemo openapi` regenerates it).
+
+use serde_json::{Map, Value, json};
+
+pub fn document() -> Value {
+    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    let mut paths = Map::new();
+    for e in crate::routes::endpoints() {
+        let body = serde_json::to_value((e.body)(&mut generator)).expect("schema serializes");
+        let op = json!({
+            "post": {
+                "summary": e.summary,
+                "operationId": e.path.trim_start_matches('/').replace('/', "_"),
+                "tags": [e.path.trim_start_matches('/').split('/').next().unwrap_or("memory")],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": body}}},
+                "responses": {
+                    "200": {"description": "Success: `code` 0 and the result in `data`.",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}},
+                    "400": {"$ref": "#/components/responses/Error"},
+                    "401": {"$ref": "#/components/responses/Error"},
+                    "403": {"$ref": "#/components/responses/Error"},
+                    "404": {"$ref": "#/components/responses/Error"},
+                    "413": {"$ref": "#/components/responses/Error"},
+                    "429": {"$ref": "#/components/responses/Error"},
+                },
+            }
+        });
+        paths.insert(format!("/api/memory{}", e.path), op);
+    }
+    paths.insert(
+        "/healthz".into(),
+        json!({"get": {"summary": "Liveness, version, store engine, extractor and embedding model.", "operationId": "healthz",
+            "security": [], "responses": {"200": {"description": "The server is up."}}}}),
+    );
+    paths.insert(
+        "/metrics".into(),
+        json!({"get": {"summary": "Prometheus metrics (needs a key when keys are configured).", "operationId": "metrics",
+            "responses": {"200": {"description": "Prometheus text exposition format."}}}}),
+    );
+    paths.insert(
+        "/mcp".into(),
+        json!({"post": {"summary": "The MCP server (streamable HTTP, JSON-RPC): tools remember, recall, search_memory, add_memory, forget_memory; scoped by X-Mnemo-Project / X-Mnemo-Collection / X-Mnemo-User.",
+            "operationId": "mcp", "responses": {"200": {"description": "A JSON-RPC response."}}}}),
+    );
+    let mut schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    schemas.insert(
+        "Envelope".into(),
+        json!({"type": "object", "required": ["code", "message", "request_id"], "properties": {
+            "code": {"type": "integer", "description": "0 on success; otherwise the HTTP status × 100."},
+            "message": {"type": "string", "description": "\"success\", or what is wrong: the field's JSON path and the allowed range."},
+            "request_id": {"type": "string", "description": "Identifies the request in the server's log (also the x-request-id header)."},
+            "data": {"description": "The result (null on errors)."}
+        }}),
+    );
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "mnemo",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A memory service for LLM applications: stream conversation turns in, get a prompt-ready context back. Every endpoint takes POST with a JSON body and answers the envelope {code, message, request_id, data}.",
+        },
+        "servers": [{"url": "http://127.0.0.1:8600"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                "description": "Required unless the server runs on loopback without keys; each key is allowed a list of projects."}},
+            "responses": {"Error": {"description": "An error: `code` = HTTP status × 100, `message` names the field and the allowed range.",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}}},
+            "schemas": schemas,
+        },
+    })
+}
