@@ -11,8 +11,8 @@
 //!
 //! Transport faults (timeouts, connection errors, 429, 5xx) are retried here with backoff
 //! (honouring `Retry-After`), then reported as transient so the job backs off; after three calls
-//! in a row failed that way a circuit breaker stops calling the endpoint for 30 s; a semaphore
-//! bounds concurrent requests.
+//! in a row failed that way a circuit breaker stops calling the endpoint for a while
+//! (`breaker_open`, 30 s by default); a semaphore bounds concurrent requests.
 
 use crate::breaker::Breaker;
 use crate::rules::{Clean, RulesConfig, clean, original_messages, truncate_chars};
@@ -48,6 +48,9 @@ pub struct LlmConfig {
     pub ignore_tools: bool,
     /// Characters of transcript sent at most (the newest messages are kept).
     pub max_transcript_chars: usize,
+    /// How long the circuit breaker keeps a failing endpoint closed off (after three calls in a
+    /// row failed even with their retries).
+    pub breaker_open: Duration,
 }
 
 impl Default for LlmConfig {
@@ -67,6 +70,7 @@ impl Default for LlmConfig {
             ignore_system: true,
             ignore_tools: true,
             max_transcript_chars: 12_000,
+            breaker_open: Duration::from_secs(30),
         }
     }
 }
@@ -124,7 +128,7 @@ impl LlmExtractor {
         Ok(Self {
             name: format!("llm:{}", config.model),
             permits: Semaphore::new(config.max_concurrency.max(1)),
-            breaker: Breaker::new(3, Duration::from_secs(30)),
+            breaker: Breaker::new(3, config.breaker_open),
             mode: AtomicU8::new(config.json_mode as u8),
             answers: AtomicU64::new(0),
             repairs: AtomicU64::new(0),

@@ -187,6 +187,7 @@ fn extractors(cfg: &Config) -> Result<Extractors> {
             temperature: e.temperature.clamp(0.0, 2.0),
             ignore_system: cfg.session.ignore_system,
             ignore_tools: cfg.session.ignore_tools,
+            breaker_open: Duration::from_secs(e.breaker_open_secs.max(1)),
             ..Default::default()
         })
         .map_err(anyhow::Error::msg)?;

@@ -249,6 +249,8 @@ pub struct ExtractionConfig {
     pub max_retries: u32,
     pub max_tokens: u32,
     pub temperature: f32,
+    /// llm: after three calls in a row failed (with their retries), the endpoint is not called for this long.
+    pub breaker_open_secs: u64,
     /// A new event whose embedding is at least this similar to one of the user's events of the
     /// same type refreshes it instead of being added; 0 turns similarity dedup off (exact text
     /// duplicates still merge).
@@ -281,6 +283,7 @@ impl Default for ExtractionConfig {
             max_retries: 2,
             max_tokens: 1200,
             temperature: 0.0,
+            breaker_open_secs: 30,
             dedup_similarity: 0.9,
             utc_offset: "+00:00".into(),
             daily_token_budget: 0,

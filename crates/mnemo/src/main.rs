@@ -5,6 +5,7 @@ mod app;
 mod bench;
 mod bench_crash;
 mod bench_extraction;
+mod bench_load;
 mod bench_locomo;
 mod bench_scope;
 mod cli;
@@ -191,6 +192,28 @@ enum BenchCommand {
         #[arg(long)]
         verbose: bool,
     },
+    /// Load / soak: a mix of writes, get_context and searches from many clients; throughput,
+    /// p50/p99 per endpoint, errors, RSS over time.
+    Load {
+        /// A running server; default: an in-process server on a temporary data directory.
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long, env = "MNEMO_API_KEY")]
+        key: Option<String>,
+        /// With --url: the server's process id, to sample its RSS.
+        #[arg(long)]
+        pid: Option<u32>,
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 200)]
+        users: usize,
+        #[arg(long, default_value_t = 60)]
+        write_pct: u32,
+        #[arg(long, default_value_t = 20)]
+        context_pct: u32,
+    },
     /// Concurrent streaming_write clients: messages/s and ack latency, against GET /healthz as baseline.
     Write {
         /// A running server; default: an in-process server on a temporary data directory.
@@ -278,6 +301,26 @@ fn main() -> Result<()> {
         }
         Command::Bench { which: BenchCommand::Extraction { llm_url, model, timeout_secs, verbose } } => {
             rt.block_on(bench_extraction::run(llm_url, model, timeout_secs, verbose))
+        }
+        Command::Bench {
+            which: BenchCommand::Load { url, key, pid, clients, seconds, users, write_pct, context_pct },
+        } => {
+            if write_pct + context_pct > 100 {
+                anyhow::bail!("--write-pct + --context-pct: must be at most 100, got {}", write_pct + context_pct);
+            }
+            rt.block_on(bench_load::run(
+                bench_load::LoadBench {
+                    url,
+                    key,
+                    pid,
+                    clients: clients.max(1),
+                    seconds: seconds.max(1),
+                    users,
+                    write_pct,
+                    context_pct,
+                },
+                cfg,
+            ))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),

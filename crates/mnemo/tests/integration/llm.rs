@@ -19,6 +19,8 @@ pub enum Answer {
     Status(u16),
     /// Never answers within the client's timeout.
     Hang,
+    /// Closes the connection without an answer.
+    Drop,
 }
 
 type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
@@ -78,6 +80,8 @@ pub async fn fake_llm(gated: bool, script: impl Fn(&Value, usize) -> Answer + Se
                         tokio::time::sleep(Duration::from_secs(30)).await;
                         return StatusCode::GATEWAY_TIMEOUT.into_response();
                     }
+                    // Unwinding out of the handler makes hyper drop the connection (no panic message).
+                    Answer::Drop => std::panic::resume_unwind(Box::new("scripted dropped connection")),
                 };
                 Json(json!({
                     "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
@@ -200,20 +204,24 @@ async fn bad_answers_are_repaired_retried_or_dropped_and_nothing_is_lost() {
         if p.contains("SLOW") {
             return if n < 1 { Answer::Hang } else { ok() };
         }
+        if p.contains("DROPPED") {
+            return if n < 1 { Answer::Drop } else { ok() };
+        }
         ok()
     })
     .await;
     let s = Server::start(&llm_config(&llm.url, "  max_retries: 2\n"));
-    for (conv, marker) in [("m", "MALFORMED"), ("r", "RATE"), ("f", "FLAKY"), ("s", "SLOW")] {
+    for (conv, marker) in [("m", "MALFORMED"), ("r", "RATE"), ("f", "FLAKY"), ("s", "SLOW"), ("d", "DROPPED")] {
         s.write(conv, msgs(&[("user", &format!("{marker}: 今天的事情 {conv}"))]), json!({"message_count": 1}), conv)
             .await;
     }
-    let jobs = all_done(&s, 4).await;
+    let jobs = all_done(&s, 5).await;
     let by_conv = |c: &str| jobs.iter().find(|j| j["conversation_id"] == c).unwrap().clone();
     assert_eq!(by_conv("m")["attempts"], 1, "repaired within the attempt");
     assert_eq!(by_conv("r")["attempts"], 1, "two 429s retried within the attempt");
     assert_eq!(by_conv("f")["attempts"], 2, "three 500s failed the attempt; the job backed off and succeeded");
-    for conv in ["m", "r", "f", "s"] {
+    assert_eq!(by_conv("d")["attempts"], 1, "a dropped connection is retried within the attempt");
+    for conv in ["m", "r", "f", "s", "d"] {
         assert_eq!(s.events(conv).await.len(), 1, "{conv}: extracted");
         assert_eq!(s.all_messages(conv).await.len(), 1, "{conv}: the message is kept");
     }
@@ -346,4 +354,48 @@ async fn a_spent_daily_token_budget_defers_jobs_until_the_next_day() {
     s.ok("admin/clock", json!({"advance_ms": 86_400_000})).await;
     all_done(&s, 2).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_dead_endpoint_trips_the_breaker_the_api_stays_up_and_everything_is_extracted_after_recovery() {
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let h = healthy.clone();
+    let llm = fake_llm(false, move |_, _| {
+        if h.load(Ordering::SeqCst) {
+            Answer::Json(json!({"events": [summary_event("用户说了一件事")], "profile": []}))
+        } else {
+            Answer::Status(503)
+        }
+    })
+    .await;
+    let s = Server::start(&llm_config(
+        &llm.url,
+        "  max_retries: 0\n  breaker_open_secs: 2\n  retry_max_ms: 300\n  max_attempts: 50\n",
+    ));
+    for i in 0..3 {
+        s.write(&format!("c{i}"), msgs(&[("user", &format!("第{i}件事"))]), json!({"message_count": 1}), "u").await;
+    }
+    // Three failed calls open the breaker: later attempts fail fast without calling the endpoint.
+    let jobs = eventually(20, "the breaker to open", || async {
+        let jobs = s.jobs().await;
+        jobs.iter().any(|j| j["last_error"].as_str().is_some_and(|e| e.contains("circuit open"))).then_some(jobs)
+    })
+    .await;
+    let calls_when_open = llm.count();
+    let attempts: u64 = jobs.iter().map(|j| j["attempts"].as_u64().unwrap()).sum();
+    assert!(
+        calls_when_open < attempts as usize,
+        "not every attempt reached the dead endpoint ({calls_when_open} calls, {attempts} attempts)"
+    );
+    // The API is unaffected: writes and searches answer while extraction cannot.
+    let w = s.write("live", msgs(&[("user", "还在工作吗")]), json!({"message_count": 100}), "u").await;
+    assert_eq!(w["accepted"], 1);
+    s.ok("event/search", json!({"collection_name": "c", "query": "事", "filter": {"user_id": "u"}})).await;
+    // Recovery: the breaker half-opens, the probe succeeds, every session is extracted.
+    healthy.store(true, Ordering::SeqCst);
+    all_done(&s, 3).await;
+    assert_eq!(s.events("u").await.len(), 1, "three identical summaries of one user merged into one event");
+    for i in 0..3 {
+        assert_eq!(s.all_messages(&format!("c{i}")).await.len(), 1, "no message lost");
+    }
 }

@@ -1,0 +1,211 @@
+//! `mnemo bench load`: a realistic mix from many concurrent clients for a set time — writes
+//! (which close sessions, so extraction runs alongside), `get_context` and `event/search` over
+//! many users — against a server (in-process on a temporary data directory unless `--url`).
+//! Reports throughput, p50/p99 per endpoint, errors by status, and the server's RSS over time
+//! (in-process: this process; with `--url`: the process given by `--pid`, if any).
+
+use crate::bench::percentile;
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct LoadBench {
+    pub url: Option<String>,
+    pub key: Option<String>,
+    pub pid: Option<u32>,
+    pub clients: usize,
+    pub seconds: u64,
+    pub users: usize,
+    /// Percent of operations that are writes, contexts and searches (the rest).
+    pub write_pct: u32,
+    pub context_pct: u32,
+}
+
+#[derive(Default)]
+struct Tally {
+    latencies: BTreeMap<&'static str, Vec<f64>>,
+    errors: BTreeMap<String, usize>,
+}
+
+const TOPICS: [&str; 8] = [
+    "我家宝宝1岁，最近喝奶粉总胀气，有没有推荐的？",
+    "I'm planning a trip to Kyoto in April, what should I pack?",
+    "最近在学 Rust，生命周期总是搞不懂。",
+    "My sister's wedding is next month and I need a gift idea.",
+    "周末想去爬山，杭州附近有什么路线？",
+    "I started running again; my knee hurts after 5 km.",
+    "公司要从 MySQL 迁到 PostgreSQL，有什么坑？",
+    "We adopted a cat named Miso last week.",
+];
+
+fn rss_kib(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/status"),
+        None => "/proc/self/status".into(),
+    };
+    let s = std::fs::read_to_string(path).ok()?;
+    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+pub async fn run(b: LoadBench, cfg: crate::config::Config) -> Result<()> {
+    let _tmp;
+    let mut running = None;
+    let base = match &b.url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None => {
+            let dir = tempfile::tempdir().context("temp dir")?;
+            let mut cfg = cfg;
+            cfg.store.path = dir.path().to_path_buf();
+            cfg.server.max_in_flight = 100_000;
+            _tmp = dir;
+            let r = crate::app::start(&cfg, "127.0.0.1:0".parse()?).await?;
+            let base = format!("http://{}", r.addr);
+            running = Some(r);
+            base
+        }
+    };
+    let rss_pid = if b.url.is_some() { b.pid } else { None };
+    let can_sample = b.url.is_none() || b.pid.is_some();
+    println!(
+        "load: {} clients for {} s over {} users; mix {}% streaming_write / {}% get_context / {}% event/search; server {}",
+        b.clients,
+        b.seconds,
+        b.users,
+        b.write_pct,
+        b.context_pct,
+        100 - b.write_pct - b.context_pct,
+        if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
+    );
+    let client = reqwest::Client::builder().pool_max_idle_per_host(b.clients * 2).build()?;
+    let tally: Arc<Mutex<Tally>> = Arc::default();
+    let start = Instant::now();
+    let dur = Duration::from_secs(b.seconds);
+
+    // RSS over time, sampled every second.
+    let sampler = tokio::spawn(async move {
+        let mut samples = Vec::new();
+        while start.elapsed() < dur {
+            if let Some(kib) = rss_kib(rss_pid) {
+                samples.push((start.elapsed().as_secs_f64(), kib));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        samples
+    });
+
+    let mut tasks = Vec::new();
+    for c in 0..b.clients {
+        let (client, base, key, tally) = (client.clone(), base.clone(), b.key.clone(), tally.clone());
+        let (users, write_pct, context_pct) = (b.users.max(1), b.write_pct, b.context_pct);
+        tasks.push(tokio::spawn(async move {
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1);
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut local: Tally = Tally::default();
+            let mut i = 0u64;
+            while start.elapsed() < dur {
+                let user = (next() % users as u64) as usize;
+                let roll = (next() % 100) as u32;
+                let topic = TOPICS[(next() % TOPICS.len() as u64) as usize];
+                let conv = format!("load-u{user}-c{}", user % 3);
+                let (path, name, body): (&str, &'static str, Value) = if roll < write_pct {
+                    i += 1;
+                    ("session/streaming_write", "streaming_write", json!({
+                        "collection_name": "load", "conversation_id": conv,
+                        "messages": [{"role": if i % 2 == 0 {"assistant"} else {"user"}, "content": format!("{topic} (#{i} from client {c})")}],
+                        "metadata": {"user_id": format!("user-{user}")},
+                        "extract_trigger": {"message_count": 10}}))
+                } else if roll < write_pct + context_pct {
+                    ("get_context", "get_context", json!({
+                        "collection_name": "load", "conversation_id": conv, "query": topic, "max_tokens": 800}))
+                } else {
+                    ("event/search", "event/search", json!({
+                        "collection_name": "load", "query": topic, "filter": {"user_id": format!("user-{user}")}, "limit": 5}))
+                };
+                let mut req = client.post(format!("{base}/api/memory/{path}")).json(&body);
+                if let Some(k) = &key {
+                    req = req.bearer_auth(k);
+                }
+                let t0 = Instant::now();
+                let outcome = match req.send().await {
+                    Ok(r) if r.status().is_success() => None,
+                    // A search before the user's first write finds no collection yet: not an error of the server.
+                    Ok(r) if r.status().as_u16() == 404 => None,
+                    Ok(r) => Some(format!("{name} HTTP {}", r.status().as_u16())),
+                    Err(e) => Some(format!("{name} transport: {}", if e.is_timeout() { "timeout" } else { "error" })),
+                };
+                local.latencies.entry(name).or_default().push(t0.elapsed().as_secs_f64() * 1000.0);
+                if let Some(e) = outcome {
+                    *local.errors.entry(e).or_default() += 1;
+                }
+            }
+            let mut t = tally.lock().expect("tally");
+            for (k, v) in local.latencies {
+                t.latencies.entry(k).or_default().extend(v);
+            }
+            for (k, v) in local.errors {
+                *t.errors.entry(k).or_default() += v;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.context("load client")?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let samples = sampler.await.unwrap_or_default();
+    let t = std::mem::take(&mut *tally.lock().expect("tally"));
+    let total: usize = t.latencies.values().map(Vec::len).sum();
+    println!("{total} requests in {elapsed:.1} s: {:.0} req/s", total as f64 / elapsed);
+    println!("| endpoint | requests | req/s | p50 ms | p99 ms |");
+    println!("| --- | --- | --- | --- | --- |");
+    for (name, mut lat) in t.latencies {
+        lat.sort_by(f64::total_cmp);
+        println!(
+            "| {name} | {} | {:.0} | {:.2} | {:.2} |",
+            lat.len(),
+            lat.len() as f64 / elapsed,
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        );
+    }
+    let errors: usize = t.errors.values().sum();
+    println!("errors: {errors}{}", if errors > 0 { format!(" {:?}", t.errors) } else { String::new() });
+    if can_sample && !samples.is_empty() {
+        let mb = |k: u64| k as f64 / 1024.0;
+        let max = samples.iter().map(|s| s.1).max().unwrap_or(0);
+        let step = (samples.len() / 6).max(1);
+        let timeline: Vec<String> =
+            samples.iter().step_by(step).map(|(t, k)| format!("{t:.0}s {:.0} MB", mb(*k))).collect();
+        println!(
+            "RSS: start {:.0} MB, end {:.0} MB, max {:.0} MB; over time: {}",
+            mb(samples[0].1),
+            mb(samples.last().expect("non-empty").1),
+            mb(max),
+            timeline.join(", ")
+        );
+    }
+    // How far extraction kept up.
+    let mut req =
+        client.post(format!("{base}/api/memory/job/list")).json(&json!({"collection_name": "load", "limit": 5000}));
+    if let Some(k) = &b.key {
+        req = req.bearer_auth(k);
+    }
+    if let Ok(v) = req.send().await?.json::<Value>().await {
+        let jobs = v["data"]["jobs"].as_array().cloned().unwrap_or_default();
+        let mut by_state: BTreeMap<String, usize> = BTreeMap::new();
+        for j in &jobs {
+            *by_state.entry(j["state"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+        }
+        println!("extraction jobs at the end (newest 5000): {by_state:?}");
+    }
+    if let Some(r) = running {
+        r.shutdown().await;
+    }
+    Ok(())
+}
