@@ -1,8 +1,8 @@
 //! `mnemo selftest isolation`: tenant isolation checked against a running server. With two API
 //! keys for two projects, it plants marked memories as tenant A (two users) and tenant B, then
 //! tries every read path with the other tenant's key and ids — search, context, profiles, session
-//! info, jobs, export, stats, collection info, update/delete by id — and, inside tenant A, one
-//! user's reads against the other user's ids. Any response carrying the other side's marker, or
+//! info, jobs, export, stats, collection info, update/delete by id, and the MCP tools at `/mcp` —
+//! and, inside tenant A, one user's reads against the other user's ids. Any response carrying the other side's marker, or
 //! any cross-tenant call that is not refused, is a leak. Exits non-zero on a leak.
 
 use anyhow::{Result, bail};
@@ -35,6 +35,27 @@ impl Tenant<'_> {
             .send()
             .await?;
         Ok((r.status().as_u16(), r.text().await?))
+    }
+
+    /// Calls an MCP tool over `/mcp` as this tenant, scoped by headers. Returns a status-like code
+    /// (403 for a tool error, i.e. refused or not found; 200 otherwise) and the text.
+    async fn mcp(&self, project: &str, collection: &str, user: &str, tool: &str, args: Value) -> Result<(u16, String)> {
+        let r = self
+            .client
+            .post(format!("{}/mcp", self.url))
+            .bearer_auth(self.key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("x-mnemo-project", project)
+            .header("x-mnemo-collection", collection)
+            .header("x-mnemo-user", user)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}))
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap_or_default();
+        let refused = status >= 400 || v["result"]["isError"] == true || v["error"].is_object();
+        Ok((if refused { 403 } else { 200 }, v.to_string()))
     }
 
     async fn ok(&self, path: &str, body: Value) -> Result<Value> {
@@ -160,6 +181,27 @@ pub async fn run(cfg: Isolation) -> Result<()> {
         let (st, text) = a.call(path, &cfg.project_a, body).await?;
         check(format!("a2→a1 {path}"), st, &text, &[&mark_a1], false);
     }
+    // 5. The MCP endpoint: the other tenant's project is refused; with the other side's users and
+    //    ids in one's own project nothing comes back and nothing is deleted.
+    let mcp_probes = |event: &str| {
+        vec![
+            ("recall", json!({"query": "codeword Oslo"})),
+            ("search_memory", json!({"query": "codeword secret Oslo", "limit": 50})),
+            ("forget_memory", json!({"memory_id": event})),
+        ]
+    };
+    for (i, user) in [&ua1, &ua2].iter().enumerate() {
+        for (tool, args) in mcp_probes(&ids[i].1) {
+            let (st, text) = b.mcp(&cfg.project_a, &coll, user, tool, args.clone()).await?;
+            check(format!("B→A mcp {tool}"), st, &text, &marks_a, true);
+            let (st, text) = b.mcp(&cfg.project_b, &coll, user, tool, args).await?;
+            check(format!("B(own project)→A mcp {tool}"), st, &text, &marks_a, false);
+        }
+    }
+    for (tool, args) in mcp_probes(&ids[0].1) {
+        let (st, text) = a.mcp(&cfg.project_a, &coll, &ua2, tool, args).await?;
+        check(format!("a2→a1 mcp {tool}"), st, &text, &[&mark_a1], false);
+    }
     // Everything planted is still there for its owner.
     for (t, user, mark) in [(&a, &ua1, &mark_a1), (&a, &ua2, &mark_a2), (&b, &ub, &mark_b)] {
         let r =
@@ -174,7 +216,7 @@ pub async fn run(cfg: Isolation) -> Result<()> {
         t.ok("user/forget", json!({"collection_name": coll, "user_id": format!("{user}-p")})).await?;
     }
     if leaks.is_empty() {
-        println!("isolation: {tried} cross-tenant and cross-user calls over 18 endpoints, 0 leaks");
+        println!("isolation: {tried} cross-tenant and cross-user calls over 18 endpoints and 3 MCP tools, 0 leaks");
         Ok(())
     } else {
         for l in &leaks {
