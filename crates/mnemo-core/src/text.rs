@@ -50,6 +50,78 @@ pub fn search_tokens(text: &str) -> Vec<String> {
     out
 }
 
+// ------------------------------------------------------------------------------- BM25
+
+/// The tokens an indexed terms string consists of, as SQLite FTS5's `unicode61` tokenizer reads
+/// it: maximal runs of letters and digits, lowercased.
+pub fn fts_tokens(terms: &str) -> impl Iterator<Item = String> + '_ {
+    terms.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
+}
+
+/// Corpus figures BM25 needs: documents and tokens in the collection.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CorpusStats {
+    pub docs: u64,
+    pub tokens: u64,
+}
+
+/// A query prepared for BM25 over many documents: each query term a phrase with its idf,
+/// computed as SQLite FTS5's `bm25()` does (k1 = 1.2, b = 0.75, idf = ln((N − n + 0.5)/(n + 0.5))
+/// floored at 1e-6), scores returned positive. Stores use it where they score a small scope
+/// themselves, so the figure matches the full-text index's own ranking. `df(token)` is the number
+/// of documents holding the token (a phrase's count is bounded by its rarest token's).
+pub struct Bm25Query {
+    phrases: Vec<(Vec<String>, f64)>,
+    avgdl: f64,
+}
+
+impl Bm25Query {
+    pub fn new(query: &[String], stats: CorpusStats, df: impl Fn(&str) -> u64) -> Self {
+        let docs = stats.docs.max(1) as f64;
+        let phrases = query
+            .iter()
+            .map(|t| fts_tokens(t).collect::<Vec<_>>())
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let n = p.iter().map(|t| df(t)).min().unwrap_or(0).max(1) as f64;
+                let idf = (((docs - n + 0.5) / (n + 0.5)).ln()).max(1e-6);
+                (p, idf)
+            })
+            .collect();
+        Self { phrases, avgdl: stats.tokens.max(1) as f64 / docs }
+    }
+
+    /// The document's score (0 when no query term occurs in it).
+    pub fn score(&self, doc_terms: &str) -> f64 {
+        const K1: f64 = 1.2;
+        const B: f64 = 0.75;
+        // Terms are stored lowercased; only a token with upper case is folded (allocating).
+        let doc: Vec<std::borrow::Cow<str>> = doc_terms
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|t| !t.is_empty())
+            .map(|t| if t.chars().any(char::is_uppercase) { t.to_lowercase().into() } else { t.into() })
+            .collect();
+        let mut score = 0.0;
+        let len_norm = 1.0 - B + B * doc.len() as f64 / self.avgdl;
+        for (phrase, idf) in &self.phrases {
+            let freq = if phrase.len() == 1 {
+                doc.iter().filter(|t| **t == phrase[0]).count()
+            } else {
+                doc.windows(phrase.len()).filter(|w| w.iter().zip(phrase).all(|(a, b)| a == b)).count()
+            } as f64;
+            if freq > 0.0 {
+                score += idf * (freq * (K1 + 1.0)) / (freq + K1 * len_norm);
+            }
+        }
+        score
+    }
+}
+
+/// BM25 of one document (see [`Bm25Query`]).
+pub fn bm25(query: &[String], doc_terms: &str, stats: CorpusStats, df: impl Fn(&str) -> u64) -> f64 {
+    Bm25Query::new(query, stats, df).score(doc_terms)
+}
+
 /// Whether the text reads as Chinese (for `locale: auto`).
 pub fn looks_chinese(text: &str) -> bool {
     let (mut cjk, mut latin) = (0usize, 0usize);

@@ -66,7 +66,13 @@ impl SqliteStore {
             .map_err(|e| StoreError::Backend(format!("cannot create data directory {}: {e}", dir.display())))?;
         let path = dir.join(DB_FILE);
         let mut conn = open_conn(&path, &options, false).map_err(backend)?;
-        schema::migrate(&mut conn).map_err(backend)?.map_err(StoreError::Backend)?;
+        schema::migrate_with(&mut conn, |tx, version| match version {
+            7 => backfill_terms(tx)
+                .map(|n| tracing::info!(events = n, "indexed the terms of events written before schema v7")),
+            _ => Ok(()),
+        })
+        .map_err(backend)?
+        .map_err(StoreError::Backend)?;
         // Jobs left `running` by a previous process of this single-process store resume now.
         conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
         Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options })
@@ -518,6 +524,7 @@ fn index_event(
         .map_err(backend)?
         .execute(params![rowid, terms])
         .map_err(backend)?;
+    set_terms(conn, cid, rowid, Some(&terms))?;
     if let Some(v) = vector {
         conn.prepare_cached("INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) VALUES (?1,?2,?3)")
             .map_err(backend)?
@@ -525,6 +532,73 @@ fn index_event(
             .map_err(backend)?;
     }
     Ok(())
+}
+
+/// Replaces an event's analysed terms (None: removes them) and keeps the collection's BM25
+/// statistics — documents, tokens, and per-token document counts — exact.
+fn set_terms(conn: &Connection, cid: CollectionId, rowid: i64, terms: Option<&str>) -> StoreResult<()> {
+    use mnemo_core::text::fts_tokens;
+    use std::collections::HashSet;
+    let old: Option<String> = conn
+        .prepare_cached("SELECT terms FROM events WHERE rowid=?1")
+        .map_err(backend)?
+        .query_row([rowid], |r| r.get(0))
+        .optional()
+        .map_err(backend)?
+        .flatten();
+    let count = |t: &Option<&str>| -> (i64, HashSet<String>) {
+        match t {
+            Some(t) => {
+                let toks: Vec<String> = fts_tokens(t).collect();
+                (toks.len() as i64, toks.into_iter().collect())
+            }
+            None => (0, HashSet::new()),
+        }
+    };
+    let (old_len, old_set) = count(&old.as_deref());
+    let (new_len, new_set) = count(&terms);
+    let mut df = conn
+        .prepare_cached(
+            "INSERT INTO term_stats(collection_id, term, df) VALUES (?1, ?2, ?3)
+             ON CONFLICT(collection_id, term) DO UPDATE SET df = df + excluded.df",
+        )
+        .map_err(backend)?;
+    for t in old_set.difference(&new_set) {
+        df.execute(params![cid, t, -1]).map_err(backend)?;
+    }
+    for t in new_set.difference(&old_set) {
+        df.execute(params![cid, t, 1]).map_err(backend)?;
+    }
+    let docs = i64::from(terms.is_some()) - i64::from(old.is_some());
+    conn.prepare_cached(
+        "INSERT INTO collection_stats(collection_id, docs, tokens) VALUES (?1, ?2, ?3)
+         ON CONFLICT(collection_id) DO UPDATE SET docs = docs + excluded.docs, tokens = tokens + excluded.tokens",
+    )
+    .map_err(backend)?
+    .execute(params![cid, docs, new_len - old_len])
+    .map_err(backend)?;
+    if terms.is_some() {
+        conn.prepare_cached("UPDATE events SET terms=?2 WHERE rowid=?1")
+            .map_err(backend)?
+            .execute(params![rowid, terms])
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Indexes the terms of events written before v7 (inside the v7 migration's transaction).
+fn backfill_terms(conn: &Connection) -> rusqlite::Result<usize> {
+    let rows: Vec<(i64, CollectionId, String)> = conn
+        .prepare("SELECT rowid, collection_id, memory_info FROM events WHERE terms IS NULL")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    for (rowid, cid, info) in &rows {
+        let info: serde_json::Map<String, serde_json::Value> = serde_json::from_str(info).unwrap_or_default();
+        let terms = mnemo_core::text::search_tokens(&event_search_text(&info)).join(" ");
+        set_terms(conn, *cid, *rowid, Some(&terms))
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    }
+    Ok(rows.len())
 }
 
 /// Removes an event and everything indexed about it.
@@ -537,6 +611,7 @@ pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -
         .map_err(backend)?;
     let Some(rowid) = rowid else { return Ok(false) };
     conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    set_terms(conn, cid, rowid, None)?;
     conn.prepare_cached("DELETE FROM event_vectors WHERE event_id=?1")
         .map_err(backend)?
         .execute([id])
@@ -551,7 +626,14 @@ pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -
 
 /// Builds `WHERE` conditions for an event filter; `?1` is always the collection id.
 fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue>) {
-    let mut sql = String::from("collection_id = ?1");
+    // With a user or assistant filter, the subject index must drive the query (a user's events are
+    // few); `+` keeps the planner from scanning the whole collection by `collection_id` instead
+    // (measured: 43 ms → under 1 ms at 100k events, see docs/benchmarks.md).
+    let mut sql = String::from(if f.user_id.is_empty() && f.assistant_id.is_empty() {
+        "collection_id = ?1"
+    } else {
+        "+collection_id = ?1"
+    });
     let mut args: Vec<SqlValue> = vec![SqlValue::Integer(cid)];
     let list = |sql: &mut String, args: &mut Vec<SqlValue>, template: &str, values: &[String]| {
         if values.is_empty() {
@@ -682,6 +764,8 @@ impl Store for SqliteStore {
                     [id],
                 )
                 .map_err(backend)?;
+                conn.execute("DELETE FROM term_stats WHERE collection_id=?1", [id]).map_err(backend)?;
+                conn.execute("DELETE FROM collection_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 for t in [
                     "event_vectors",
                     "event_subjects",

@@ -184,12 +184,34 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX profile_history_profile ON profile_history(profile_id, valid_to);
     CREATE INDEX jobs_updated ON jobs(updated_at);
     "#,
+    // v7: BM25 over a small scope is computed from each event's analysed terms and per-collection
+    // token statistics (the full-text index's own bm25() walks every matching document of the
+    // collection to count them). Existing rows are backfilled at open (`backfill_terms`).
+    r#"
+    ALTER TABLE events ADD COLUMN terms TEXT;
+    CREATE TABLE term_stats(
+        collection_id INTEGER NOT NULL,
+        term TEXT NOT NULL,
+        df INTEGER NOT NULL,
+        PRIMARY KEY(collection_id, term)
+    ) WITHOUT ROWID;
+    CREATE TABLE collection_stats(
+        collection_id INTEGER PRIMARY KEY,
+        docs INTEGER NOT NULL,
+        tokens INTEGER NOT NULL
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Brings the database up to [`SCHEMA_VERSION`]. Refuses a database written by a newer mnemo.
-pub fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<(), String>> {
+/// `after(tx, version)` runs inside each migration's transaction, after its SQL,
+/// for the data changes SQL alone cannot make (e.g. analysing text in Rust).
+pub fn migrate_with(
+    conn: &mut Connection,
+    after: impl Fn(&rusqlite::Transaction, usize) -> rusqlite::Result<()>,
+) -> rusqlite::Result<Result<(), String>> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if current > SCHEMA_VERSION {
         return Ok(Err(format!(
@@ -199,6 +221,7 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<(), String>> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
+        after(&tx, i + 1)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
         tracing::info!(version = i + 1, "applied store migration");

@@ -118,7 +118,7 @@ pub async fn run(b: LoadBench, cfg: crate::config::Config) -> Result<()> {
                     i += 1;
                     ("session/streaming_write", "streaming_write", json!({
                         "collection_name": "load", "conversation_id": conv,
-                        "messages": [{"role": if i % 2 == 0 {"assistant"} else {"user"}, "content": format!("{topic} (#{i} from client {c})")}],
+                        "messages": [{"role": if i.is_multiple_of(2) {"assistant"} else {"user"}, "content": format!("{topic} (#{i} from client {c})")}],
                         "metadata": {"user_id": format!("user-{user}")},
                         "extract_trigger": {"message_count": 10}}))
                 } else if roll < write_pct + context_pct {

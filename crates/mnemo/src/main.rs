@@ -7,6 +7,7 @@ mod bench_crash;
 mod bench_extraction;
 mod bench_load;
 mod bench_locomo;
+mod bench_scale;
 mod bench_scope;
 mod cli;
 mod config;
@@ -192,6 +193,13 @@ enum BenchCommand {
         #[arg(long)]
         verbose: bool,
     },
+    /// Search, get_context, cold start, RSS and disk at large sizes (events spread over users).
+    Scale {
+        #[arg(long, value_delimiter = ',', default_values_t = vec![100_000usize, 1_000_000])]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 1000)]
+        users: usize,
+    },
     /// Load / soak: a mix of writes, get_context and searches from many clients; throughput,
     /// p50/p99 per endpoint, errors, RSS over time.
     Load {
@@ -321,6 +329,9 @@ fn main() -> Result<()> {
                 },
                 cfg,
             ))
+        }
+        Command::Bench { which: BenchCommand::Scale { sizes, users } } => {
+            rt.block_on(bench_scale::run(&sizes, users.max(1), cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),

@@ -1,0 +1,269 @@
+//! `mnemo bench scale`: search and get_context latency, cold start and memory at 100k–1M events.
+//!
+//! For each size N: N events spread over U users (N/U each; synthetic clustered 512-d vectors and
+//! texts, written through the store's normal insert path with their vectors and full-text terms)
+//! in a fresh data directory. Then, in this process: `event/search` for one user through the
+//! `Service` — with the query embedded by the configured model (the real path), and with a
+//! precomputed vector (no embedding) — and `get_context`; 300 queries each over random users.
+//! Baseline in the same run: the query embedding alone. Finally `mnemo serve` is started on the
+//! data directory as a separate process: cold start (spawn → first search answered) and its RSS
+//! after 200 searches.
+
+use crate::bench::percentile;
+use crate::config::Config;
+use anyhow::{Context, Result};
+use mnemo_core::embed::{EmbedKind, normalize};
+use mnemo_core::model::*;
+use mnemo_core::ranking::TimeDecay;
+use mnemo_core::service::{ContextRequest, EventSearch, Include, Target};
+use mnemo_core::{Store, SystemClock};
+use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+use std::time::Instant;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f(&mut self) -> f32 {
+        (self.next() % 20_000) as f32 / 10_000.0 - 1.0
+    }
+}
+
+const WORDS: &[&str] = &[
+    "coffee", "hiking", "baby", "formula", "trip", "kyoto", "piano", "nurse", "database", "invoice", "garden", "puppy",
+    "奶粉", "咖啡", "爬山", "上海", "报告", "深色", "模式", "旅行", "宝宝", "辅食", "钢琴", "医院",
+];
+
+const QUERIES: &[&str] = &[
+    "宝宝喝奶粉胀气怎么办",
+    "coffee shops for hand drip",
+    "planning a trip to Kyoto",
+    "上海周末爬山路线",
+    "piano lessons for kids",
+    "database migration invoice report",
+];
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+fn p50_p95(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (percentile(&v, 0.5), percentile(&v, 0.95))
+}
+
+async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Result<CollectionId> {
+    let c = store
+        .ensure_collection(NewCollection {
+            project_name: "default".into(),
+            collection_name: "scale".into(),
+            description: String::new(),
+            schema: CollectionSchema::default(),
+            embedding_model: model.into(),
+            embedding_dim: 512,
+            created_at: 0,
+        })
+        .await?;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ n as u64);
+    let centres: Vec<Vec<f32>> = (0..64).map(|_| (0..512).map(|_| rng.f()).collect()).collect();
+    let mut pending = Vec::new();
+    let t0 = Instant::now();
+    for i in 0..n {
+        let mut v: Vec<f32> = centres[i % centres.len()].iter().map(|c| c + 0.6 * rng.f()).collect();
+        normalize(&mut v);
+        let text: Vec<&str> = (0..10).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
+        let mut info = serde_json::Map::new();
+        info.insert("summary".into(), serde_json::Value::String(format!("event {i}: {}", text.join(" "))));
+        let s = store.clone();
+        let user = format!("user-{}", i % users);
+        pending.push(tokio::spawn(async move {
+            s.insert_event(NewEvent {
+                collection_id: c.id,
+                memory_type: EVENT_V1.into(),
+                user_id: vec![user],
+                assistant_id: vec![],
+                group_id: None,
+                session_id: None,
+                conversation_id: None,
+                scope: None,
+                class: "conclusion".into(),
+                time: 1_700_000_000_000 + i as i64 * 1000,
+                memory_info: info,
+                source_message_ids: vec![],
+                embedding: Some(v),
+                expires_at: None,
+                now: 1_700_000_000_000,
+            })
+            .await
+        }));
+        if pending.len() >= 512 {
+            for p in pending.drain(..) {
+                p.await??;
+            }
+        }
+        if (i + 1) % 100_000 == 0 {
+            eprintln!("  {} events written ({:.0}/s)", i + 1, (i + 1) as f64 / t0.elapsed().as_secs_f64());
+        }
+    }
+    for p in pending {
+        p.await??;
+    }
+    println!(
+        "  ingest: {n} events in {:.1} s ({:.0} events/s)",
+        t0.elapsed().as_secs_f64(),
+        n as f64 / t0.elapsed().as_secs_f64()
+    );
+    Ok(c.id)
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| it.filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+/// `mnemo serve` on the data directory as its own process: (ms to first answered search, RSS MB after 200 searches, peak RSS MB).
+async fn cold_start(data: &std::path::Path, users: usize) -> Result<(f64, f64, f64)> {
+    let exe = std::env::current_exe()?;
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new(exe)
+        .args(["serve", "--bind", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("MNEMO_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+    let addr =
+        line.trim().strip_prefix("mnemo listening on ").and_then(|r| r.split(' ').next()).context("no listen line")?;
+    let client = reqwest::Client::new();
+    let search = |u: usize, q: &str| {
+        client.post(format!("{addr}/api/memory/event/search")).json(&serde_json::json!({
+            "collection_name": "scale", "query": q, "filter": {"user_id": format!("user-{u}")}, "limit": 10}))
+    };
+    let r = search(0, QUERIES[0]).send().await?;
+    anyhow::ensure!(r.status().is_success(), "first search failed: {}", r.text().await?);
+    let cold = ms(t0);
+    for i in 0..200 {
+        search((i * 7919) % users, QUERIES[i % QUERIES.len()]).send().await?;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))?;
+    let field = |name: &str| -> f64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    let (rss, hwm) = (field("VmRSS:"), field("VmHWM:"));
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok((cold, rss, hwm))
+}
+
+pub async fn run(sizes: &[usize], users: usize, mut cfg: Config) -> Result<()> {
+    println!(
+        "scale benchmark: N events over {users} users (N/{users} per user), 512-d vectors, 300 queries per measure, k = 10"
+    );
+    let embedder = crate::app::build_embedder(&cfg)?;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        println!("N = {n}:");
+        let dir = tempfile::tempdir()?;
+        cfg.store.path = match std::env::var_os("MNEMO_BENCH_KEEP") {
+            Some(keep) => std::path::PathBuf::from(keep).join(n.to_string()), // kept for inspection
+            None => dir.path().to_path_buf(),
+        };
+        let service = crate::app::build_service_with(&cfg, Arc::new(SystemClock), embedder.clone())?;
+        fill(service.store().clone(), n, users, embedder.model_id()).await?;
+        service.check_embedding_model().await?;
+        let target = Target { project: "default".into(), collection: "scale".into() };
+        let mut rng = Rng(42);
+        let (mut embed_only, mut with_embed, mut no_embed, mut ctx) = (vec![], vec![], vec![], vec![]);
+        let c = service.collection_for_read(&target).await?;
+        for i in 0..300 {
+            let user = format!("user-{}", rng.next() as usize % users);
+            let q = QUERIES[i % QUERIES.len()];
+            let t = Instant::now();
+            let qv = embedder.embed(&[q.to_string()], EmbedKind::Query).await?.pop().context("vector")?;
+            embed_only.push(ms(t));
+            let req = EventSearch {
+                target: target.clone(),
+                query: Some(q.to_string()),
+                filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                limit: 10,
+                decay: TimeDecay::NONE,
+                custom_weight: 0.0,
+                similarity_threshold: None,
+                freshness_days: None,
+                include_archived: false,
+            };
+            let t = Instant::now();
+            service.search_events(req).await?;
+            with_embed.push(ms(t));
+            let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
+            let terms = mnemo_core::text::search_tokens(q);
+            let t = Instant::now();
+            service.store().search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 }).await?;
+            no_embed.push(ms(t));
+            let t = Instant::now();
+            service
+                .get_context(ContextRequest {
+                    target: target.clone(),
+                    conversation_id: format!("conv-{user}"),
+                    query: Some(q.to_string()),
+                    event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                    event_limit: 5,
+                    decay: TimeDecay::NONE,
+                    similarity_threshold: None,
+                    profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
+                    profile_limit: 1,
+                    max_tokens: 1200,
+                    include: Include::default(),
+                    locale: None,
+                })
+                .await?;
+            ctx.push(ms(t));
+        }
+        let _ = service.flush_hits().await;
+        drop(service);
+        let bytes = dir_bytes(&cfg.store.path);
+        let (cold, rss, hwm) = cold_start(&cfg.store.path, users).await?;
+        let (e, w, s, x) = (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx));
+        let row = format!(
+            "| {n} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
+            n as f64 / users as f64,
+            e.0,
+            e.1,
+            s.0,
+            s.1,
+            w.0,
+            w.1,
+            x.0,
+            x.1,
+            cold,
+            rss,
+            hwm,
+            bytes as f64 / 1e6
+        );
+        println!("{row}");
+        rows.push(row);
+    }
+    println!(
+        "\n| events | per user | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | cold start to first search | serve RSS after 200 searches / peak | data on disk |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        println!("{r}");
+    }
+    Ok(())
+}
