@@ -24,8 +24,9 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-/// Who and where the tools act for.
-#[derive(Clone, Debug)]
+/// Who and where the tools act for (config section `mcp:`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct McpScope {
     pub project: String,
     pub collection: String,

@@ -285,7 +285,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             max_body_bytes: cfg.server.max_body_bytes,
             max_in_flight: cfg.server.max_in_flight,
             clock: cfg.testing.clock_control.then_some(clock),
-            mcp_scope: cfg.mcp.scope(),
+            mcp_scope: cfg.mcp.clone(),
         },
     );
     let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
@@ -312,7 +312,7 @@ pub async fn mcp_stdio(cfg: Config) -> Result<()> {
     prepare(&service).await?;
     let (stop, stop_rx) = watch::channel(false);
     let background = service.spawn_background(stop_rx);
-    let tools = mnemo_http::mcp::MemoryTools::new(service, cfg.mcp.scope());
+    let tools = mnemo_http::mcp::MemoryTools::new(service, cfg.mcp.clone());
     tracing::info!(project = %cfg.mcp.project, collection = %cfg.mcp.collection, user = %cfg.mcp.user_id, "MCP server on stdio");
     let running = tools.serve(rmcp::transport::stdio()).await.context("starting the MCP server on stdio")?;
     let ended = running.waiting().await;

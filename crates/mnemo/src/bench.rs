@@ -27,6 +27,73 @@ pub struct Figures {
     pub p99_ms: f64,
 }
 
+/// Where a benchmark sends its requests: `url`, or an in-process server on a temporary data
+/// directory (kept alive by the returned guards until they are dropped or shut down).
+pub async fn target(
+    url: Option<&str>,
+    mut cfg: crate::config::Config,
+) -> Result<(String, Option<crate::app::Running>, Option<tempfile::TempDir>)> {
+    if let Some(u) = url {
+        return Ok((u.trim_end_matches('/').to_string(), None, None));
+    }
+    let dir = tempfile::tempdir().context("temp dir")?;
+    cfg.store.path = dir.path().to_path_buf();
+    cfg.server.max_in_flight = 100_000;
+    let r = crate::app::start(&cfg, "127.0.0.1:0".parse()?).await?;
+    Ok((format!("http://{}", r.addr), Some(r), Some(dir)))
+}
+
+/// A small deterministic generator for synthetic benchmark data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    pub fn f(&mut self) -> f32 {
+        (self.next() % 20_000) as f32 / 10_000.0 - 1.0
+    }
+}
+
+/// Words synthetic event texts are made of (English and Chinese).
+pub const WORDS: &[&str] = &[
+    "coffee", "hiking", "baby", "formula", "trip", "kyoto", "piano", "nurse", "database", "invoice", "garden", "puppy",
+    "奶粉", "咖啡", "爬山", "上海", "报告", "深色", "模式", "旅行", "宝宝", "辅食", "钢琴", "医院",
+];
+
+/// A synthetic `event_v1` of one user, written like an extracted one.
+pub fn synthetic_event(
+    collection_id: mnemo_core::model::CollectionId,
+    user: String,
+    summary: String,
+    vector: Vec<f32>,
+    time: i64,
+) -> mnemo_core::model::NewEvent {
+    let mut info = serde_json::Map::new();
+    info.insert("summary".into(), serde_json::Value::String(summary));
+    mnemo_core::model::NewEvent {
+        collection_id,
+        memory_type: mnemo_core::model::EVENT_V1.into(),
+        user_id: vec![user],
+        assistant_id: vec![],
+        group_id: None,
+        session_id: None,
+        conversation_id: None,
+        scope: None,
+        class: "conclusion".into(),
+        time,
+        memory_info: info,
+        source_message_ids: vec![],
+        embedding: Some(vector),
+        expires_at: None,
+        now: time,
+    }
+}
+
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -108,22 +175,7 @@ async fn drive(
 }
 
 pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
-    let _tmp;
-    let mut running = None;
-    let base = match &b.url {
-        Some(u) => u.trim_end_matches('/').to_string(),
-        None => {
-            let dir = tempfile::tempdir().context("temp dir")?;
-            let mut cfg = cfg;
-            cfg.store.path = dir.path().to_path_buf();
-            cfg.server.max_in_flight = 100_000;
-            _tmp = dir;
-            let r = crate::app::start(&cfg, "127.0.0.1:0".parse()?).await?;
-            let base = format!("http://{}", r.addr);
-            running = Some(r);
-            base
-        }
-    };
+    let (base, running, _tmp) = target(b.url.as_deref(), cfg).await?;
     let client = reqwest::Client::builder().pool_max_idle_per_host(b.concurrency * 2).build()?;
     let dur = Duration::from_secs(b.seconds);
     println!(

@@ -50,22 +50,7 @@ fn rss_kib(pid: Option<u32>) -> Option<u64> {
 }
 
 pub async fn run(b: LoadBench, cfg: crate::config::Config) -> Result<()> {
-    let _tmp;
-    let mut running = None;
-    let base = match &b.url {
-        Some(u) => u.trim_end_matches('/').to_string(),
-        None => {
-            let dir = tempfile::tempdir().context("temp dir")?;
-            let mut cfg = cfg;
-            cfg.store.path = dir.path().to_path_buf();
-            cfg.server.max_in_flight = 100_000;
-            _tmp = dir;
-            let r = crate::app::start(&cfg, "127.0.0.1:0".parse()?).await?;
-            let base = format!("http://{}", r.addr);
-            running = Some(r);
-            base
-        }
-    };
+    let (base, running, _tmp) = crate::bench::target(b.url.as_deref(), cfg).await?;
     let rss_pid = if b.url.is_some() { b.pid } else { None };
     let can_sample = b.url.is_none() || b.pid.is_some();
     println!(

@@ -9,7 +9,7 @@
 //! data directory as a separate process: cold start (spawn → first search answered) and its RSS
 //! after 200 searches.
 
-use crate::bench::percentile;
+use crate::bench::{Rng, WORDS, percentile, synthetic_event};
 use crate::config::Config;
 use anyhow::{Context, Result};
 use mnemo_core::embed::{EmbedKind, normalize};
@@ -20,25 +20,6 @@ use mnemo_core::{Store, SystemClock};
 use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::time::Instant;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() % 20_000) as f32 / 10_000.0 - 1.0
-    }
-}
-
-const WORDS: &[&str] = &[
-    "coffee", "hiking", "baby", "formula", "trip", "kyoto", "piano", "nurse", "database", "invoice", "garden", "puppy",
-    "奶粉", "咖啡", "爬山", "上海", "报告", "深色", "模式", "旅行", "宝宝", "辅食", "钢琴", "医院",
-];
 
 const QUERIES: &[&str] = &[
     "宝宝喝奶粉胀气怎么办",
@@ -78,30 +59,10 @@ async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Res
         let mut v: Vec<f32> = centres[i % centres.len()].iter().map(|c| c + 0.6 * rng.f()).collect();
         normalize(&mut v);
         let text: Vec<&str> = (0..10).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
-        let mut info = serde_json::Map::new();
-        info.insert("summary".into(), serde_json::Value::String(format!("event {i}: {}", text.join(" "))));
         let s = store.clone();
-        let user = format!("user-{}", i % users);
-        pending.push(tokio::spawn(async move {
-            s.insert_event(NewEvent {
-                collection_id: c.id,
-                memory_type: EVENT_V1.into(),
-                user_id: vec![user],
-                assistant_id: vec![],
-                group_id: None,
-                session_id: None,
-                conversation_id: None,
-                scope: None,
-                class: "conclusion".into(),
-                time: 1_700_000_000_000 + i as i64 * 1000,
-                memory_info: info,
-                source_message_ids: vec![],
-                embedding: Some(v),
-                expires_at: None,
-                now: 1_700_000_000_000,
-            })
-            .await
-        }));
+        let (user, summary) = (format!("user-{}", i % users), format!("event {i}: {}", text.join(" ")));
+        let event = synthetic_event(c.id, user, summary, v, 1_700_000_000_000 + i as i64 * 1000);
+        pending.push(tokio::spawn(async move { s.insert_event(event).await }));
         if pending.len() >= 512 {
             for p in pending.drain(..) {
                 p.await??;

@@ -5,32 +5,13 @@
 //! hybrid (vector + BM25 terms). Baseline in the same process: a plain in-memory dot-product scan
 //! over the same N vectors (the floor any exact search pays).
 
-use crate::bench::percentile;
+use crate::bench::{Rng, WORDS, percentile, synthetic_event};
 use anyhow::Result;
 use mnemo_core::Store;
 use mnemo_core::embed::{dot, normalize};
 use mnemo_core::model::*;
 use mnemo_store::{SqliteOptions, SqliteStore};
 use std::time::Instant;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() % 20_000) as f32 / 10_000.0 - 1.0
-    }
-}
-
-const WORDS: &[&str] = &[
-    "coffee", "hiking", "baby", "formula", "trip", "kyoto", "piano", "nurse", "database", "invoice", "garden", "puppy",
-    "奶粉", "咖啡", "爬山", "上海", "报告", "深色", "模式", "旅行", "宝宝", "辅食", "钢琴", "医院",
-];
 
 fn vector(rng: &mut Rng, centre: &[f32]) -> Vec<f32> {
     // Clustered like text embeddings: a topic centre plus noise.
@@ -70,29 +51,9 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
             let v = vector(&mut rng, &centres[i % centres.len()]);
             all.push(v.clone());
             let text: Vec<&str> = (0..8).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
-            let mut info = serde_json::Map::new();
-            info.insert("summary".into(), serde_json::Value::String(format!("event {i}: {}", text.join(" "))));
             let s = store.clone();
-            pending.push(tokio::spawn(async move {
-                s.insert_event(NewEvent {
-                    collection_id: c.id,
-                    memory_type: EVENT_V1.into(),
-                    user_id: vec!["u".into()],
-                    assistant_id: vec![],
-                    group_id: None,
-                    session_id: None,
-                    conversation_id: None,
-                    scope: None,
-                    class: "conclusion".into(),
-                    time: i as i64,
-                    memory_info: info,
-                    source_message_ids: vec![],
-                    embedding: Some(v),
-                    expires_at: None,
-                    now: 0,
-                })
-                .await
-            }));
+            let event = synthetic_event(c.id, "u".into(), format!("event {i}: {}", text.join(" ")), v, i as i64);
+            pending.push(tokio::spawn(async move { s.insert_event(event).await }));
             if pending.len() >= 256 {
                 for p in pending.drain(..) {
                     p.await??;

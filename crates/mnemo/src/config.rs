@@ -20,41 +20,9 @@ pub struct Config {
     pub inject: InjectConfig,
     pub redaction: RedactionConfig,
     pub lifecycle: LifecycleConfig,
-    pub mcp: McpConfig,
+    /// Who the MCP tools act for (`mnemo mcp` on stdio, and `/mcp` unless headers say otherwise).
+    pub mcp: mnemo_http::mcp::McpScope,
     pub testing: TestingConfig,
-}
-
-/// Who the MCP tools act for (`mnemo mcp` on stdio, and `/mcp` unless headers say otherwise).
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct McpConfig {
-    pub project: String,
-    pub collection: String,
-    pub user_id: String,
-    /// The conversation `remember` writes to and `recall` reads.
-    pub conversation_id: String,
-}
-
-impl Default for McpConfig {
-    fn default() -> Self {
-        Self {
-            project: "default".into(),
-            collection: "default".into(),
-            user_id: "default".into(),
-            conversation_id: "mcp".into(),
-        }
-    }
-}
-
-impl McpConfig {
-    pub fn scope(&self) -> mnemo_http::mcp::McpScope {
-        mnemo_http::mcp::McpScope {
-            project: self.project.clone(),
-            collection: self.collection.clone(),
-            user_id: self.user_id.clone(),
-            conversation_id: self.conversation_id.clone(),
-        }
-    }
 }
 
 /// Forgetting: temporary memories expire, unused ones are archived (seed 002 §4.2).
