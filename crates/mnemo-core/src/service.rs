@@ -255,7 +255,12 @@ pub struct Service {
     vectors_missing: std::sync::atomic::AtomicBool,
     /// Hits not yet written: (collection, event ids, when).
     pending_hits: std::sync::Mutex<Vec<(CollectionId, Vec<String>, Millis)>>,
+    /// Per (collection, user): extraction commits of one user are serialised (dedup).
+    user_locks: std::sync::Mutex<HashMap<(CollectionId, String), UserLock>>,
 }
+
+/// Serialises one user's extraction commits.
+type UserLock = Arc<tokio::sync::Mutex<()>>;
 
 /// Counters of extraction attempts by outcome since the process started.
 #[derive(Debug, Default)]
@@ -289,6 +294,7 @@ impl Service {
             collections: Default::default(),
             job_outcomes: JobOutcomes::default(),
             pending_hits: Default::default(),
+            user_locks: Default::default(),
             // Set at start: the first loop pass checks for events a previous process left without a vector.
             vectors_missing: std::sync::atomic::AtomicBool::new(true),
         })

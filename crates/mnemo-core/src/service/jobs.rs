@@ -88,7 +88,13 @@ impl Service {
             Err(e) => Err(e),
         };
         match result {
-            Ok(output) => {
+            Ok(mut output) => {
+                // Near-duplicates merge: within this session, then with the user's stored events.
+                // One user's jobs dedup and commit one at a time, so two sessions finishing together
+                // cannot both add the same event.
+                let lock = self.user_lock(claimed.collection.id, claimed.meta.user_id.as_deref());
+                let _guard = lock.lock().await;
+                output.events = self.dedup(&claimed, std::mem::take(&mut output.events)).await;
                 let (n, merged) =
                     (output.events.len(), output.events.iter().filter(|e| e.merge_into.is_some()).count());
                 self.store.complete_job(&job_id, output, self.now()).await?;
@@ -109,6 +115,13 @@ impl Service {
             }
         }
         Ok(true)
+    }
+
+    /// The lock that orders one user's extraction commits (entries are dropped when unused).
+    fn user_lock(&self, cid: CollectionId, user: Option<&str>) -> UserLock {
+        let mut locks = self.user_locks.lock().expect("user locks");
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry((cid, user.unwrap_or_default().to_string())).or_default().clone()
     }
 
     /// Exponential backoff: base · 2^(attempt-1), capped.
@@ -244,8 +257,7 @@ impl Service {
                 e.embedding = Some(v);
             }
         }
-        // 5. Near-duplicates merge: within this session, then with the user's stored events.
-        output.events = self.dedup(claimed, kept).await;
+        output.events = kept;
         Ok(output)
     }
 
