@@ -496,6 +496,36 @@ pub struct NewEvent {
     pub now: Millis,
 }
 
+impl NewEvent {
+    /// An event of one user with everything else empty: class `conclusion`, no vector, no expiry,
+    /// written at `time`. Set the rest with struct-update syntax.
+    pub fn of_user(
+        collection_id: CollectionId,
+        memory_type: impl Into<String>,
+        user: impl Into<String>,
+        memory_info: Map<String, Value>,
+        time: Millis,
+    ) -> Self {
+        Self {
+            collection_id,
+            memory_type: memory_type.into(),
+            user_id: vec![user.into()],
+            assistant_id: vec![],
+            group_id: None,
+            session_id: None,
+            conversation_id: None,
+            scope: None,
+            class: "conclusion".into(),
+            time,
+            memory_info,
+            source_message_ids: vec![],
+            embedding: None,
+            expires_at: None,
+            now: time,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct EventPatch {
     pub memory_info: Option<Map<String, Value>>,

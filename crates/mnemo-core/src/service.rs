@@ -227,6 +227,23 @@ pub struct EventSearch {
     pub include_archived: bool,
 }
 
+impl EventSearch {
+    /// A plain search: no decay, custom weight, threshold or freshness window; active events only.
+    pub fn new(target: Target, query: Option<String>, filter: EventFilter, limit: u32) -> Self {
+        Self {
+            target,
+            query,
+            filter,
+            limit,
+            decay: TimeDecay::NONE,
+            custom_weight: 0.0,
+            similarity_threshold: None,
+            freshness_days: None,
+            include_archived: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ScoredEvent {
     pub event: Event,
@@ -1124,21 +1141,9 @@ impl Service {
             info.insert("summary".into(), Value::String(summary.clone()));
             self.store
                 .insert_event(NewEvent {
-                    collection_id: c.id,
-                    memory_type: DAILY_DIGEST.into(),
-                    user_id: vec![user],
-                    assistant_id: vec![],
-                    group_id: None,
-                    session_id: None,
-                    conversation_id: None,
-                    scope: None,
-                    class: "conclusion".into(),
-                    time: day * DAY + DAY - 1,
-                    memory_info: info,
-                    source_message_ids: vec![],
                     embedding: Some(self.embed_one(&summary, EmbedKind::Document).await?),
-                    expires_at: None,
                     now,
+                    ..NewEvent::of_user(c.id, DAILY_DIGEST, user, info, day * DAY + DAY - 1)
                 })
                 .await?;
             digests += 1;

@@ -117,11 +117,6 @@ impl Bm25Query {
     }
 }
 
-/// BM25 of one document (see [`Bm25Query`]).
-pub fn bm25(query: &[String], doc_terms: &str, stats: CorpusStats, df: impl Fn(&str) -> u64) -> f64 {
-    Bm25Query::new(query, stats, df).score(doc_terms)
-}
-
 /// Whether the text reads as Chinese (for `locale: auto`).
 pub fn looks_chinese(text: &str) -> bool {
     let (mut cjk, mut latin) = (0usize, 0usize);

@@ -10,7 +10,6 @@
 use crate::{Ctx, Principal};
 use mnemo_core::context::Locale;
 use mnemo_core::model::{EventFilter, ProfileFilter, Role};
-use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{
     AddEventRequest, ContextRequest, EventSearch, Include, IncomingMessage, Target, WriteRequest,
 };
@@ -158,17 +157,7 @@ impl MemoryTools {
                 })
             }
             "search_memory" => {
-                let req = EventSearch {
-                    target,
-                    query: Some(required("query")?),
-                    filter: user_filter(),
-                    limit: int_arg("limit", 5, 50)?,
-                    decay: TimeDecay::NONE,
-                    custom_weight: 0.0,
-                    similarity_threshold: None,
-                    freshness_days: None,
-                    include_archived: false,
-                };
+                let req = EventSearch::new(target, Some(required("query")?), user_filter(), int_arg("limit", 5, 50)?);
                 let found = self.service.search_events(req).await?;
                 if found.is_empty() {
                     return Ok("No matching memories.".into());

@@ -324,21 +324,14 @@ async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace()
         let v = emb.embed(&[t.to_string()], EmbedKind::Document).await.unwrap().remove(0);
         let e = s
             .insert_event(NewEvent {
-                collection_id: c.id,
-                memory_type: EVENT_V1.into(),
-                user_id: vec![if i < 2 { "u1".into() } else { "u2".into() }],
-                assistant_id: vec![],
-                group_id: None,
-                session_id: None,
-                conversation_id: None,
-                scope: None,
-                class: "conclusion".into(),
-                time: i as i64,
-                memory_info: json!({"summary": t}).as_object().unwrap().clone(),
-                source_message_ids: vec![],
                 embedding: Some(v),
-                expires_at: None,
-                now: 0,
+                ..NewEvent::of_user(
+                    c.id,
+                    EVENT_V1,
+                    if i < 2 { "u1" } else { "u2" },
+                    json!({"summary": t}).as_object().unwrap().clone(),
+                    i as i64,
+                )
             })
             .await
             .unwrap();
@@ -386,23 +379,13 @@ async fn small_scope_bm25_equals_fts5_and_statistics_stay_exact() {
             })
             .collect();
         let e = s
-            .insert_event(NewEvent {
-                collection_id: c.id,
-                memory_type: EVENT_V1.into(),
-                user_id: vec![format!("u{}", i % 2)],
-                assistant_id: vec![],
-                group_id: None,
-                session_id: None,
-                conversation_id: None,
-                scope: None,
-                class: "conclusion".into(),
-                time: i,
-                memory_info: json!({"summary": text.join(" ")}).as_object().unwrap().clone(),
-                source_message_ids: vec![],
-                embedding: None,
-                expires_at: None,
-                now: i,
-            })
+            .insert_event(NewEvent::of_user(
+                c.id,
+                EVENT_V1,
+                format!("u{}", i % 2),
+                json!({"summary": text.join(" ")}).as_object().unwrap().clone(),
+                i,
+            ))
             .await
             .unwrap();
         ids.push(e.id);

@@ -76,21 +76,8 @@ pub fn synthetic_event(
     let mut info = serde_json::Map::new();
     info.insert("summary".into(), serde_json::Value::String(summary));
     mnemo_core::model::NewEvent {
-        collection_id,
-        memory_type: mnemo_core::model::EVENT_V1.into(),
-        user_id: vec![user],
-        assistant_id: vec![],
-        group_id: None,
-        session_id: None,
-        conversation_id: None,
-        scope: None,
-        class: "conclusion".into(),
-        time,
-        memory_info: info,
-        source_message_ids: vec![],
         embedding: Some(vector),
-        expires_at: None,
-        now: time,
+        ..mnemo_core::model::NewEvent::of_user(collection_id, mnemo_core::model::EVENT_V1, user, info, time)
     }
 }
 

@@ -226,17 +226,12 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
 
         let t = Instant::now();
         let found = svc
-            .search_events(EventSearch {
-                target: target.clone(),
-                query: Some(q.question.clone()),
-                filter: EventFilter { user_id: vec![user], ..Default::default() },
-                limit: 10,
-                decay: TimeDecay::NONE,
-                custom_weight: 0.0,
-                similarity_threshold: None,
-                freshness_days: None,
-                include_archived: false,
-            })
+            .search_events(EventSearch::new(
+                target.clone(),
+                Some(q.question.clone()),
+                EventFilter { user_id: vec![user], ..Default::default() },
+                10,
+            ))
             .await?;
         results[2].2.push(t.elapsed().as_secs_f64() * 1000.0);
         results[2]

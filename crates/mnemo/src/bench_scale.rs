@@ -157,17 +157,12 @@ pub async fn run(sizes: &[usize], users: usize, mut cfg: Config) -> Result<()> {
             let t = Instant::now();
             let qv = embedder.embed(&[q.to_string()], EmbedKind::Query).await?.pop().context("vector")?;
             embed_only.push(ms(t));
-            let req = EventSearch {
-                target: target.clone(),
-                query: Some(q.to_string()),
-                filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
-                limit: 10,
-                decay: TimeDecay::NONE,
-                custom_weight: 0.0,
-                similarity_threshold: None,
-                freshness_days: None,
-                include_archived: false,
-            };
+            let req = EventSearch::new(
+                target.clone(),
+                Some(q.to_string()),
+                EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                10,
+            );
             let t = Instant::now();
             service.search_events(req).await?;
             with_embed.push(ms(t));
