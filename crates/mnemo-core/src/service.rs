@@ -666,45 +666,24 @@ impl Service {
             }));
         }
         // Scheduled maintenance (default daily; the first run one interval after start).
-        let svc = self.clone();
-        let mut stop = shutdown.clone();
-        handles.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.changed() => {}
-                    _ = tokio::time::sleep(svc.config.lifecycle.maintenance_interval) => {}
-                }
-                if *stop.borrow() {
-                    break;
-                }
-                if let Err(e) = svc.maintain(None, "schedule").await {
-                    tracing::error!(error = %e, "scheduled maintenance failed");
-                }
+        handles.push(self.spawn_every(&shutdown, self.config.lifecycle.maintenance_interval, |svc| async move {
+            if let Err(e) = svc.maintain(None, "schedule").await {
+                tracing::error!(error = %e, "scheduled maintenance failed");
             }
         }));
         // Re-index: events stored without a vector (provider down) are embedded when it is back.
-        let svc = self.clone();
-        let mut stop = shutdown.clone();
-        handles.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.changed() => {}
-                    _ = tokio::time::sleep(svc.config.poll_interval.max(Duration::from_secs(1)) * 5) => {}
-                }
-                if *stop.borrow() {
-                    break;
-                }
-                // Scanning for vector-less events costs a pass over the index: only when needed.
-                if !svc.vectors_missing.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                    continue;
-                }
-                match svc.reindex_missing().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(events = n, "embedded events stored without a vector"),
-                    Err(e) => {
-                        svc.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
-                        tracing::debug!(error = %e, "re-index postponed");
-                    }
+        let period = self.config.poll_interval.max(Duration::from_secs(1)) * 5;
+        handles.push(self.spawn_every(&shutdown, period, |svc| async move {
+            // Scanning for vector-less events costs a pass over the index: only when needed.
+            if !svc.vectors_missing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            match svc.reindex_missing().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(events = n, "embedded events stored without a vector"),
+                Err(e) => {
+                    svc.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::debug!(error = %e, "re-index postponed");
                 }
             }
         }));
@@ -744,6 +723,32 @@ impl Service {
             }
         }));
         handles
+    }
+
+    /// Runs `tick` every `period` (the first one period after start) until shutdown.
+    fn spawn_every<F, Fut>(
+        self: &Arc<Self>,
+        shutdown: &watch::Receiver<bool>,
+        period: Duration,
+        tick: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn(Arc<Self>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let (svc, mut stop) = (self.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(period) => {}
+                }
+                if *stop.borrow() {
+                    break;
+                }
+                tick(svc.clone()).await;
+            }
+        })
     }
 
     fn sleep_until_due(&self, due: Option<Millis>) -> Duration {
