@@ -10,6 +10,9 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// Input the backend cannot hold (e.g. a NUL character in a PostgreSQL text filter).
+    #[error("{0}")]
+    Invalid(String),
     #[error("store backend error: {0}")]
     Backend(String),
 }
@@ -40,6 +43,7 @@ impl From<StoreError> for CoreError {
         match e {
             StoreError::NotFound(m) => CoreError::NotFound(m),
             StoreError::Conflict(m) => CoreError::Conflict(m),
+            StoreError::Invalid(m) => CoreError::invalid("body", m),
             StoreError::Backend(m) => CoreError::Internal(m),
         }
     }

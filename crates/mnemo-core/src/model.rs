@@ -398,6 +398,36 @@ pub struct JobFilter {
 }
 
 /// A job handed to a worker, with everything extraction needs.
+/// One claim of a job: the fencing token a worker presents when it reports the outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobLease {
+    pub job_id: String,
+    /// The job's `attempts` after the claim; a later claim of the same job has a higher one.
+    pub attempt: u32,
+}
+
+impl Job {
+    /// `Conflict` unless the job is running under this lease.
+    pub fn check_lease(&self, lease: &JobLease) -> Result<(), crate::StoreError> {
+        if self.state != JobState::Running || self.attempts != lease.attempt {
+            return Err(crate::StoreError::Conflict(format!(
+                "job {} lost its lease (attempt {} claimed it; it is now {} at attempt {})",
+                self.job_id,
+                lease.attempt,
+                self.state.as_str(),
+                self.attempts
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ClaimedJob {
+    pub fn lease(&self) -> JobLease {
+        JobLease { job_id: self.job.job_id.clone(), attempt: self.job.attempts }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ClaimedJob {
     pub job: Job,

@@ -1406,6 +1406,9 @@ fn check_len(field: &str, v: &str, min: usize, max: usize) -> CoreResult<()> {
     if n < min || n > max || (min > 0 && v.trim().is_empty()) {
         return Err(CoreError::invalid(field, format!("must be {min}..={max} characters and not blank, got {n}")));
     }
+    if v.contains('\0') {
+        return Err(CoreError::invalid(field, "must not contain NUL (\\u0000) characters"));
+    }
     Ok(())
 }
 

@@ -65,12 +65,20 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>>;
     /// Stores the extraction's events and profile changes, marks the session extracted (its
     /// messages leave short-term memory) and the job done — all in one transaction.
-    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>>;
-    /// Records a failed attempt: queued again at `retry_at`, or `failed` when `None`.
-    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()>;
+    ///
+    /// `lease` names the claim (job id + the attempt number `claim_job` returned). A claim whose
+    /// lease expired and was taken by another worker is fenced off: `Conflict`, nothing written —
+    /// so a session is extracted once even when a slow replica wakes up late.
+    async fn complete_job(&self, lease: &JobLease, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>>;
+    /// Extends a running claim's lease to `until` (the worker's heartbeat); false if the lease
+    /// was lost. A replica that dies stops renewing, and its job is due again within one lease.
+    async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool>;
+    /// Records a failed attempt: queued again at `retry_at`, or `failed` when `None`. A lost
+    /// lease changes nothing.
+    async fn fail_job(&self, lease: &JobLease, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()>;
     /// Puts a claimed job back in the queue until `run_after` without counting the attempt, with
-    /// `note` shown as its `last_error` (e.g. a spent token budget).
-    async fn defer_job(&self, job_id: &str, run_after: Millis, note: &str, now: Millis) -> StoreResult<()>;
+    /// `note` shown as its `last_error` (e.g. a spent token budget). A lost lease changes nothing.
+    async fn defer_job(&self, lease: &JobLease, run_after: Millis, note: &str, now: Millis) -> StoreResult<()>;
     /// Prompt + completion tokens recorded by a project's jobs updated at or after `since`.
     async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64>;
     async fn list_jobs(&self, collection_id: CollectionId, filter: JobFilter) -> StoreResult<Vec<Job>>;

@@ -1013,15 +1013,14 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn complete_job(&self, job_id: &str, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
-        let job_id = job_id.to_string();
+    async fn complete_job(&self, lease: &JobLease, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
+        let lease = lease.clone();
         self.writer
             .write(move |conn| {
+                let job_id = lease.job_id.clone();
                 let (cid, job) = job_by_id(conn, &job_id)?
                     .ok_or_else(|| StoreError::NotFound(format!("job_id: no job \"{job_id}\"")))?;
-                if job.state != JobState::Running {
-                    return Err(StoreError::Conflict(format!("job {job_id} is {}, not running", job.state.as_str())));
-                }
+                job.check_lease(&lease)?;
                 let sid = job.session_id.clone().unwrap_or_default();
                 let (_, session, meta) = session_summary(conn, &sid)?.ok_or_else(|| backend("job without session"))?;
                 let mut ids = Vec::with_capacity(output.events.len());
@@ -1085,20 +1084,23 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn fail_job(&self, job_id: &str, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
-        let (job_id, error) = (job_id.to_string(), error.chars().take(2000).collect::<String>());
+    async fn fail_job(&self, lease: &JobLease, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
+        let (job_id, attempt, error) =
+            (lease.job_id.clone(), lease.attempt, error.chars().take(2000).collect::<String>());
         self.writer
             .write(move |conn| {
                 let (state, run_after) = match retry_at {
                     Some(t) => ("queued", t),
                     None => ("failed", now),
                 };
-                conn.execute(
-                    "UPDATE jobs SET state=?2, run_after=?3, last_error=?4, lease_until=NULL, updated_at=?5 WHERE job_id=?1",
-                    params![job_id, state, run_after, error, now],
-                )
-                .map_err(backend)?;
-                if state == "failed" {
+                let n = conn
+                    .execute(
+                        "UPDATE jobs SET state=?2, run_after=?3, last_error=?4, lease_until=NULL, updated_at=?5
+                         WHERE job_id=?1 AND state='running' AND attempts=?6",
+                        params![job_id, state, run_after, error, now, attempt],
+                    )
+                    .map_err(backend)?;
+                if n == 1 && state == "failed" {
                     conn.execute("UPDATE sessions SET state='failed' WHERE session_id=(SELECT session_id FROM jobs WHERE job_id=?1)", [&job_id])
                         .map_err(backend)?;
                 }
@@ -1107,14 +1109,29 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn defer_job(&self, job_id: &str, run_after: Millis, note: &str, now: Millis) -> StoreResult<()> {
-        let (job_id, note) = (job_id.to_string(), note.to_string());
+    async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
+        let (job_id, attempt) = (lease.job_id.clone(), lease.attempt);
+        self.writer
+            .write(move |conn| {
+                let n = conn
+                    .execute(
+                        "UPDATE jobs SET lease_until=?3 WHERE job_id=?1 AND state='running' AND attempts=?2",
+                        params![job_id, attempt, until],
+                    )
+                    .map_err(backend)?;
+                Ok(n == 1)
+            })
+            .await
+    }
+
+    async fn defer_job(&self, lease: &JobLease, run_after: Millis, note: &str, now: Millis) -> StoreResult<()> {
+        let (job_id, attempt, note) = (lease.job_id.clone(), lease.attempt, note.to_string());
         self.writer
             .write(move |conn| {
                 conn.execute(
                     "UPDATE jobs SET state='queued', attempts=MAX(attempts-1, 0), run_after=?2, last_error=?3, lease_until=NULL, updated_at=?4
-                     WHERE job_id=?1 AND state='running'",
-                    params![job_id, run_after, note, now],
+                     WHERE job_id=?1 AND state='running' AND attempts=?5",
+                    params![job_id, run_after, note, now, attempt],
                 )
                 .map_err(backend)?;
                 Ok(())

@@ -103,7 +103,7 @@ async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile() {
     assert_eq!(job.messages.len(), 1);
     assert!(s.claim_job(100, 1000).await.unwrap().is_none(), "leased job is not handed out twice");
     // A failed attempt keeps the messages short-term and re-queues.
-    s.fail_job(&job.job.job_id, "boom", Some(200), 150).await.unwrap();
+    s.fail_job(&job.lease(), "boom", Some(200), 150).await.unwrap();
     assert!(s.claim_job(150, 1000).await.unwrap().is_none(), "not due yet");
     let job = s.claim_job(200, 1000).await.unwrap().unwrap();
     assert_eq!(job.job.attempts, 2);
@@ -115,7 +115,7 @@ async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile() {
         profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
         ..Default::default()
     };
-    let ids = s.complete_job(&job.job.job_id, out, 300).await.unwrap();
+    let ids = s.complete_job(&job.lease(), out, 300).await.unwrap();
     assert_eq!(ids.len(), 1);
     let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
     assert!(info.short_term.is_empty());
@@ -139,7 +139,7 @@ async fn extract_session(
     s.append_messages(append(c, "conv", vec![msg(Role::User, text, 5, None)], t, now)).await.unwrap();
     let job = s.claim_job(now, 1000).await.unwrap().expect("a due job");
     let mid = job.messages[0].message_id;
-    s.complete_job(&job.job.job_id, out(mid), now).await.unwrap()
+    s.complete_job(&job.lease(), out(mid), now).await.unwrap()
 }
 
 fn summary(text: &str) -> serde_json::Map<String, serde_json::Value> {

@@ -79,17 +79,21 @@ fn install_model_from_checkout(default_location: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
+pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
     let t = std::time::Instant::now();
     let embedder = build_embedder(cfg)?;
     tracing::info!(ms = t.elapsed().as_millis() as u64, model = embedder.model_id(), "embedding model loaded");
     let t = std::time::Instant::now();
-    let service = build_service_with(cfg, clock, embedder)?;
+    let service = build_service_with(cfg, clock, embedder).await?;
     tracing::info!(ms = t.elapsed().as_millis() as u64, "store opened");
     Ok(service)
 }
 
-pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn Embedder>) -> Result<Arc<Service>> {
+pub async fn build_service_with(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    embedder: Arc<dyn Embedder>,
+) -> Result<Arc<Service>> {
     let store: Arc<dyn Store> = match cfg.store.engine.as_str() {
         "sqlite" => {
             let durability = match cfg.store.durability.as_str() {
@@ -103,7 +107,18 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
                     .with_context(|| format!("opening the store in {}", cfg.store.path.display()))?,
             )
         }
-        other => bail!("store.engine: {other:?} is not available in this build (use sqlite)"),
+        "postgres" => {
+            let Some(url) = cfg.store.url.clone() else {
+                bail!("store.url: is required with engine postgres (postgres://user:password@host:port/database)");
+            };
+            let opts = mnemo_store_pg::PgOptions {
+                url,
+                pool: cfg.store.pool.clamp(2, 1000),
+                schema: cfg.store.schema.clone(),
+            };
+            Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)
+        }
+        other => bail!("store.engine: must be sqlite or postgres, got {other:?}"),
     };
     let extractors = extractors(cfg)?;
     let s = &cfg.session;
@@ -121,7 +136,7 @@ pub fn build_service_with(cfg: &Config, clock: Arc<dyn Clock>, embedder: Arc<dyn
         max_job_attempts: e.max_attempts.max(1),
         retry_base: Duration::from_millis(e.retry_base_ms),
         retry_max: Duration::from_millis(e.retry_max_ms),
-        job_lease: Duration::from_secs(e.timeout_secs.saturating_mul(2).max(30)),
+        job_lease: Duration::from_secs(e.job_lease_secs.clamp(3, 3600)),
         extraction_timeout: Duration::from_secs(e.timeout_secs.max(1)),
         workers: e.workers.max(1),
         poll_interval: Duration::from_millis(s.poll_interval_ms.clamp(10, 60_000)),
@@ -276,7 +291,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
     if cfg.testing.clock_control {
         tracing::warn!("testing.clock_control is on: POST /api/memory/admin/clock can move this server's clock");
     }
-    let service = build_service(cfg, clock.clone())?;
+    let service = build_service(cfg, clock.clone()).await?;
     prepare(&service).await?;
     let router = mnemo_http::router(
         service.clone(),
@@ -308,7 +323,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
 pub async fn mcp_stdio(cfg: Config) -> Result<()> {
     use rmcp::ServiceExt;
     let clock = Arc::new(mnemo_core::clock::OffsetClock::default());
-    let service = build_service(&cfg, clock)?;
+    let service = build_service(&cfg, clock).await?;
     prepare(&service).await?;
     let (stop, stop_rx) = watch::channel(false);
     let background = service.spawn_background(stop_rx);
@@ -328,7 +343,11 @@ pub async fn serve(cfg: Config) -> Result<()> {
     let bind = cfg.bind_addr()?;
     let running = start(&cfg, bind).await?;
     // Written without println!: a closed stdout (a supervisor that stopped reading) must not panic.
-    say(&format!("mnemo listening on http://{} (data: {})", running.addr, cfg.store.path.display()));
+    let data = match cfg.store.engine.as_str() {
+        "postgres" => format!("postgres schema {}", cfg.store.schema.as_deref().unwrap_or("public")),
+        _ => cfg.store.path.display().to_string(),
+    };
+    say(&format!("mnemo listening on http://{} (data: {data})", running.addr));
     wait_for_signal().await;
     tracing::info!("shutting down");
     running.shutdown().await;

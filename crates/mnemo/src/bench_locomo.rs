@@ -136,7 +136,7 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
     let questions: Vec<Question> = read_jsonl(&dir.join("questions.jsonl"))?;
     let tmp = tempfile::tempdir()?;
     cfg.store.path = tmp.path().to_path_buf();
-    let svc = crate::app::build_service(&cfg, Arc::new(SystemClock))?;
+    let svc = crate::app::build_service(&cfg, Arc::new(SystemClock)).await?;
     crate::app::prepare(&svc).await?;
     let target = Target { project: "default".into(), collection: "locomo".into() };
     println!(

@@ -144,7 +144,7 @@ pub async fn run(sizes: &[usize], users: usize, mut cfg: Config) -> Result<()> {
             Some(keep) => std::path::PathBuf::from(keep).join(n.to_string()), // kept for inspection
             None => dir.path().to_path_buf(),
         };
-        let service = crate::app::build_service_with(&cfg, Arc::new(SystemClock), embedder.clone())?;
+        let service = crate::app::build_service_with(&cfg, Arc::new(SystemClock), embedder.clone()).await?;
         fill(service.store().clone(), n, users, embedder.model_id()).await?;
         service.check_embedding_model().await?;
         let target = Target { project: "default".into(), collection: "scale".into() };

@@ -172,11 +172,18 @@ fn all_projects() -> Vec<String> {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
+    /// `sqlite` (embedded, the default) or `postgres` (PostgreSQL + pgvector, shared by replicas).
     pub engine: String,
     pub path: PathBuf,
-    /// `process` (survives kill -9) or `power_loss` (fsync on every group commit).
+    /// sqlite: `process` (survives kill -9) or `power_loss` (fsync on every group commit).
     pub durability: String,
     pub cache_mib: u32,
+    /// postgres: `postgres://user:password@host:port/database`.
+    pub url: Option<String>,
+    /// postgres: connections in this replica's pool.
+    pub pool: usize,
+    /// postgres: the schema holding mnemo's tables (created if missing); default: `public`.
+    pub schema: Option<String>,
 }
 
 impl Default for StoreConfig {
@@ -186,6 +193,9 @@ impl Default for StoreConfig {
             path: PathBuf::from("./mnemo-data"),
             durability: "process".into(),
             cache_mib: 64,
+            url: None,
+            pool: 16,
+            schema: None,
         }
     }
 }
@@ -202,6 +212,9 @@ pub struct ExtractionConfig {
     pub retry_max_ms: u64,
     /// One extraction job at most (all its LLM calls and retries).
     pub timeout_secs: u64,
+    /// A claimed job's lease; the worker renews it every third of this while the job runs. A job
+    /// whose replica died is taken by another one after at most this long.
+    pub job_lease_secs: u64,
     /// llm: the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1. With `base_url` and
     /// `model` set, the `llm` extractor is available even when `provider` is `rules`.
     pub base_url: Option<String>,
@@ -242,6 +255,7 @@ impl Default for ExtractionConfig {
             retry_base_ms: 2000,
             retry_max_ms: 600_000,
             timeout_secs: 300,
+            job_lease_secs: 30,
             base_url: None,
             model: None,
             api_key_env: None,

@@ -77,7 +77,7 @@ async fn show(svc: &Service, conv: &str, user: &str, query: &str) -> Result<()> 
 pub async fn run(mut cfg: Config) -> Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary data directory")?;
     cfg.store.path = dir.path().to_path_buf();
-    let svc = crate::app::build_service(&cfg, Arc::new(SystemClock))?;
+    let svc = crate::app::build_service(&cfg, Arc::new(SystemClock)).await?;
     crate::app::prepare(&svc).await?;
     let now = chrono::Utc::now().timestamp_millis();
     println!(

@@ -4,6 +4,7 @@
 //! memories clean live here once.
 
 use super::*;
+use crate::StoreError;
 use crate::dates;
 use crate::embed::dot;
 use crate::extract::ExtractedEvent;
@@ -42,16 +43,41 @@ impl Service {
     /// failed or deferred).
     pub async fn try_run_one(&self) -> CoreResult<bool> {
         let now = self.now();
-        let lease = self.config.job_lease.as_millis() as i64;
-        let Some(claimed) = self.store.claim_job(now, lease).await? else {
+        let lease_ms = self.config.job_lease.as_millis() as i64;
+        let Some(claimed) = self.store.claim_job(now, lease_ms).await? else {
             return Ok(false);
         };
+        let lease = claimed.lease();
+        // The heartbeat renews the lease while the job runs, so a short lease is enough for
+        // another replica to take over quickly when this one dies. If the lease is lost, the
+        // work stops (another worker owns the job now).
+        let heartbeat = async {
+            loop {
+                tokio::time::sleep(self.config.job_lease / 3).await;
+                match self.store.renew_lease(&lease, self.now() + lease_ms).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(job_id = lease.job_id, attempt = lease.attempt, "job lease lost; abandoning it");
+                        return;
+                    }
+                    Err(e) => tracing::warn!(job_id = lease.job_id, "cannot renew the job lease: {e}"),
+                }
+            }
+        };
+        tokio::select! {
+            r = self.run_claimed(claimed, now) => r,
+            () = heartbeat => Ok(true),
+        }
+    }
+
+    async fn run_claimed(&self, claimed: ClaimedJob, now: Millis) -> CoreResult<bool> {
         let job_id = claimed.job.job_id.clone();
+        let lease = claimed.lease();
         let attempt = claimed.job.attempts; // already counts this attempt
         let Some(extractor) = self.extractors.get(claimed.collection.schema.extractor.as_deref()).cloned() else {
             let name = claimed.collection.schema.extractor.clone().unwrap_or_default();
             let msg = format!("extractor \"{name}\" is not configured on this server");
-            self.store.fail_job(&job_id, &msg, Some(now + self.config.retry_max.as_millis() as i64), now).await?;
+            self.store.fail_job(&lease, &msg, Some(now + self.config.retry_max.as_millis() as i64), now).await?;
             return Ok(true);
         };
         if extractor.uses_tokens()
@@ -59,7 +85,7 @@ impl Service {
         {
             let tomorrow = (now.div_euclid(DAY_MS) + 1) * DAY_MS;
             tracing::info!(job_id, "{note}");
-            self.store.defer_job(&job_id, tomorrow, &note, now).await?;
+            self.store.defer_job(&lease, tomorrow, &note, now).await?;
             self.job_outcomes.deferred.fetch_add(1, Ordering::Relaxed);
             return Ok(true);
         }
@@ -97,9 +123,15 @@ impl Service {
                 output.events = self.dedup(&claimed, std::mem::take(&mut output.events)).await;
                 let (n, merged) =
                     (output.events.len(), output.events.iter().filter(|e| e.merge_into.is_some()).count());
-                self.store.complete_job(&job_id, output, self.now()).await?;
-                self.job_outcomes.done.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, merged, "extraction done");
+                match self.store.complete_job(&lease, output, self.now()).await {
+                    Ok(_) => {
+                        self.job_outcomes.done.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, merged, "extraction done");
+                    }
+                    // The lease ran out and another worker took the job: its result counts, not ours.
+                    Err(StoreError::Conflict(why)) => tracing::warn!(job_id, attempt, "extraction discarded: {why}"),
+                    Err(e) => return Err(e.into()),
+                }
             }
             Err(e) => {
                 let retry_at = match &e {
@@ -109,7 +141,7 @@ impl Service {
                     _ => None,
                 };
                 tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
-                self.store.fail_job(&job_id, &e.to_string(), retry_at, self.now()).await?;
+                self.store.fail_job(&lease, &e.to_string(), retry_at, self.now()).await?;
                 let counter = if retry_at.is_some() { &self.job_outcomes.retried } else { &self.job_outcomes.failed };
                 counter.fetch_add(1, Ordering::Relaxed);
             }

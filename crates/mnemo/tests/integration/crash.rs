@@ -81,8 +81,10 @@ async fn sigkill_during_concurrent_writes_loses_nothing_acknowledged() {
 /// The crash harness itself, with a CI-sized count (the README documents the 20-cycle run).
 #[test]
 fn the_crash_harness_passes_a_short_run() {
+    let scratch = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BIN)
         .args(["bench", "crash", "--cycles", "4", "--writers", "8", "--max-cycle-ms", "1200", "--seed", "7"])
+        .envs(store_env(scratch.path()))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_mnemo");
 
 /// Config every test server gets unless it overrides: fast background polling.
-const BASE_CONFIG: &str = "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 200\n";
+const BASE_CONFIG: &str = "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 200\n  job_lease_secs: 3\n";
 
 pub struct Server {
     child: Option<Child>,
@@ -49,6 +49,7 @@ impl Server {
         let mut cmd = Command::new(BIN);
         cmd.args(["serve", "--config"]).arg(config).args(["--bind", bind, "--data"]).arg(data);
         cmd.env("MNEMO_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.envs(store_env(data));
         if let Some(path) = log {
             cmd.env("MNEMO_LOG", "debug").stderr(std::fs::File::create(path).unwrap());
         }
@@ -166,6 +167,35 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// The store every test server runs on: the embedded store, or — with `MNEMO_TEST_STORE=postgres`
+/// and `MNEMO_TEST_DATABASE_URL` — PostgreSQL, in a schema of its own per data directory (a
+/// restart on the same directory finds its data again). The whole suite is the conformance
+/// suite both stores pass (`./scripts/test` runs it once per store).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("MNEMO_TEST_STORE").as_deref() {
+        Ok("postgres") => {
+            Some(std::env::var("MNEMO_TEST_DATABASE_URL").expect(
+                "MNEMO_TEST_STORE=postgres needs MNEMO_TEST_DATABASE_URL (eval \"$(./scripts/setup-postgres)\")",
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The environment that points a `mnemo` process at the test store for `data`.
+pub fn store_env(data: &Path) -> Vec<(String, String)> {
+    let Some(url) = postgres_url() else { return vec![] };
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut h);
+    vec![
+        ("MNEMO_STORE__ENGINE".into(), "postgres".into()),
+        ("MNEMO_STORE__URL".into(), url),
+        ("MNEMO_STORE__SCHEMA".into(), format!("t_{:016x}", h.finish())),
+        ("MNEMO_STORE__POOL".into(), "6".into()),
+    ]
 }
 
 /// Polls `f` until it returns `Some`, or panics after `secs` seconds.

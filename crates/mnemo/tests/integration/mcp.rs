@@ -24,6 +24,7 @@ impl Stdio_ {
             .arg(&cfg)
             .arg("--data")
             .arg(data)
+            .envs(store_env(data))
             .env("MNEMO_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

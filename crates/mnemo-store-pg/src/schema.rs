@@ -1,0 +1,259 @@
+//! The PostgreSQL schema and its migrations, the same tables as the embedded store (integers are
+//! `BIGINT`, JSON stays text so both stores map rows the same way). `mnemo_schema` records the
+//! version; each migration runs once, in one transaction, under an advisory lock so replicas that
+//! start together do not race.
+
+use tokio_postgres::Client;
+
+/// Key of the advisory lock held while migrating (any constant unique to mnemo).
+const MIGRATION_LOCK: i64 = 0x6d6e_656d_6f01;
+
+const MIGRATIONS: &[&str] = &[
+    // v1: everything the embedded store has at its v7, in one step.
+    r#"
+    CREATE TABLE collections(
+        id BIGSERIAL PRIMARY KEY,
+        project_name TEXT NOT NULL,
+        collection_name TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        schema_json TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        embedding_model TEXT,
+        embedding_dim BIGINT,
+        UNIQUE(project_name, collection_name)
+    );
+    CREATE TABLE conversations(
+        collection_id BIGINT NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        meta_json TEXT NOT NULL,
+        open_messages BIGINT NOT NULL DEFAULT 0,
+        open_tokens BIGINT NOT NULL DEFAULT 0,
+        wait_timeout_ms BIGINT NOT NULL,
+        last_write_at BIGINT NOT NULL,
+        idle_deadline BIGINT,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY(collection_id, conversation_id)
+    );
+    CREATE INDEX conversations_deadline ON conversations(idle_deadline) WHERE idle_deadline IS NOT NULL;
+    CREATE TABLE messages(
+        id BIGSERIAL PRIMARY KEY,
+        collection_id BIGINT NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        session_id TEXT,
+        role TEXT NOT NULL,
+        name TEXT,
+        content TEXT NOT NULL,
+        content_raw BYTEA,             -- the exact UTF-8 when the text holds NUL (TEXT cannot)
+        time BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        idempotency_key TEXT,
+        created_at BIGINT NOT NULL
+    );
+    CREATE INDEX messages_conversation ON messages(collection_id, conversation_id, id);
+    CREATE INDEX messages_session ON messages(session_id) WHERE session_id IS NOT NULL;
+    -- Unique across every replica: a retried write is stored once whichever replica gets it.
+    CREATE UNIQUE INDEX messages_idempotency ON messages(collection_id, conversation_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE TABLE sessions(
+        session_id TEXT PRIMARY KEY,
+        collection_id BIGINT NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        state TEXT NOT NULL,
+        message_count BIGINT NOT NULL,
+        token_count BIGINT NOT NULL,
+        meta_json TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        extracted_at BIGINT
+    );
+    CREATE INDEX sessions_conversation ON sessions(collection_id, conversation_id, created_at);
+    CREATE TABLE jobs(
+        job_id TEXT PRIMARY KEY,
+        collection_id BIGINT NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        conversation_id TEXT,
+        session_id TEXT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        max_attempts BIGINT NOT NULL,
+        last_error TEXT,
+        run_after BIGINT NOT NULL,
+        lease_until BIGINT,
+        prompt_tokens BIGINT NOT NULL DEFAULT 0,
+        completion_tokens BIGINT NOT NULL DEFAULT 0,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    );
+    CREATE INDEX jobs_queued ON jobs(run_after) WHERE state = 'queued';
+    CREATE INDEX jobs_running ON jobs(lease_until) WHERE state = 'running';
+    CREATE INDEX jobs_collection ON jobs(collection_id, created_at);
+    CREATE INDEX jobs_session ON jobs(session_id);
+    CREATE INDEX jobs_updated ON jobs(updated_at);
+    CREATE TABLE events(
+        id TEXT PRIMARY KEY,
+        collection_id BIGINT NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        memory_type TEXT NOT NULL,
+        user_ids TEXT NOT NULL,
+        assistant_ids TEXT NOT NULL,
+        group_id TEXT,
+        session_id TEXT,
+        conversation_id TEXT,
+        scope TEXT,
+        class TEXT NOT NULL,
+        status TEXT NOT NULL,
+        time BIGINT NOT NULL,
+        memory_info TEXT NOT NULL,
+        source_message_ids TEXT NOT NULL,
+        hit_count BIGINT NOT NULL DEFAULT 0,
+        last_hit_at BIGINT,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        expires_at BIGINT,
+        superseded_by TEXT,
+        -- mnemo_core::text::search_tokens, space separated (BM25 is scored in Rust from these) …
+        terms TEXT,
+        -- … and the same tokens as lexemes, for the GIN index that finds matches in large scopes.
+        terms_tsv TSVECTOR
+    );
+    CREATE INDEX events_collection_time ON events(collection_id, time);
+    CREATE INDEX events_session ON events(session_id) WHERE session_id IS NOT NULL;
+    CREATE INDEX events_conversation ON events(collection_id, conversation_id);
+    CREATE INDEX events_expiry ON events(collection_id, expires_at) WHERE expires_at IS NOT NULL;
+    CREATE INDEX events_terms ON events USING gin(terms_tsv);
+    CREATE TABLE event_subjects(
+        collection_id BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        subject_id TEXT NOT NULL,
+        event_id TEXT NOT NULL REFERENCES events(id) ON DELETE CASCADE,
+        PRIMARY KEY(collection_id, kind, subject_id, event_id)
+    );
+    CREATE INDEX event_subjects_event ON event_subjects(event_id);
+    -- Any dimension; each dimension in use gets its own partial HNSW index (see ensure_vector_index).
+    CREATE TABLE event_vectors(
+        event_id TEXT PRIMARY KEY REFERENCES events(id) ON DELETE CASCADE,
+        collection_id BIGINT NOT NULL,
+        dim INT NOT NULL,
+        vec vector NOT NULL
+    );
+    CREATE INDEX event_vectors_collection ON event_vectors(collection_id);
+    CREATE TABLE profiles(
+        id TEXT PRIMARY KEY,
+        collection_id BIGINT NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        profile_type TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        assistant_id TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL,
+        attributes TEXT NOT NULL,
+        source_sessions TEXT NOT NULL DEFAULT '[]',
+        attribute_since TEXT NOT NULL DEFAULT '{}',
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        UNIQUE(collection_id, profile_type, user_id, assistant_id)
+    );
+    CREATE TABLE profile_history(
+        id BIGSERIAL PRIMARY KEY,
+        profile_id TEXT NOT NULL REFERENCES profiles(id) ON DELETE CASCADE,
+        attribute TEXT NOT NULL,
+        value TEXT NOT NULL,
+        valid_from BIGINT,
+        valid_to BIGINT NOT NULL,
+        session_id TEXT
+    );
+    CREATE INDEX profile_history_profile ON profile_history(profile_id, valid_to);
+    CREATE TABLE hits_daily(
+        collection_id BIGINT NOT NULL,
+        day BIGINT NOT NULL,
+        user_id TEXT NOT NULL,
+        hits BIGINT NOT NULL,
+        PRIMARY KEY(collection_id, day, user_id)
+    );
+    CREATE TABLE maintenance_runs(
+        id BIGSERIAL PRIMARY KEY,
+        collection_id BIGINT NOT NULL,
+        trigger TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        expired BIGINT NOT NULL,
+        archived BIGINT NOT NULL,
+        folded BIGINT NOT NULL DEFAULT 0,
+        digests BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX maintenance_runs_collection ON maintenance_runs(collection_id, started_at);
+    CREATE TABLE term_stats(
+        collection_id BIGINT NOT NULL,
+        term TEXT NOT NULL,
+        df BIGINT NOT NULL,
+        PRIMARY KEY(collection_id, term)
+    );
+    CREATE TABLE collection_stats(
+        collection_id BIGINT PRIMARY KEY,
+        docs BIGINT NOT NULL,
+        tokens BIGINT NOT NULL
+    );
+    "#,
+];
+
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database up to [`SCHEMA_VERSION`]; refuses one written by a newer mnemo.
+pub async fn migrate(client: &mut Client) -> Result<(), String> {
+    let e = |e: tokio_postgres::Error| e.to_string();
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(e)?;
+    let result = migrate_locked(client).await;
+    let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await;
+    result
+}
+
+async fn migrate_locked(client: &mut Client) -> Result<(), String> {
+    let e = |e: tokio_postgres::Error| e.to_string();
+    if let Err(err) = client.batch_execute("CREATE EXTENSION IF NOT EXISTS vector").await {
+        return Err(format!(
+            "the pgvector extension is not available in this database ({err}); install pgvector \
+             (scripts/setup-postgres does) and run `CREATE EXTENSION vector` as a superuser"
+        ));
+    }
+    client.batch_execute("CREATE TABLE IF NOT EXISTS mnemo_schema(version BIGINT NOT NULL)").await.map_err(e)?;
+    let current: i64 =
+        client.query_opt("SELECT version FROM mnemo_schema", &[]).await.map_err(e)?.map(|r| r.get(0)).unwrap_or(0);
+    if current > SCHEMA_VERSION {
+        return Err(format!(
+            "the database has mnemo schema version {current}, newer than this mnemo understands ({SCHEMA_VERSION}); upgrade mnemo"
+        ));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = client.transaction().await.map_err(e)?;
+        tx.batch_execute(sql).await.map_err(e)?;
+        tx.execute("DELETE FROM mnemo_schema", &[]).await.map_err(e)?;
+        tx.execute("INSERT INTO mnemo_schema(version) VALUES ($1)", &[&((i + 1) as i64)]).await.map_err(e)?;
+        tx.commit().await.map_err(e)?;
+        tracing::info!(version = i + 1, "applied postgres store migration");
+    }
+    Ok(())
+}
+
+/// HNSW (inner product: vectors are unit length) over the vectors of one dimension, as a partial
+/// expression index — pgvector indexes need a fixed dimension and collections may differ.
+/// pgvector's HNSW takes at most 2,000 dimensions; larger vectors are searched exactly.
+pub async fn ensure_vector_index(client: &Client, dim: i64) -> Result<(), tokio_postgres::Error> {
+    if !(1..=2000).contains(&dim) {
+        return Ok(());
+    }
+    let name = format!("event_vectors_hnsw_{dim}");
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_class WHERE relname = $1 AND relnamespace = current_schema()::regnamespace",
+            &[&name],
+        )
+        .await?
+        .is_some();
+    if exists {
+        return Ok(());
+    }
+    client.execute("SELECT pg_advisory_lock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
+    let r = client
+        .batch_execute(&format!(
+            "CREATE INDEX IF NOT EXISTS {name} ON event_vectors USING hnsw ((vec::vector({dim})) vector_ip_ops) WHERE dim = {dim}"
+        ))
+        .await;
+    client.execute("SELECT pg_advisory_unlock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
+    r
+}

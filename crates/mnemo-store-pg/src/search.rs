@@ -1,0 +1,170 @@
+//! Candidate generation on PostgreSQL, giving the same candidates and the same signals as the
+//! embedded store so `mnemo-core` ranks both alike:
+//! - a scope of up to [`SMALL_SCOPE`] events (the usual: one user's) is searched exactly —
+//!   pgvector's inner product over the scope's vectors (btree-prefiltered, no ANN), and BM25
+//!   scored in Rust from the events' terms and the collection's statistics (`text::Bm25Query`);
+//! - a larger scope uses the HNSW index of the collection's dimension with
+//!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none), and
+//!   the GIN index over the terms to find the documents BM25 then scores.
+
+use crate::rows::*;
+use crate::sql::*;
+use mnemo_core::StoreError;
+use mnemo_core::model::*;
+use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
+use std::collections::HashMap;
+
+/// Scopes up to this many events are searched exactly.
+const SMALL_SCOPE: usize = 5_000;
+/// At most this many full-text matches of a large scope are scored.
+const LARGE_SCOPE_TEXT_MATCHES: i64 = 20_000;
+
+pub async fn candidates(
+    tx: &Tx<'_>,
+    cid: CollectionId,
+    f: &EventFilter,
+    q: &CandidateQuery,
+) -> Result<Vec<Candidate>, StoreError> {
+    let (where_sql, mut a) = event_filter(cid, f);
+    let cap = a.push((SMALL_SCOPE + 1) as i64);
+    let cols = if q.terms.is_empty() { "id, NULL::text" } else { "id, terms" };
+    let scope: Vec<(String, Option<String>)> =
+        query(tx, &format!("SELECT {cols} FROM events WHERE {where_sql} LIMIT {cap}"), &a.refs())
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+    if scope.is_empty() {
+        return Ok(vec![]);
+    }
+    let small = scope.len() <= SMALL_SCOPE;
+    let dim = q.vector.as_ref().map(|v| v.len() as i32);
+    let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
+    let k = q.k as i64;
+
+    let mut cosine: HashMap<String, f32> = HashMap::new();
+    if let (Some(qv), Some(dim)) = (&qv, dim) {
+        let rows = if small {
+            let ids: Vec<&String> = scope.iter().map(|(id, _)| id).collect();
+            query(
+                tx,
+                "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3 ORDER BY vec <#> $1, event_id LIMIT $4",
+                &[qv, &ids, &dim, &k],
+            )
+            .await?
+        } else {
+            tx.batch_execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
+                .await
+                .map_err(pg)?;
+            let (where_sql, mut a) = event_filter(cid, f);
+            let v = a.push(qv.clone());
+            let lim = a.push(k);
+            let c = a.push(cid);
+            let expr = format!("(v.vec::vector({dim})) <#> {v}::vector({dim})");
+            query(
+                tx,
+                &format!(
+                    "SELECT v.event_id, (-({expr}))::real FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c}
+                     AND v.event_id IN (SELECT id FROM events WHERE {where_sql}) ORDER BY {expr} LIMIT {lim}"
+                ),
+                &a.refs(),
+            )
+            .await?
+        };
+        cosine = rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, f32>(1))).collect();
+    }
+
+    let mut bm25: HashMap<String, f64> = HashMap::new();
+    if !q.terms.is_empty() {
+        let stats = opt(tx, "SELECT docs, tokens FROM collection_stats WHERE collection_id=$1", &[&cid])
+            .await?
+            .map(|r| CorpusStats { docs: r.get::<_, i64>(0).max(0) as u64, tokens: r.get::<_, i64>(1).max(0) as u64 })
+            .unwrap_or_default();
+        let tokens: Vec<String> = {
+            let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+            t.sort();
+            t.dedup();
+            t
+        };
+        let df: HashMap<String, u64> =
+            query(tx, "SELECT term, df FROM term_stats WHERE collection_id=$1 AND term = ANY($2)", &[&cid, &tokens])
+                .await?
+                .iter()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
+                .collect();
+        let docs: Vec<(String, Option<String>)> = if small {
+            scope
+        } else {
+            // Any document holding one of the query's tokens (a superset of BM25's matches).
+            let tsquery = tokens
+                .iter()
+                .map(|t| format!("'{}'", t.replace('\\', "\\\\").replace('\'', "''")))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            let (where_sql, mut a) = event_filter(cid, f);
+            let tq = a.push(tsquery);
+            let lim = a.push(LARGE_SCOPE_TEXT_MATCHES);
+            query(
+                tx,
+                &format!(
+                    "SELECT id, terms FROM events WHERE {where_sql} AND terms_tsv @@ ({tq}::text)::tsquery LIMIT {lim}"
+                ),
+                &a.refs(),
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+        };
+        let query_scorer = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
+        let mut scored: Vec<(f64, String)> = docs
+            .into_iter()
+            .filter_map(|(id, terms)| {
+                let s = query_scorer.score(terms.as_deref()?);
+                (s > 0.0).then_some((s, id))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        scored.truncate(q.k);
+        bm25 = scored.into_iter().map(|(s, id)| (id, s)).collect();
+    }
+    load_candidates(tx, cosine, bm25, qv.as_ref(), dim).await
+}
+
+/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in.
+async fn load_candidates(
+    tx: &Tx<'_>,
+    mut cosine: HashMap<String, f32>,
+    bm25: HashMap<String, f64>,
+    qv: Option<&pgvector::Vector>,
+    dim: Option<i32>,
+) -> Result<Vec<Candidate>, StoreError> {
+    let mut ids: Vec<String> = cosine.keys().chain(bm25.keys()).cloned().collect();
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    if let (Some(qv), Some(dim)) = (qv, dim) {
+        let missing: Vec<&String> = ids.iter().filter(|id| !cosine.contains_key(*id)).collect();
+        if !missing.is_empty() {
+            for r in query(
+                tx,
+                "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
+                &[qv, &missing, &dim],
+            )
+            .await?
+            {
+                cosine.insert(r.get(0), r.get(1));
+            }
+        }
+    }
+    let rows = query(tx, &format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id"), &[&ids]).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let event = event(&r)?;
+        let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
+        out.push(Candidate { event, cosine: c, bm25: b });
+    }
+    Ok(out)
+}
