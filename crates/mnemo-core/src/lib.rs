@@ -19,6 +19,8 @@ pub mod ranking;
 pub mod redact;
 pub mod service;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod text;
 pub mod tokens;
 pub mod trigger;

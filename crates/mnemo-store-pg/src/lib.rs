@@ -40,10 +40,20 @@ pub struct PgOptions {
     pub pool: usize,
     /// A schema to keep mnemo's tables in (created if missing); `None`: the connection's default.
     pub schema: Option<String>,
+    /// Search scopes of up to this many events are searched exactly; larger ones through the
+    /// HNSW and GIN indexes.
+    pub exact_scope: usize,
+}
+
+impl PgOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self { url: url.into(), pool: 16, schema: None, exact_scope: search::EXACT_SCOPE }
+    }
 }
 
 pub struct PgStore {
     pool: Pool,
+    exact_scope: usize,
 }
 
 fn bad_schema_name(s: &str) -> bool {
@@ -67,14 +77,15 @@ impl PgStore {
             client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).await.map_err(pg)?;
             drop(client);
             let _ = task.await;
-            config.options(format!("-c search_path={schema},public"));
+            let given = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
+            config.options(format!("{given}-c search_path={schema},public"));
         }
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(o.pool.max(2))
             .build()
             .map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))?;
-        let store = Self { pool };
+        let store = Self { pool, exact_scope: o.exact_scope.max(1) };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::Backend)?;
         for r in c
@@ -1182,7 +1193,7 @@ impl Store for PgStore {
     ) -> StoreResult<Vec<Candidate>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
-        search::candidates(&tx, cid, &filter, &q).await
+        search::candidates(&tx, cid, &filter, &q, self.exact_scope).await
     }
 
     async fn record_hits(&self, cid: CollectionId, mut ids: Vec<String>, now: Millis) -> StoreResult<()> {

@@ -1,6 +1,6 @@
 //! Candidate generation on PostgreSQL, giving the same candidates and the same signals as the
 //! embedded store so `mnemo-core` ranks both alike:
-//! - a scope of up to [`SMALL_SCOPE`] events (the usual: one user's) is searched exactly —
+//! - a scope of up to [`EXACT_SCOPE`] events (configurable) (the usual: one user's) is searched exactly —
 //!   pgvector's inner product over the scope's vectors (btree-prefiltered, no ANN), and BM25
 //!   scored in Rust from the events' terms and the collection's statistics (`text::Bm25Query`);
 //! - a larger scope uses the HNSW index of the collection's dimension with
@@ -14,8 +14,8 @@ use mnemo_core::model::*;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
 use std::collections::HashMap;
 
-/// Scopes up to this many events are searched exactly.
-const SMALL_SCOPE: usize = 5_000;
+/// Scopes up to this many events are searched exactly (the default of `PgOptions::exact_scope`).
+pub const EXACT_SCOPE: usize = 5_000;
 /// At most this many full-text matches of a large scope are scored.
 const LARGE_SCOPE_TEXT_MATCHES: i64 = 20_000;
 
@@ -24,9 +24,10 @@ pub async fn candidates(
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
+    exact_scope: usize,
 ) -> Result<Vec<Candidate>, StoreError> {
     let (where_sql, mut a) = event_filter(cid, f);
-    let cap = a.push((SMALL_SCOPE + 1) as i64);
+    let cap = a.push((exact_scope + 1) as i64);
     let cols = if q.terms.is_empty() { "id, NULL::text" } else { "id, terms" };
     let scope: Vec<(String, Option<String>)> =
         query(tx, &format!("SELECT {cols} FROM events WHERE {where_sql} LIMIT {cap}"), &a.refs())
@@ -37,7 +38,7 @@ pub async fn candidates(
     if scope.is_empty() {
         return Ok(vec![]);
     }
-    let small = scope.len() <= SMALL_SCOPE;
+    let small = scope.len() <= exact_scope;
     let dim = q.vector.as_ref().map(|v| v.len() as i32);
     let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
     let k = q.k as i64;
