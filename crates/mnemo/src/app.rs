@@ -112,9 +112,9 @@ pub async fn build_service_with(
                 bail!("store.url: is required with engine postgres (postgres://user:password@host:port/database)");
             };
             let opts = mnemo_store_pg::PgOptions {
-                url,
                 pool: cfg.store.pool.clamp(2, 1000),
                 schema: cfg.store.schema.clone(),
+                ..mnemo_store_pg::PgOptions::new(url)
             };
             Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)
         }
