@@ -1,20 +1,7 @@
 //! Store-level tests on a real SQLite file in a temporary directory.
 
 use super::*;
-use mnemo_core::ExtractTrigger;
-use mnemo_core::extract::{ExtractedEvent, ProfileChange};
 use serde_json::json;
-
-fn msg(role: Role, content: &str, tokens: u64, key: Option<&str>) -> NewMessage {
-    NewMessage {
-        role,
-        content: content.into(),
-        name: None,
-        time: 1_000,
-        tokens,
-        idempotency_key: key.map(String::from),
-    }
-}
 
 fn new_coll() -> NewCollection {
     NewCollection {
@@ -33,24 +20,6 @@ async fn setup() -> (tempfile::TempDir, SqliteStore, Collection) {
     let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     let c = store.ensure_collection(new_coll()).await.unwrap();
     (dir, store, c)
-}
-
-fn append(
-    c: &Collection,
-    conv: &str,
-    messages: Vec<NewMessage>,
-    trigger: ExtractTrigger,
-    now: Millis,
-) -> AppendRequest {
-    AppendRequest {
-        collection_id: c.id,
-        conversation_id: conv.into(),
-        meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
-        messages,
-        trigger,
-        now,
-        max_job_attempts: 3,
-    }
 }
 
 /// The store conformance suite (`mnemo_core::testing`), on a fresh SQLite file per scenario.
