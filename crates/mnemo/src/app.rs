@@ -171,13 +171,13 @@ pub async fn build_service_with(
 fn extractors(cfg: &Config) -> Result<Extractors> {
     let e = &cfg.extraction;
     let wrap = |x: Arc<dyn Extractor>| -> Arc<dyn Extractor> {
-        match e.fault_injection.fail_first_attempts {
-            0 => x,
-            n => {
-                tracing::warn!(n, "fault injection is on: the first {n} extraction attempts will fail");
-                Arc::new(FaultInjectingExtractor::new(x, n))
-            }
+        let f = &e.fault_injection;
+        if f.fail_first_attempts == 0 && f.delay_ms == 0 {
+            return x;
         }
+        let (n, ms) = (f.fail_first_attempts, f.delay_ms);
+        tracing::warn!(n, ms, "fault injection is on: the first {n} extraction attempts fail, each takes {ms} ms longer");
+        Arc::new(FaultInjectingExtractor::new(x, n, Duration::from_millis(ms)))
     };
     let rules = RulesExtractor::new(RulesConfig {
         ignore_system: cfg.session.ignore_system,

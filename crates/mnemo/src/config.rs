@@ -280,6 +280,8 @@ impl Default for ExtractionConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct FaultInjectionConfig {
     pub fail_first_attempts: u32,
+    /// Every extraction waits this long first (a slow model).
+    pub delay_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]

@@ -18,5 +18,6 @@ mod mcp;
 mod openapi;
 mod privacy;
 mod real_llm;
+mod replicas;
 mod retrieval;
 mod write_path;
