@@ -157,3 +157,26 @@ impl Extractors {
         self.by_name.iter().find(|(n, _)| n == name).map(|(_, e)| e)
     }
 }
+
+/// How much of the conversations behind a merged event is kept (characters, newest first).
+pub const MERGED_ORIGINAL_CHARS: usize = 8_000;
+
+/// What an event becomes when a near-duplicate `new` is merged into it: the new text wins, what
+/// was said in both sessions stays (the newest `MERGED_ORIGINAL_CHARS`), provenance is the union.
+/// Time, expiry and the vector are the store's to refresh; id, hits and creation time stay.
+pub fn merged_content(
+    old: &crate::model::Event,
+    new: &ExtractedEvent,
+) -> (serde_json::Map<String, serde_json::Value>, Vec<i64>) {
+    let mut sources = old.source_message_ids.clone();
+    sources.extend(new.source_message_ids.iter().filter(|i| !old.source_message_ids.contains(i)));
+    let mut info = new.memory_info.clone();
+    if let (Some(serde_json::Value::String(before)), Some(serde_json::Value::String(now_said))) =
+        (old.memory_info.get("original_messages"), new.memory_info.get("original_messages"))
+    {
+        let both = format!("{before}\n{now_said}");
+        let skip = both.chars().count().saturating_sub(MERGED_ORIGINAL_CHARS);
+        info.insert("original_messages".into(), serde_json::Value::String(both.chars().skip(skip).collect()));
+    }
+    (info, sources)
+}

@@ -67,6 +67,52 @@ fn same_item(a: &str, b: &str) -> bool {
     a.trim().to_lowercase() == b.trim().to_lowercase()
 }
 
+/// Applies an API edit (`profile/update`) to a profile in place: attributes merged (a `null`
+/// removes the key) or replaced; the content follows the attributes unless it was written by hand
+/// or is given. Returns the values the edit replaced or removed (for `keep_history`).
+pub fn apply_patch(p: &mut crate::model::Profile, patch: crate::model::ProfilePatch) -> Vec<(String, Value)> {
+    let auto_content = p.content == describe(&p.attributes);
+    let before = p.attributes.clone();
+    if let Some(attrs) = patch.attributes {
+        if patch.replace_attributes {
+            p.attributes = attrs.into_iter().filter(|(_, v)| !v.is_null()).collect();
+        } else {
+            for (k, v) in attrs {
+                if v.is_null() {
+                    p.attributes.remove(&k);
+                } else {
+                    p.attributes.insert(k, v);
+                }
+            }
+        }
+    }
+    match patch.content {
+        Some(c) => p.content = c,
+        None if auto_content => p.content = describe(&p.attributes),
+        None => {}
+    }
+    before.into_iter().filter(|(k, v)| p.attributes.get(k) != Some(v)).collect()
+}
+
+/// Since when each attribute holds: attributes whose value changed from `before` to `after` hold
+/// since `now`; removed ones are dropped. `since` maps attribute → milliseconds.
+pub fn update_since(since: &mut Map<String, Value>, before: &Map<String, Value>, after: &Map<String, Value>, now: i64) {
+    for (k, v) in after {
+        if before.get(k) != Some(v) {
+            since.insert(k.clone(), now.into());
+        }
+    }
+    since.retain(|k, _| after.contains_key(k));
+}
+
+/// The source sessions a profile remembers (newest last, at most 50).
+pub fn add_source(sources: &mut Vec<String>, session_id: &str) {
+    sources.push(session_id.to_string());
+    if sources.len() > 50 {
+        sources.drain(..sources.len() - 50);
+    }
+}
+
 /// A one-line description of the attributes, used as `content` when no one wrote one.
 pub fn describe(attributes: &Map<String, Value>) -> String {
     attributes

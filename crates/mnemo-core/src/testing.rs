@@ -21,10 +21,10 @@ use std::sync::Arc;
 pub trait StoreHarness: Send + Sync {
     /// Opens the store under test; every call opens the same data (a reopen after a drop).
     async fn open(&self) -> Arc<dyn Store>;
-    /// After a bulk load: lets the store refresh what its query planner knows, as a production
-    /// database would by itself (PostgreSQL: `ANALYZE`, after which a filtered vector search
-    /// is planned through the HNSW index).
-    async fn analyze(&self) {}
+    /// Lets the store do now the housekeeping it would do by itself a little later (PostgreSQL:
+    /// fold the appended BM25 statistics, and `ANALYZE`, after which a filtered vector search
+    /// is planned through the HNSW index). Results must be the same before and after.
+    async fn settle(&self) {}
 }
 
 /// Runs every scenario, in order, each on fresh data from `fresh()`.
@@ -437,13 +437,13 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let reference = Bm25Query::new(&terms, stats, df);
     let qv = embed("kyoto piano", EmbedKind::Query).await;
     let f = EventFilter { user_id: vec!["u0".into()], active_only: true, ..Default::default() };
-    let got = s
-        .search_candidates(c.id, f, CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100 })
-        .await
-        .unwrap();
     let mine: Vec<&String> = docs.iter().filter(|(_, (u, _))| u == "u0").map(|(id, _)| id).collect();
-    assert_eq!(got.len(), mine.len(), "k covers the scope: every one of u0's events is a candidate");
-    for cand in &got {
+    let q = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100 };
+    let before = s.search_candidates(c.id, f.clone(), q.clone()).await.unwrap();
+    h.settle().await;
+    let after = s.search_candidates(c.id, f, q).await.unwrap();
+    assert_eq!(after.len(), mine.len(), "k covers the scope: every one of u0's events is a candidate");
+    for cand in before.iter().chain(&after) {
         let id = &cand.event.id;
         let want_bm25 = reference.score(&analysed[id]);
         let got_bm25 = cand.bm25.unwrap_or(0.0);
@@ -472,7 +472,7 @@ pub async fn a_filtered_search_over_a_large_scope_finds_the_filtered_events(h: &
             rare.push((id, text));
         }
     }
-    h.analyze().await;
+    h.settle().await;
     let probe = &rare[17].1;
     let f = EventFilter { memory_type: vec!["rare".into()], active_only: true, ..Default::default() };
     let q = CandidateQuery { vector: Some(embed(probe, EmbedKind::Query).await), terms: vec![], k: 10 };

@@ -54,7 +54,17 @@ impl PgOptions {
 pub struct PgStore {
     pool: Pool,
     exact_scope: usize,
+    compactor: tokio::task::JoinHandle<()>,
 }
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.compactor.abort();
+    }
+}
+
+/// How often a replica folds the appended BM25 statistics (`compact_stats`).
+const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn bad_schema_name(s: &str) -> bool {
     s.is_empty() || s.len() > 63 || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -85,7 +95,18 @@ impl PgStore {
             .max_size(o.pool.max(2))
             .build()
             .map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))?;
-        let store = Self { pool, exact_scope: o.exact_scope.max(1) };
+        let compactor = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(COMPACT_EVERY).await;
+                    if let Err(e) = compact_stats(&pool).await {
+                        tracing::warn!("compacting BM25 statistics failed: {e}");
+                    }
+                }
+            })
+        };
+        let store = Self { pool, exact_scope: o.exact_scope.max(1), compactor };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::Backend)?;
         for r in c
@@ -98,9 +119,28 @@ impl PgStore {
         Ok(store)
     }
 
+    /// Folds the appended BM25 statistics now (a background task does it every 2 s); returns
+    /// how many term rows were folded, 0 if another replica is compacting.
+    pub async fn compact_stats(&self) -> StoreResult<u64> {
+        compact_stats(&self.pool).await
+    }
+
     async fn client(&self) -> StoreResult<Object> {
         self.pool.get().await.map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))
     }
+}
+
+/// Drops a schema and everything in it (benchmarks and tests start from an empty one).
+pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
+    if bad_schema_name(schema) {
+        return Err(StoreError::Backend(format!("store.schema: {schema:?} is not a plain name")));
+    }
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.map_err(|e| connect_error(url, e))?;
+    let task = tokio::spawn(conn);
+    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.map_err(pg)?;
+    drop(client);
+    let _ = task.await;
+    Ok(())
 }
 
 fn connect_error(url: &str, e: impl std::fmt::Display) -> StoreError {
@@ -162,8 +202,7 @@ impl TermStats {
         if !cids.is_empty() {
             exec(
                 tx,
-                "INSERT INTO term_stats(collection_id, term, df) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])
-                 ON CONFLICT(collection_id, term) DO UPDATE SET df = term_stats.df + excluded.df",
+                "INSERT INTO term_stats_delta(collection_id, term, df) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
                 &[&cids, &terms, &deltas],
             )
             .await?;
@@ -171,15 +210,48 @@ impl TermStats {
         for (cid, (docs, tokens)) in self.docs.into_iter().filter(|(_, d)| *d != (0, 0)) {
             exec(
                 tx,
-                "INSERT INTO collection_stats(collection_id, docs, tokens) VALUES ($1, $2, $3)
-                 ON CONFLICT(collection_id) DO UPDATE SET docs = collection_stats.docs + excluded.docs,
-                     tokens = collection_stats.tokens + excluded.tokens",
+                "INSERT INTO collection_stats_delta(collection_id, docs, tokens) VALUES ($1, $2, $3)",
                 &[&cid, &docs, &tokens],
             )
             .await?;
         }
         Ok(())
     }
+}
+
+/// Key of the advisory lock one compactor at a time holds (across replicas).
+const COMPACT_LOCK: i64 = 0x6d6e_656d_6f02;
+
+/// Folds the appended statistics changes into `term_stats` / `collection_stats`, in one
+/// transaction; a no-op when another replica is compacting.
+async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
+    let mut conn = pool.get().await.map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))?;
+    let tx = begin(&mut conn).await?;
+    let locked: bool = one(&tx, "SELECT pg_try_advisory_xact_lock($1)", &[&COMPACT_LOCK]).await?.get(0);
+    if !locked {
+        return Ok(0);
+    }
+    let n = exec(
+        &tx,
+        "WITH d AS (DELETE FROM term_stats_delta RETURNING collection_id, term, df)
+         INSERT INTO term_stats(collection_id, term, df)
+         SELECT collection_id, term, SUM(df)::bigint FROM d GROUP BY collection_id, term ORDER BY collection_id, term
+         ON CONFLICT(collection_id, term) DO UPDATE SET df = term_stats.df + excluded.df",
+        &[],
+    )
+    .await?;
+    exec(
+        &tx,
+        "WITH d AS (DELETE FROM collection_stats_delta RETURNING collection_id, docs, tokens)
+         INSERT INTO collection_stats(collection_id, docs, tokens)
+         SELECT collection_id, SUM(docs)::bigint, SUM(tokens)::bigint FROM d GROUP BY collection_id ORDER BY collection_id
+         ON CONFLICT(collection_id) DO UPDATE SET docs = collection_stats.docs + excluded.docs,
+             tokens = collection_stats.tokens + excluded.tokens",
+        &[],
+    )
+    .await?;
+    tx.commit().await.map_err(pg)?;
+    Ok(n)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,12 +545,7 @@ async fn record_versions(
             .await?;
         }
     }
-    for (k, v) in after {
-        if before.get(k) != Some(v) {
-            since.insert(k.clone(), now.into());
-        }
-    }
-    since.retain(|k, _| after.contains_key(k));
+    profile::update_since(&mut since, before, after, now);
     Ok(json(&since))
 }
 
@@ -698,7 +765,14 @@ impl Store for PgStore {
     async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
-        for t in ["term_stats", "collection_stats", "hits_daily", "maintenance_runs"] {
+        for t in [
+            "term_stats",
+            "term_stats_delta",
+            "collection_stats",
+            "collection_stats_delta",
+            "hits_daily",
+            "maintenance_runs",
+        ] {
             exec(&tx, &format!("DELETE FROM {t} WHERE collection_id=$1"), &[&id]).await?;
         }
         // Everything else goes with the collection (ON DELETE CASCADE).
@@ -1468,31 +1542,8 @@ impl Store for PgStore {
         let mut p = profile_by_id(&tx, cid, id)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
-        let auto_content = p.content == profile::describe(&p.attributes);
         let before = p.attributes.clone();
-        if let Some(attrs) = patch.attributes {
-            if patch.replace_attributes {
-                p.attributes = attrs.into_iter().filter(|(_, v)| !v.is_null()).collect();
-            } else {
-                for (k, v) in attrs {
-                    if v.is_null() {
-                        p.attributes.remove(&k);
-                    } else {
-                        p.attributes.insert(k, v);
-                    }
-                }
-            }
-        }
-        match patch.content {
-            Some(c) => p.content = c,
-            None if auto_content => p.content = profile::describe(&p.attributes),
-            None => {}
-        }
-        let superseded: Vec<(String, serde_json::Value)> = before
-            .iter()
-            .filter(|(k, v)| p.attributes.get(*k) != Some(*v))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let superseded = profile::apply_patch(&mut p, patch);
         let keep = keeps_history(&tx, cid, &p.profile_type).await?;
         let since = record_versions(&tx, id, keep, &before, &p.attributes, &superseded, None, now).await?;
         exec(
@@ -1552,10 +1603,7 @@ async fn apply_profile_changes(
     if !applied.changed && !created {
         return Ok(());
     }
-    sources.push(session_id.to_string());
-    if sources.len() > 50 {
-        sources.drain(..sources.len() - 50);
-    }
+    profile::add_source(&mut sources, session_id);
     let content = profile::describe(&attrs);
     exec(
         tx,
@@ -1572,9 +1620,6 @@ async fn apply_profile_changes(
     Ok(())
 }
 
-/// How much of the conversations behind a merged event is kept (characters, newest first).
-const MERGED_ORIGINAL_CHARS: usize = 8_000;
-
 /// Refreshes an existing event with a near-duplicate's content (the embedded store's rules).
 async fn merge_event_row(
     tx: &Tx<'_>,
@@ -1588,16 +1633,7 @@ async fn merge_event_row(
     if old.status != "active" {
         return Ok(false);
     }
-    let mut sources = old.source_message_ids.clone();
-    sources.extend(e.source_message_ids.iter().filter(|i| !old.source_message_ids.contains(i)));
-    let mut info = e.memory_info.clone();
-    if let (Some(serde_json::Value::String(before)), Some(serde_json::Value::String(now_said))) =
-        (old.memory_info.get("original_messages"), e.memory_info.get("original_messages"))
-    {
-        let both = format!("{before}\n{now_said}");
-        let skip = both.chars().count().saturating_sub(MERGED_ORIGINAL_CHARS);
-        info.insert("original_messages".into(), serde_json::Value::String(both.chars().skip(skip).collect()));
-    }
+    let (info, sources) = mnemo_core::extract::merged_content(&old, e);
     let old_terms = event_terms(tx, id).await?;
     index_event(tx, stats, cid, id, old_terms.as_deref(), &info, e.embedding.as_deref()).await?;
     exec(

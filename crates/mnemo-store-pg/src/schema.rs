@@ -189,6 +189,21 @@ const MIGRATIONS: &[&str] = &[
         docs BIGINT NOT NULL,
         tokens BIGINT NOT NULL
     );
+    -- Writers only append their changes to these (no row every writer updates, so no lock every
+    -- writer waits for); a compactor folds them into the tables above every few seconds, and
+    -- readers add both. Exact at every snapshot.
+    CREATE TABLE term_stats_delta(
+        collection_id BIGINT NOT NULL,
+        term TEXT NOT NULL,
+        df BIGINT NOT NULL
+    );
+    CREATE INDEX term_stats_delta_term ON term_stats_delta(collection_id, term);
+    CREATE TABLE collection_stats_delta(
+        collection_id BIGINT NOT NULL,
+        docs BIGINT NOT NULL,
+        tokens BIGINT NOT NULL
+    );
+    CREATE INDEX collection_stats_delta_collection ON collection_stats_delta(collection_id);
     "#,
 ];
 

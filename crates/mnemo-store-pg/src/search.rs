@@ -43,8 +43,10 @@ pub async fn candidates(
     let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
     let k = q.k as i64;
 
-    let mut cosine: HashMap<String, f32> = HashMap::new();
-    if let (Some(qv), Some(dim)) = (&qv, dim) {
+    // The vector and the full-text queries go out together: tokio-postgres pipelines queries
+    // issued concurrently on one connection, so the search costs fewer round trips.
+    let vector = async {
+        let (Some(qv), Some(dim)) = (&qv, dim) else { return Ok(HashMap::new()) };
         let rows = if small {
             let ids: Vec<&String> = scope.iter().map(|(id, _)| id).collect();
             query(
@@ -72,30 +74,52 @@ pub async fn candidates(
             )
             .await?
         };
-        cosine = rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, f32>(1))).collect();
-    }
-
-    let mut bm25: HashMap<String, f64> = HashMap::new();
-    if !q.terms.is_empty() {
-        let stats = opt(tx, "SELECT docs, tokens FROM collection_stats WHERE collection_id=$1", &[&cid])
-            .await?
-            .map(|r| CorpusStats { docs: r.get::<_, i64>(0).max(0) as u64, tokens: r.get::<_, i64>(1).max(0) as u64 })
-            .unwrap_or_default();
+        Ok::<_, StoreError>(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, f32>(1))).collect::<HashMap<_, _>>())
+    };
+    let text = async {
+        if q.terms.is_empty() {
+            return Ok(HashMap::new());
+        }
         let tokens: Vec<String> = {
             let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
             t.sort();
             t.dedup();
             t
         };
-        let df: HashMap<String, u64> =
-            query(tx, "SELECT term, df FROM term_stats WHERE collection_id=$1 AND term = ANY($2)", &[&cid, &tokens])
-                .await?
-                .iter()
-                .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
-                .collect();
-        let docs: Vec<(String, Option<String>)> = if small {
-            scope
-        } else {
+        // Folded statistics plus the changes appended since the last compaction.
+        let stats = async {
+            let r = one(
+                tx,
+                "SELECT COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
+                     SELECT docs, tokens FROM collection_stats WHERE collection_id=$1
+                     UNION ALL SELECT docs, tokens FROM collection_stats_delta WHERE collection_id=$1) s",
+                &[&cid],
+            )
+            .await?;
+            Ok::<_, StoreError>(CorpusStats {
+                docs: r.get::<_, i64>(0).max(0) as u64,
+                tokens: r.get::<_, i64>(1).max(0) as u64,
+            })
+        };
+        let df = async {
+            let rows = query(
+                tx,
+                "SELECT term, SUM(df)::bigint FROM (
+                     SELECT term, df FROM term_stats WHERE collection_id=$1 AND term = ANY($2)
+                     UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id=$1 AND term = ANY($2)) s GROUP BY term",
+                &[&cid, &tokens],
+            )
+            .await?;
+            Ok::<_, StoreError>(
+                rows.iter()
+                    .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
+                    .collect::<HashMap<_, _>>(),
+            )
+        };
+        let docs = async {
+            if small {
+                return Ok(scope.clone());
+            }
             // Any document holding one of the query's tokens (a superset of BM25's matches).
             let tsquery = tokens
                 .iter()
@@ -105,30 +129,27 @@ pub async fn candidates(
             let (where_sql, mut a) = event_filter(cid, f);
             let tq = a.push(tsquery);
             let lim = a.push(LARGE_SCOPE_TEXT_MATCHES);
-            query(
-                tx,
-                &format!(
-                    "SELECT id, terms FROM events WHERE {where_sql} AND terms_tsv @@ ({tq}::text)::tsquery LIMIT {lim}"
-                ),
-                &a.refs(),
+            let sql = format!(
+                "SELECT id, terms FROM events WHERE {where_sql} AND terms_tsv @@ ({tq}::text)::tsquery LIMIT {lim}"
+            );
+            Ok::<_, StoreError>(
+                query(tx, &sql, &a.refs()).await?.iter().map(|r| (r.get(0), r.get(1))).collect::<Vec<_>>(),
             )
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect()
         };
-        let query_scorer = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
+        let (stats, df, docs) = tokio::try_join!(stats, df, docs)?;
+        let scorer = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
         let mut scored: Vec<(f64, String)> = docs
             .into_iter()
             .filter_map(|(id, terms)| {
-                let s = query_scorer.score(terms.as_deref()?);
+                let s = scorer.score(terms.as_deref()?);
                 (s > 0.0).then_some((s, id))
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         scored.truncate(q.k);
-        bm25 = scored.into_iter().map(|(s, id)| (id, s)).collect();
-    }
+        Ok(scored.into_iter().map(|(s, id)| (id, s)).collect::<HashMap<_, _>>())
+    };
+    let (cosine, bm25) = tokio::try_join!(vector, text)?;
     load_candidates(tx, cosine, bm25, qv.as_ref(), dim).await
 }
 
@@ -146,21 +167,26 @@ async fn load_candidates(
     if ids.is_empty() {
         return Ok(vec![]);
     }
-    if let (Some(qv), Some(dim)) = (qv, dim) {
-        let missing: Vec<&String> = ids.iter().filter(|id| !cosine.contains_key(*id)).collect();
-        if !missing.is_empty() {
-            for r in query(
-                tx,
-                "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
-                &[qv, &missing, &dim],
-            )
-            .await?
-            {
-                cosine.insert(r.get(0), r.get(1));
+    let missing: Vec<&String> = ids.iter().filter(|id| !cosine.contains_key(*id)).collect();
+    let fill =
+        async {
+            match (qv, dim) {
+                (Some(qv), Some(dim)) if !missing.is_empty() => query(
+                    tx,
+                    "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
+                    &[qv, &missing, &dim],
+                )
+                .await,
+                _ => Ok(vec![]),
             }
-        }
+        };
+    let sql = format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id");
+    let args: [P<'_>; 1] = [&ids];
+    let load = query(tx, &sql, &args);
+    let (filled, rows) = tokio::try_join!(fill, load)?;
+    for r in filled {
+        cosine.insert(r.get(0), r.get(1));
     }
-    let rows = query(tx, &format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id"), &[&ids]).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let event = event(&r)?;

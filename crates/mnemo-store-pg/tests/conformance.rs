@@ -25,7 +25,9 @@ impl StoreHarness for PgHarness {
         Arc::new(PgStore::connect(o).await.expect("connect to MNEMO_TEST_DATABASE_URL"))
     }
 
-    async fn analyze(&self) {
+    async fn settle(&self) {
+        let o = PgOptions { schema: Some(self.schema.clone()), ..PgOptions::new(&self.url) };
+        PgStore::connect(o).await.unwrap().compact_stats().await.unwrap();
         let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
         client.batch_execute(&format!("ANALYZE {0}.events, {0}.event_vectors", self.schema)).await.unwrap();

@@ -441,12 +441,7 @@ fn record_versions(
             ins.execute(params![profile_id, attr, json(old), from, now, session_id]).map_err(backend)?;
         }
     }
-    for (k, v) in after {
-        if before.get(k) != Some(v) {
-            since.insert(k.clone(), now.into());
-        }
-    }
-    since.retain(|k, _| after.contains_key(k));
+    profile::update_since(&mut since, before, after, now);
     Ok(json(&since))
 }
 
@@ -1532,31 +1527,8 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 let mut p = profile_by_id(conn, cid, &id)?
                     .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
-                let auto_content = p.content == profile::describe(&p.attributes);
                 let before = p.attributes.clone();
-                if let Some(attrs) = patch.attributes {
-                    if patch.replace_attributes {
-                        p.attributes = attrs.into_iter().filter(|(_, v)| !v.is_null()).collect();
-                    } else {
-                        for (k, v) in attrs {
-                            if v.is_null() {
-                                p.attributes.remove(&k);
-                            } else {
-                                p.attributes.insert(k, v);
-                            }
-                        }
-                    }
-                }
-                match patch.content {
-                    Some(c) => p.content = c,
-                    None if auto_content => p.content = profile::describe(&p.attributes),
-                    None => {}
-                }
-                let superseded: Vec<(String, serde_json::Value)> = before
-                    .iter()
-                    .filter(|(k, v)| p.attributes.get(*k) != Some(*v))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                let superseded = profile::apply_patch(&mut p, patch);
                 let keep = keeps_history(conn, cid, &p.profile_type)?;
                 let since = record_versions(
                     conn,
@@ -1636,10 +1608,7 @@ fn apply_profile_changes(
     if !applied.changed && !created {
         return Ok(());
     }
-    sources.push(session_id.to_string());
-    if sources.len() > 50 {
-        sources.drain(..sources.len() - 50);
-    }
+    profile::add_source(&mut sources, session_id);
     let content = profile::describe(&attrs);
     conn.execute(
         "INSERT INTO profiles(id, collection_id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at)
@@ -1662,9 +1631,6 @@ fn apply_profile_changes(
     Ok(())
 }
 
-/// How much of the conversations behind a merged event is kept (characters, newest first).
-const MERGED_ORIGINAL_CHARS: usize = 8_000;
-
 /// Refreshes an existing event with a near-duplicate's content: text, time (the later one),
 /// provenance and vector change; hits, id and creation time stay. Returns false (and changes
 /// nothing) if the target is gone or no longer active, so the caller inserts instead.
@@ -1679,17 +1645,7 @@ fn merge_event_row(
     if old.status != "active" {
         return Ok(false);
     }
-    let mut sources = old.source_message_ids.clone();
-    sources.extend(e.source_message_ids.iter().filter(|i| !old.source_message_ids.contains(i)));
-    // The new text wins; what was said stays searchable from both sessions (newest kept if long).
-    let mut info = e.memory_info.clone();
-    if let (Some(serde_json::Value::String(before)), Some(serde_json::Value::String(now_said))) =
-        (old.memory_info.get("original_messages"), e.memory_info.get("original_messages"))
-    {
-        let both = format!("{before}\n{now_said}");
-        let skip = both.chars().count().saturating_sub(MERGED_ORIGINAL_CHARS);
-        info.insert("original_messages".into(), serde_json::Value::String(both.chars().skip(skip).collect()));
-    }
+    let (info, sources) = mnemo_core::extract::merged_content(&old, e);
     let rowid: i64 = conn.query_row("SELECT rowid FROM events WHERE id=?1", [id], |r| r.get(0)).map_err(backend)?;
     index_event(conn, cid, id, rowid, &info, e.embedding.as_deref())?;
     conn.execute(

@@ -176,7 +176,11 @@ fn extractors(cfg: &Config) -> Result<Extractors> {
             return x;
         }
         let (n, ms) = (f.fail_first_attempts, f.delay_ms);
-        tracing::warn!(n, ms, "fault injection is on: the first {n} extraction attempts fail, each takes {ms} ms longer");
+        tracing::warn!(
+            n,
+            ms,
+            "fault injection is on: the first {n} extraction attempts fail, each takes {ms} ms longer"
+        );
         Arc::new(FaultInjectingExtractor::new(x, n, Duration::from_millis(ms)))
     };
     let rules = RulesExtractor::new(RulesConfig {

@@ -31,7 +31,7 @@ pub struct Figures {
 /// directory (kept alive by the returned guards until they are dropped or shut down).
 pub async fn target(
     url: Option<&str>,
-    mut cfg: crate::config::Config,
+    cfg: &mut crate::config::Config,
 ) -> Result<(String, Option<crate::app::Running>, Option<tempfile::TempDir>)> {
     if let Some(u) = url {
         return Ok((u.trim_end_matches('/').to_string(), None, None));
@@ -39,8 +39,55 @@ pub async fn target(
     let dir = tempfile::tempdir().context("temp dir")?;
     cfg.store.path = dir.path().to_path_buf();
     cfg.server.max_in_flight = 100_000;
-    let r = crate::app::start(&cfg, "127.0.0.1:0".parse()?).await?;
+    let r = crate::app::start(cfg, "127.0.0.1:0".parse()?).await?;
     Ok((format!("http://{}", r.addr), Some(r), Some(dir)))
+}
+
+/// Which stores a benchmark runs on, side by side in one process.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Stores {
+    /// `sqlite`, `postgres`, or both (`sqlite,postgres`).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite")]
+    pub stores: Vec<String>,
+    /// The PostgreSQL database for `postgres` (default: `store.url`).
+    #[arg(long, env = "MNEMO_TEST_DATABASE_URL")]
+    pub pg_url: Option<String>,
+}
+
+impl Stores {
+    /// Points `cfg` at a fresh, empty store of kind `store` (`tag` names its schema / directory);
+    /// returns the environment a `mnemo serve` child needs to open the same store.
+    pub async fn prepare(
+        &self,
+        store: &str,
+        tag: &str,
+        cfg: &mut crate::config::Config,
+    ) -> Result<Vec<(String, String)>> {
+        match store {
+            "sqlite" => {
+                cfg.store.engine = "sqlite".into();
+                Ok(vec![])
+            }
+            "postgres" => {
+                let url = self.pg_url.clone().or_else(|| cfg.store.url.clone()).context(
+                    "--stores postgres needs --pg-url or MNEMO_TEST_DATABASE_URL (eval \"$(./scripts/setup-postgres)\")",
+                )?;
+                let schema = format!("bench_{tag}");
+                if std::env::var_os("MNEMO_BENCH_KEEP").is_none() {
+                    mnemo_store_pg::drop_schema(&url, &schema).await?;
+                }
+                cfg.store.engine = "postgres".into();
+                cfg.store.url = Some(url.clone());
+                cfg.store.schema = Some(schema.clone());
+                Ok(vec![
+                    ("MNEMO_STORE__ENGINE".into(), "postgres".into()),
+                    ("MNEMO_STORE__URL".into(), url),
+                    ("MNEMO_STORE__SCHEMA".into(), schema),
+                ])
+            }
+            other => anyhow::bail!("--stores: must be sqlite or postgres, got {other:?}"),
+        }
+    }
 }
 
 /// A small deterministic generator for synthetic benchmark data.
@@ -161,17 +208,46 @@ async fn drive(
     }
 }
 
-pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
+/// One store after the other, the same load, a summary row each.
+pub async fn run(b: WriteBench, stores: Stores, mut cfg: crate::config::Config) -> Result<()> {
+    let mut rows = Vec::new();
+    for store in if b.url.is_some() { vec!["(server)".to_string()] } else { stores.stores.clone() } {
+        if b.url.is_none() {
+            stores.prepare(&store, "write", &mut cfg).await?;
+        }
+        let (hz, wr) = run_one(&b, &store, &mut cfg).await?;
+        rows.push(format!(
+            "| {store} | {:.0} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2}× |",
+            hz.per_sec,
+            hz.p50_ms,
+            hz.p99_ms,
+            wr.per_sec,
+            wr.p50_ms,
+            wr.p99_ms,
+            wr.per_sec / hz.per_sec
+        ));
+    }
+    println!(
+        "\n| store | GET /healthz req/s | p50 / p99 ms | streaming_write msg/s | p50 / p99 ms | write/baseline throughput |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        println!("{r}");
+    }
+    Ok(())
+}
+
+async fn run_one(b: &WriteBench, store: &str, cfg: &mut crate::config::Config) -> Result<(Figures, Figures)> {
     let (base, running, _tmp) = target(b.url.as_deref(), cfg).await?;
     let client = reqwest::Client::builder().pool_max_idle_per_host(b.concurrency * 2).build()?;
     let dur = Duration::from_secs(b.seconds);
     println!(
-        "write benchmark: {} clients, {} s per run, {} runs, a session closes every {} messages, server {}",
+        "write benchmark on {store}: {} clients, {} s per run, {} runs, a session closes every {} messages, server {}",
         b.concurrency,
         b.seconds,
         b.runs,
         b.message_count,
-        if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
+        if b.url.is_some() { base.as_str() } else { "in-process" }
     );
     // Warm-up: connections, tokenizer, SQLite caches.
     drive(&client, &base, b.key.as_deref(), b.concurrency, Duration::from_secs(1), true, 999, b.message_count).await;
@@ -210,5 +286,10 @@ pub async fn run(b: WriteBench, cfg: crate::config::Config) -> Result<()> {
     if let Some(r) = running {
         r.shutdown().await;
     }
-    Ok(())
+    let pick = |v: &[Figures]| -> Figures {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
+        v[v.len() / 2].clone()
+    };
+    Ok((pick(&hz), pick(&wr)))
 }

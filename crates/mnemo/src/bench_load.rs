@@ -49,8 +49,8 @@ fn rss_kib(pid: Option<u32>) -> Option<u64> {
     s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
 }
 
-pub async fn run(b: LoadBench, cfg: crate::config::Config) -> Result<()> {
-    let (base, running, _tmp) = crate::bench::target(b.url.as_deref(), cfg).await?;
+pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
+    let (base, running, _tmp) = crate::bench::target(b.url.as_deref(), &mut cfg).await?;
     let rss_pid = if b.url.is_some() { b.pid } else { None };
     let can_sample = b.url.is_none() || b.pid.is_some();
     println!(

@@ -7,7 +7,8 @@
 //! precomputed vector (no embedding) — and `get_context`; 300 queries each over random users.
 //! Baseline in the same run: the query embedding alone. Finally `mnemo serve` is started on the
 //! data directory as a separate process: cold start (spawn → first search answered) and its RSS
-//! after 200 searches.
+//! after 200 searches. `--stores sqlite,postgres` runs every size on both stores, one after the
+//! other in the same process, for a side-by-side table.
 
 use crate::bench::{Rng, WORDS, percentile, synthetic_event};
 use crate::config::Config;
@@ -39,7 +40,8 @@ fn p50_p95(mut v: Vec<f64>) -> (f64, f64) {
     (percentile(&v, 0.5), percentile(&v, 0.95))
 }
 
-async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Result<CollectionId> {
+/// Writes the events; returns the collection and the ingest rate (events/s).
+async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Result<(CollectionId, f64)> {
     let c = store
         .ensure_collection(NewCollection {
             project_name: "default".into(),
@@ -51,6 +53,12 @@ async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Res
             created_at: 0,
         })
         .await?;
+    let have = store.stats().await?.events as usize;
+    if have >= n {
+        // MNEMO_BENCH_KEEP: the data of an earlier run is measured again.
+        println!("  ingest: skipped, the store already holds {have} events");
+        return Ok((c.id, f64::NAN));
+    }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ n as u64);
     let centres: Vec<Vec<f32>> = (0..64).map(|_| (0..512).map(|_| rng.f()).collect()).collect();
     let mut pending = Vec::new();
@@ -75,12 +83,9 @@ async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Res
     for p in pending {
         p.await??;
     }
-    println!(
-        "  ingest: {n} events in {:.1} s ({:.0} events/s)",
-        t0.elapsed().as_secs_f64(),
-        n as f64 / t0.elapsed().as_secs_f64()
-    );
-    Ok(c.id)
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    println!("  ingest: {n} events in {:.1} s ({rate:.0} events/s)", t0.elapsed().as_secs_f64());
+    Ok((c.id, rate))
 }
 
 fn dir_bytes(dir: &std::path::Path) -> u64 {
@@ -89,13 +94,15 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// `mnemo serve` on the data directory as its own process: (ms to first answered search, RSS MB after 200 searches, peak RSS MB).
-async fn cold_start(data: &std::path::Path, users: usize) -> Result<(f64, f64, f64)> {
+/// `mnemo serve` on the data directory (or the store `env` names) as its own process: (ms to
+/// first answered search, RSS MB after 200 searches, peak RSS MB).
+async fn cold_start(data: &std::path::Path, env: &[(String, String)], users: usize) -> Result<(f64, f64, f64)> {
     let exe = std::env::current_exe()?;
     let t0 = Instant::now();
     let mut child = std::process::Command::new(exe)
         .args(["serve", "--bind", "127.0.0.1:0", "--data"])
         .arg(data)
+        .envs(env.iter().cloned())
         .env("MNEMO_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -131,93 +138,104 @@ async fn cold_start(data: &std::path::Path, users: usize) -> Result<(f64, f64, f
     Ok((cold, rss, hwm))
 }
 
-pub async fn run(sizes: &[usize], users: usize, mut cfg: Config) -> Result<()> {
+pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mut cfg: Config) -> Result<()> {
     println!(
-        "scale benchmark: N events over {users} users (N/{users} per user), 512-d vectors, 300 queries per measure, k = 10"
+        "scale benchmark: N events over {users} users (N/{users} per user), 512-d vectors, 300 queries per measure, k = 10, stores {:?}",
+        stores.stores
     );
     let embedder = crate::app::build_embedder(&cfg)?;
     let mut rows = Vec::new();
     for &n in sizes {
-        println!("N = {n}:");
-        let dir = tempfile::tempdir()?;
-        cfg.store.path = match std::env::var_os("MNEMO_BENCH_KEEP") {
-            Some(keep) => std::path::PathBuf::from(keep).join(n.to_string()), // kept for inspection
-            None => dir.path().to_path_buf(),
-        };
-        let service = crate::app::build_service_with(&cfg, Arc::new(SystemClock), embedder.clone()).await?;
-        fill(service.store().clone(), n, users, embedder.model_id()).await?;
-        service.check_embedding_model().await?;
-        let target = Target { project: "default".into(), collection: "scale".into() };
-        let mut rng = Rng(42);
-        let (mut embed_only, mut with_embed, mut no_embed, mut ctx) = (vec![], vec![], vec![], vec![]);
-        let c = service.collection_for_read(&target).await?;
-        for i in 0..300 {
-            let user = format!("user-{}", rng.next() as usize % users);
-            let q = QUERIES[i % QUERIES.len()];
-            let t = Instant::now();
-            let qv = embedder.embed(&[q.to_string()], EmbedKind::Query).await?.pop().context("vector")?;
-            embed_only.push(ms(t));
-            let req = EventSearch::new(
-                target.clone(),
-                Some(q.to_string()),
-                EventFilter { user_id: vec![user.clone()], ..Default::default() },
-                10,
+        for store in &stores.stores {
+            println!("N = {n}, store {store}:");
+            let env = stores.prepare(store, &n.to_string(), &mut cfg).await?;
+            let dir = tempfile::tempdir()?;
+            cfg.store.path = match std::env::var_os("MNEMO_BENCH_KEEP") {
+                Some(keep) => std::path::PathBuf::from(keep).join(n.to_string()), // kept for inspection
+                None => dir.path().to_path_buf(),
+            };
+            let service = crate::app::build_service_with(&cfg, Arc::new(SystemClock), embedder.clone()).await?;
+            let ingest = fill(service.store().clone(), n, users, embedder.model_id()).await?.1;
+            service.check_embedding_model().await?;
+            let target = Target { project: "default".into(), collection: "scale".into() };
+            let mut rng = Rng(42);
+            let (mut embed_only, mut with_embed, mut no_embed, mut ctx) = (vec![], vec![], vec![], vec![]);
+            let c = service.collection_for_read(&target).await?;
+            for i in 0..300 {
+                let user = format!("user-{}", rng.next() as usize % users);
+                let q = QUERIES[i % QUERIES.len()];
+                let t = Instant::now();
+                let qv = embedder.embed(&[q.to_string()], EmbedKind::Query).await?.pop().context("vector")?;
+                embed_only.push(ms(t));
+                let req = EventSearch::new(
+                    target.clone(),
+                    Some(q.to_string()),
+                    EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                    10,
+                );
+                let t = Instant::now();
+                service.search_events(req).await?;
+                with_embed.push(ms(t));
+                let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
+                let terms = mnemo_core::text::search_tokens(q);
+                let t = Instant::now();
+                service
+                    .store()
+                    .search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 })
+                    .await?;
+                no_embed.push(ms(t));
+                let t = Instant::now();
+                service
+                    .get_context(ContextRequest {
+                        target: target.clone(),
+                        conversation_id: format!("conv-{user}"),
+                        query: Some(q.to_string()),
+                        event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                        event_limit: 5,
+                        decay: TimeDecay::NONE,
+                        similarity_threshold: None,
+                        profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
+                        profile_limit: 1,
+                        max_tokens: 1200,
+                        include: Include::default(),
+                        locale: None,
+                    })
+                    .await?;
+                ctx.push(ms(t));
+            }
+            let _ = service.flush_hits().await;
+            let bytes = match store.as_str() {
+                "postgres" => service.store().stats().await?.bytes,
+                _ => dir_bytes(&cfg.store.path),
+            };
+            drop(service);
+            let (cold, rss, hwm) = cold_start(&cfg.store.path, &env, users).await?;
+            let (e, w, s, x) = (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx));
+            let row = format!(
+                "| {store} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
+                n as f64 / users as f64,
+                ingest,
+                e.0,
+                e.1,
+                s.0,
+                s.1,
+                w.0,
+                w.1,
+                x.0,
+                x.1,
+                cold,
+                rss,
+                hwm,
+                bytes as f64 / 1e6
             );
-            let t = Instant::now();
-            service.search_events(req).await?;
-            with_embed.push(ms(t));
-            let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
-            let terms = mnemo_core::text::search_tokens(q);
-            let t = Instant::now();
-            service.store().search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 }).await?;
-            no_embed.push(ms(t));
-            let t = Instant::now();
-            service
-                .get_context(ContextRequest {
-                    target: target.clone(),
-                    conversation_id: format!("conv-{user}"),
-                    query: Some(q.to_string()),
-                    event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
-                    event_limit: 5,
-                    decay: TimeDecay::NONE,
-                    similarity_threshold: None,
-                    profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
-                    profile_limit: 1,
-                    max_tokens: 1200,
-                    include: Include::default(),
-                    locale: None,
-                })
-                .await?;
-            ctx.push(ms(t));
+            println!("{row}");
+            rows.push(row);
         }
-        let _ = service.flush_hits().await;
-        drop(service);
-        let bytes = dir_bytes(&cfg.store.path);
-        let (cold, rss, hwm) = cold_start(&cfg.store.path, users).await?;
-        let (e, w, s, x) = (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx));
-        let row = format!(
-            "| {n} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
-            n as f64 / users as f64,
-            e.0,
-            e.1,
-            s.0,
-            s.1,
-            w.0,
-            w.1,
-            x.0,
-            x.1,
-            cold,
-            rss,
-            hwm,
-            bytes as f64 / 1e6
-        );
-        println!("{row}");
-        rows.push(row);
     }
     println!(
-        "\n| events | per user | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | cold start to first search | serve RSS after 200 searches / peak | data on disk |"
+        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | cold start to first search | serve RSS after 200 searches / peak | data on disk |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         println!("{r}");
     }

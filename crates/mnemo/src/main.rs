@@ -199,6 +199,8 @@ enum BenchCommand {
         sizes: Vec<usize>,
         #[arg(long, default_value_t = 1000)]
         users: usize,
+        #[command(flatten)]
+        stores: bench::Stores,
     },
     /// Load / soak: a mix of writes, get_context and searches from many clients; throughput,
     /// p50/p99 per endpoint, errors, RSS over time.
@@ -240,6 +242,8 @@ enum BenchCommand {
         /// use a huge value to measure the write path alone.
         #[arg(long, default_value_t = 20)]
         message_count: u64,
+        #[command(flatten)]
+        stores: bench::Stores,
     },
 }
 
@@ -330,22 +334,24 @@ fn main() -> Result<()> {
                 cfg,
             ))
         }
-        Command::Bench { which: BenchCommand::Scale { sizes, users } } => {
-            rt.block_on(bench_scale::run(&sizes, users.max(1), cfg))
+        Command::Bench { which: BenchCommand::Scale { sizes, users, stores } } => {
+            rt.block_on(bench_scale::run(&sizes, users.max(1), stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),
-        Command::Bench { which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count } } => rt
-            .block_on(bench::run(
-                bench::WriteBench {
-                    url,
-                    key,
-                    concurrency: concurrency.max(1),
-                    seconds: seconds.max(1),
-                    runs: runs.max(1),
-                    message_count: message_count.clamp(1, 100_000),
-                },
-                cfg,
-            )),
+        Command::Bench {
+            which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count, stores },
+        } => rt.block_on(bench::run(
+            bench::WriteBench {
+                url,
+                key,
+                concurrency: concurrency.max(1),
+                seconds: seconds.max(1),
+                runs: runs.max(1),
+                message_count: message_count.clamp(1, 100_000),
+            },
+            stores,
+            cfg,
+        )),
     }
 }

@@ -33,7 +33,13 @@ async fn replicas_share_the_work_and_survive_a_sigkill_mid_job() {
     let idle = json!({"message_count": 100, "wait_timeout": 1});
     for i in 0..IDLE_CONVERSATIONS {
         let s = &replicas[i % 3];
-        s.write(&format!("idle{i}"), msgs(&[("user", &format!("idle note {i} about gardening")), ("assistant", "ok")]), idle.clone(), "u").await;
+        s.write(
+            &format!("idle{i}"),
+            msgs(&[("user", &format!("idle note {i} about gardening")), ("assistant", "ok")]),
+            idle.clone(),
+            "u",
+        )
+        .await;
     }
 
     // Triggered conversations: four messages each, sent one by one to rotating replicas, each
