@@ -49,7 +49,7 @@ async fn replicas_share_the_work_and_survive_a_sigkill_mid_job() {
         let body = json!({
             "collection_name": "c", "conversation_id": conv, "extract_trigger": trigger,
             "metadata": {"user_id": "u"},
-            "messages": [{"role": if turn % 2 == 0 {"user"} else {"assistant"},
+            "messages": [{"role": if turn.is_multiple_of(2) {"user"} else {"assistant"},
                           "content": format!("conversation {i} turn {turn}: the user keeps bees number {i}"),
                           "idempotency_key": format!("c{i}-t{turn}")}],
         });
