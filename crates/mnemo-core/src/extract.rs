@@ -180,3 +180,33 @@ pub fn merged_content(
     }
     (info, sources)
 }
+
+impl ExtractedEvent {
+    /// The event to store for this extraction of `session` (its subjects and scope come from the
+    /// conversation's metadata).
+    pub fn to_new_event(
+        &self,
+        collection_id: crate::model::CollectionId,
+        meta: &crate::model::ConversationMeta,
+        session: &crate::model::SessionSummary,
+        now: crate::model::Millis,
+    ) -> crate::model::NewEvent {
+        crate::model::NewEvent {
+            collection_id,
+            memory_type: self.memory_type.clone(),
+            user_id: meta.user_id.iter().cloned().collect(),
+            assistant_id: meta.assistant_id.iter().cloned().collect(),
+            group_id: meta.group_id.clone(),
+            session_id: Some(session.session_id.clone()),
+            conversation_id: Some(session.conversation_id.clone()),
+            scope: meta.scope.clone(),
+            class: self.class.clone().unwrap_or_else(|| "conclusion".into()),
+            time: self.time,
+            memory_info: self.memory_info.clone(),
+            source_message_ids: self.source_message_ids.clone(),
+            embedding: self.embedding.clone(),
+            expires_at: self.expires_at,
+            now,
+        }
+    }
+}

@@ -568,6 +568,33 @@ pub struct EventPatch {
     pub status: Option<String>,
 }
 
+impl EventPatch {
+    /// Applies the patch to `e` (memory_info keys merged). Returns whether the text changed — then
+    /// the store re-indexes it — and the new vector, if one came with it.
+    pub fn apply(self, e: &mut Event) -> (bool, Option<Vec<f32>>) {
+        let text_changed = self.memory_info.is_some();
+        for (k, v) in self.memory_info.into_iter().flatten() {
+            e.memory_info.insert(k, v);
+        }
+        if let Some(t) = self.time {
+            e.time = t;
+        }
+        if let Some(g) = self.group_id {
+            e.group_id = g;
+        }
+        if let Some(s) = self.scope {
+            e.scope = s;
+        }
+        if let Some(c) = self.class {
+            e.class = c;
+        }
+        if let Some(s) = self.status {
+            e.status = s;
+        }
+        (text_changed, self.embedding)
+    }
+}
+
 /// A filter over events; empty lists mean "any".
 #[derive(Clone, Debug, Default)]
 pub struct EventFilter {

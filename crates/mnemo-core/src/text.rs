@@ -76,6 +76,25 @@ pub struct Bm25Query {
 }
 
 impl Bm25Query {
+    /// The `k` best-scoring documents (id, analysed terms) with a score above 0, best first (ties
+    /// by id), as id → score.
+    pub fn top_k(
+        &self,
+        docs: impl IntoIterator<Item = (String, Option<String>)>,
+        k: usize,
+    ) -> std::collections::HashMap<String, f64> {
+        let mut scored: Vec<(f64, String)> = docs
+            .into_iter()
+            .filter_map(|(id, terms)| {
+                let s = self.score(terms.as_deref()?);
+                (s > 0.0).then_some((s, id))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        scored.truncate(k);
+        scored.into_iter().map(|(s, id)| (id, s)).collect()
+    }
+
     pub fn new(query: &[String], stats: CorpusStats, df: impl Fn(&str) -> u64) -> Self {
         let docs = stats.docs.max(1) as f64;
         let phrases = query

@@ -1027,23 +1027,7 @@ impl Store for PgStore {
                 ids.push(target.clone());
                 continue;
             }
-            let new = NewEvent {
-                collection_id: cid,
-                memory_type: e.memory_type.clone(),
-                user_id: meta.user_id.iter().cloned().collect(),
-                assistant_id: meta.assistant_id.iter().cloned().collect(),
-                group_id: meta.group_id.clone(),
-                session_id: Some(session.session_id.clone()),
-                conversation_id: Some(session.conversation_id.clone()),
-                scope: meta.scope.clone(),
-                class: e.class.clone().unwrap_or_else(|| "conclusion".into()),
-                time: e.time,
-                memory_info: e.memory_info.clone(),
-                source_message_ids: e.source_message_ids.clone(),
-                embedding: e.embedding.clone(),
-                expires_at: e.expires_at,
-                now,
-            };
+            let new = e.to_new_event(cid, &meta, &session, now);
             let id = insert_event_row(&tx, &mut stats, &new).await?;
             if let Some(old) = &e.supersedes {
                 exec(
@@ -1197,27 +1181,10 @@ impl Store for PgStore {
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
         let mut stats = TermStats::default();
-        if let Some(info) = patch.memory_info {
-            for (k, v) in info {
-                e.memory_info.insert(k, v);
-            }
+        let (text_changed, vector) = patch.apply(&mut e);
+        if text_changed {
             let old = event_terms(&tx, id).await?;
-            index_event(&tx, &mut stats, cid, id, old.as_deref(), &e.memory_info, patch.embedding.as_deref()).await?;
-        }
-        if let Some(t) = patch.time {
-            e.time = t;
-        }
-        if let Some(g) = patch.group_id {
-            e.group_id = g;
-        }
-        if let Some(s) = patch.scope {
-            e.scope = s;
-        }
-        if let Some(c) = patch.class {
-            e.class = c;
-        }
-        if let Some(s) = patch.status {
-            e.status = s;
+            index_event(&tx, &mut stats, cid, id, old.as_deref(), &e.memory_info, vector.as_deref()).await?;
         }
         exec(
             &tx,

@@ -137,17 +137,7 @@ pub async fn candidates(
             )
         };
         let (stats, df, docs) = tokio::try_join!(stats, df, docs)?;
-        let scorer = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
-        let mut scored: Vec<(f64, String)> = docs
-            .into_iter()
-            .filter_map(|(id, terms)| {
-                let s = scorer.score(terms.as_deref()?);
-                (s > 0.0).then_some((s, id))
-            })
-            .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        scored.truncate(q.k);
-        Ok(scored.into_iter().map(|(s, id)| (id, s)).collect::<HashMap<_, _>>())
+        Ok(Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
     };
     let (cosine, bm25) = tokio::try_join!(vector, text)?;
     load_candidates(tx, cosine, bm25, qv.as_ref(), dim).await

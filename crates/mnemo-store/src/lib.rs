@@ -1026,26 +1026,7 @@ impl Store for SqliteStore {
                         ids.push(target.clone());
                         continue;
                     }
-                    let id = insert_event_row(
-                        conn,
-                        &NewEvent {
-                            collection_id: cid,
-                            memory_type: e.memory_type.clone(),
-                            user_id: meta.user_id.iter().cloned().collect(),
-                            assistant_id: meta.assistant_id.iter().cloned().collect(),
-                            group_id: meta.group_id.clone(),
-                            session_id: Some(session.session_id.clone()),
-                            conversation_id: Some(session.conversation_id.clone()),
-                            scope: meta.scope.clone(),
-                            class: e.class.clone().unwrap_or_else(|| "conclusion".into()),
-                            time: e.time,
-                            memory_info: e.memory_info.clone(),
-                            source_message_ids: e.source_message_ids.clone(),
-                            embedding: e.embedding.clone(),
-                            expires_at: e.expires_at,
-                            now,
-                        },
-                    )?;
+                    let id = insert_event_row(conn, &e.to_new_event(cid, &meta, &session, now))?;
                     if let Some(old) = &e.supersedes {
                         conn.execute(
                             "UPDATE events SET status='superseded', superseded_by=?3, updated_at=?4
@@ -1205,28 +1186,11 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let mut e = event_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
-                if let Some(info) = patch.memory_info {
-                    for (k, v) in info {
-                        e.memory_info.insert(k, v);
-                    }
+                let (text_changed, vector) = patch.apply(&mut e);
+                if text_changed {
                     let rowid: i64 =
                         conn.query_row("SELECT rowid FROM events WHERE id=?1", [&id], |r| r.get(0)).map_err(backend)?;
-                    index_event(conn, cid, &id, rowid, &e.memory_info, patch.embedding.as_deref())?;
-                }
-                if let Some(t) = patch.time {
-                    e.time = t;
-                }
-                if let Some(g) = patch.group_id {
-                    e.group_id = g;
-                }
-                if let Some(s) = patch.scope {
-                    e.scope = s;
-                }
-                if let Some(c) = patch.class {
-                    e.class = c;
-                }
-                if let Some(s) = patch.status {
-                    e.status = s;
+                    index_event(conn, cid, &id, rowid, &e.memory_info, vector.as_deref())?;
                 }
                 conn.execute(
                     "UPDATE events SET memory_info=?3, time=?4, group_id=?5, scope=?6, class=?7, status=?8, updated_at=?9 WHERE collection_id=?1 AND id=?2",

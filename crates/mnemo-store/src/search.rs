@@ -112,17 +112,7 @@ pub fn candidates(
                     slot.insert(n.max(0) as u64);
                 }
             }
-            let query = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
-            let mut scored: Vec<(f64, String)> = in_scope
-                .into_iter()
-                .filter_map(|(id, terms)| {
-                    let s = query.score(terms.as_deref()?);
-                    (s > 0.0).then_some((s, id))
-                })
-                .collect();
-            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-            scored.truncate(q.k);
-            bm25 = scored.into_iter().map(|(s, id)| (id, s)).collect();
+            bm25 = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0)).top_k(in_scope, q.k);
             return load_candidates(conn, cosine, bm25, q);
         }
         let mut a = args.clone();
