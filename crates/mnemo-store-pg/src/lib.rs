@@ -43,17 +43,21 @@ pub struct PgOptions {
     /// Search scopes of up to this many events are searched exactly; larger ones through the
     /// HNSW and GIN indexes.
     pub exact_scope: usize,
+    /// Maintain an HNSW index per vector dimension (false: every vector search is exact — fine
+    /// when searches are scoped to users, and writes are cheaper; an existing index is kept).
+    pub hnsw: bool,
 }
 
 impl PgOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), pool: 16, schema: None, exact_scope: search::EXACT_SCOPE }
+        Self { url: url.into(), pool: 16, schema: None, exact_scope: search::EXACT_SCOPE, hnsw: true }
     }
 }
 
 pub struct PgStore {
     pool: Pool,
     exact_scope: usize,
+    hnsw: bool,
     compactor: tokio::task::JoinHandle<()>,
 }
 
@@ -106,7 +110,7 @@ impl PgStore {
                 }
             })
         };
-        let store = Self { pool, exact_scope: o.exact_scope.max(1), compactor };
+        let store = Self { pool, exact_scope: o.exact_scope.max(1), hnsw: o.hnsw, compactor };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::Backend)?;
         for r in c
@@ -123,6 +127,10 @@ impl PgStore {
     /// how many term rows were folded, 0 if another replica is compacting.
     pub async fn compact_stats(&self) -> StoreResult<u64> {
         compact_stats(&self.pool).await
+    }
+
+    async fn vector_index(&self, conn: &Object, dim: i64) -> StoreResult<()> {
+        if self.hnsw { schema::ensure_vector_index(conn, dim).await.map_err(pg) } else { Ok(()) }
     }
 
     async fn client(&self) -> StoreResult<Object> {
@@ -704,7 +712,7 @@ impl Store for PgStore {
             )));
         };
         tx.commit().await.map_err(pg)?;
-        schema::ensure_vector_index(&conn, c.embedding_dim as i64).await.map_err(pg)?;
+        self.vector_index(&conn, c.embedding_dim as i64).await?;
         Ok(created)
     }
 
@@ -727,7 +735,7 @@ impl Store for PgStore {
                 .ok_or_else(|| StoreError::Backend("collection vanished".into()))?,
         };
         tx.commit().await.map_err(pg)?;
-        schema::ensure_vector_index(&conn, c.embedding_dim as i64).await.map_err(pg)?;
+        self.vector_index(&conn, c.embedding_dim as i64).await?;
         Ok(out)
     }
 
@@ -747,7 +755,7 @@ impl Store for PgStore {
         )
         .await?;
         tx.commit().await.map_err(pg)?;
-        schema::ensure_vector_index(&conn, dim as i64).await.map_err(pg)
+        self.vector_index(&conn, dim as i64).await
     }
 
     async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>> {

@@ -114,6 +114,7 @@ pub async fn build_service_with(
             let opts = mnemo_store_pg::PgOptions {
                 pool: cfg.store.pool.clamp(2, 1000),
                 schema: cfg.store.schema.clone(),
+                hnsw: cfg.store.hnsw,
                 ..mnemo_store_pg::PgOptions::new(url)
             };
             Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)

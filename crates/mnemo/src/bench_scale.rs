@@ -211,8 +211,9 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
             drop(service);
             let (cold, rss, hwm) = cold_start(&cfg.store.path, &env, users).await?;
             let (e, w, s, x) = (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx));
+            let label = if store == "postgres" && !cfg.store.hnsw { "postgres (hnsw: false)" } else { store.as_str() };
             let row = format!(
-                "| {store} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
+                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
                 n as f64 / users as f64,
                 ingest,
                 e.0,

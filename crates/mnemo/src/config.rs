@@ -184,6 +184,9 @@ pub struct StoreConfig {
     pub pool: usize,
     /// postgres: the schema holding mnemo's tables (created if missing); default: `public`.
     pub schema: Option<String>,
+    /// postgres: keep an HNSW index per vector dimension (for searches whose scope exceeds
+    /// 5,000 events); false makes writes cheaper when every search is scoped to a user.
+    pub hnsw: bool,
 }
 
 impl Default for StoreConfig {
@@ -196,6 +199,7 @@ impl Default for StoreConfig {
             url: None,
             pool: 16,
             schema: None,
+            hnsw: true,
         }
     }
 }
