@@ -581,11 +581,14 @@ async fn lock_event(tx: &Tx<'_>, cid: CollectionId, id: &str) -> StoreResult<Opt
 
 async fn insert_event_row(tx: &Tx<'_>, stats: &mut TermStats, e: &NewEvent) -> StoreResult<String> {
     let id = new_id("evt");
+    // The terms go in with the row (an UPDATE after it would write every index of the row twice).
+    let (terms, lexemes) = analyse(&e.memory_info);
+    stats.change(e.collection_id, None, Some(&terms));
     exec(
         tx,
         "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
-                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,'active',$11,$12,$13,$14,$14,$15)",
+                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,'active',$11,$12,$13,$14,$14,$15,$16,array_to_tsvector($17::text[]))",
         &[
             &id,
             &e.collection_id,
@@ -602,21 +605,35 @@ async fn insert_event_row(tx: &Tx<'_>, stats: &mut TermStats, e: &NewEvent) -> S
             &json(&e.source_message_ids),
             &e.now,
             &e.expires_at,
+            &terms,
+            &lexemes,
         ],
     )
     .await?;
-    index_event(tx, stats, e.collection_id, &id, None, &e.memory_info, e.embedding.as_deref()).await?;
-    for (kind, ids) in [("u", &e.user_id), ("a", &e.assistant_id)] {
-        for s in ids {
-            exec(
-                tx,
-                "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING",
-                &[&e.collection_id, &kind, s, &id],
-            )
-            .await?;
-        }
+    if let Some(v) = &e.embedding {
+        set_vector(tx, e.collection_id, &id, v).await?;
+    }
+    let subjects: Vec<(&str, &String)> =
+        e.user_id.iter().map(|u| ("u", u)).chain(e.assistant_id.iter().map(|a| ("a", a))).collect();
+    if !subjects.is_empty() {
+        let kinds: Vec<&str> = subjects.iter().map(|(k, _)| *k).collect();
+        let ids: Vec<&String> = subjects.iter().map(|(_, s)| *s).collect();
+        exec(
+            tx,
+            "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id)
+             SELECT $1, k, s, $4 FROM unnest($2::text[], $3::text[]) AS t(k, s) ON CONFLICT DO NOTHING",
+            &[&e.collection_id, &kinds, &ids, &id],
+        )
+        .await?;
     }
     Ok(id)
+}
+
+/// An event's analysed terms (space separated, for BM25) and its distinct lexemes (for the GIN index).
+fn analyse(memory_info: &serde_json::Map<String, serde_json::Value>) -> (String, Vec<String>) {
+    let terms = no_nul(&mnemo_core::text::search_tokens(&event_search_text(memory_info)).join(" ")).into_owned();
+    let lexemes = mnemo_core::text::fts_tokens(&terms).collect::<BTreeSet<_>>().into_iter().collect();
+    (terms, lexemes)
 }
 
 /// (Re)writes an event's terms (`old_terms`: what it had) and, if given, its vector.
@@ -629,9 +646,8 @@ async fn index_event(
     memory_info: &serde_json::Map<String, serde_json::Value>,
     vector: Option<&[f32]>,
 ) -> StoreResult<()> {
-    let terms = no_nul(&mnemo_core::text::search_tokens(&event_search_text(memory_info)).join(" ")).into_owned();
+    let (terms, lexemes) = analyse(memory_info);
     stats.change(cid, old_terms, Some(&terms));
-    let lexemes: Vec<String> = mnemo_core::text::fts_tokens(&terms).collect::<BTreeSet<_>>().into_iter().collect();
     exec(
         tx,
         "UPDATE events SET terms=$2, terms_tsv=array_to_tsvector($3::text[]) WHERE id=$1",
