@@ -28,6 +28,10 @@ async fn ids(s: &Server, extra: Value) -> Vec<String> {
 #[tokio::test]
 async fn temporary_memories_expire_unused_ones_are_archived() {
     let s = Server::start("testing:\n  clock_control: true\nlifecycle:\n  maintenance_interval_secs: 3600\n");
+    // Start at 01:00 UTC, so "two hours later" is the same day: crossing midnight would write a
+    // daily digest of these events (a CI run at 23:15 UTC did), which this test does not count.
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    s.ok("admin/clock", json!({"advance_ms": DAY - wall.rem_euclid(DAY) + 3_600_000})).await;
     let debug_note =
         add(&s, "debug session: the build failed on a missing env var", json!({"class": "temporary"})).await;
     let used_temp = add(&s, "temporary: the staging URL is staging.example.com", json!({"class": "temporary"})).await;
