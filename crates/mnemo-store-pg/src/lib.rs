@@ -118,7 +118,7 @@ impl PgStore {
             .await
             .map_err(pg)?
         {
-            schema::ensure_vector_index(&c, r.get(0)).await.map_err(pg)?;
+            store.vector_index(&c, r.get(0)).await?;
         }
         Ok(store)
     }
