@@ -105,6 +105,37 @@ pub fn update_since(since: &mut Map<String, Value>, before: &Map<String, Value>,
     since.retain(|k, _| after.contains_key(k));
 }
 
+/// A profile after one session's extracted changes: what to store and what it replaced.
+pub struct SessionFold {
+    pub id: String,
+    pub before: Map<String, Value>,
+    pub attributes: Map<String, Value>,
+    pub source_sessions: Vec<String>,
+    pub content: String,
+    pub superseded: Vec<(String, Value)>,
+}
+
+/// Applies one session's `changes` to the user's existing profile of a type (or a new one).
+/// `None` when an existing profile is left as it was.
+pub fn fold_session(
+    existing: Option<crate::model::Profile>,
+    changes: &[ProfileChange],
+    session_id: &str,
+) -> Option<SessionFold> {
+    let (id, mut attributes, mut source_sessions, created) = match existing {
+        Some(p) => (p.id, p.attributes, p.source_session_ids, false),
+        None => (crate::model::new_id("prf"), Map::new(), vec![], true),
+    };
+    let before = attributes.clone();
+    let applied = apply_changes(&mut attributes, changes);
+    if !applied.changed && !created {
+        return None;
+    }
+    add_source(&mut source_sessions, session_id);
+    let content = describe(&attributes);
+    Some(SessionFold { id, before, attributes, source_sessions, content, superseded: applied.superseded })
+}
+
 /// The source sessions a profile remembers (newest last, at most 50).
 pub fn add_source(sources: &mut Vec<String>, session_id: &str) {
     sources.push(session_id.to_string());

@@ -1585,29 +1585,20 @@ async fn apply_profile_changes(
     now: Millis,
 ) -> StoreResult<()> {
     let existing = profile_for(tx, cid, ptype, user, "").await?;
-    let (id, mut attrs, mut sources, created) = match existing {
-        Some(p) => (p.id, p.attributes, p.source_session_ids, false),
-        None => (new_id("prf"), serde_json::Map::new(), vec![], true),
-    };
-    let before = attrs.clone();
-    let applied = profile::apply_changes(&mut attrs, changes);
-    if !applied.changed && !created {
-        return Ok(());
-    }
-    profile::add_source(&mut sources, session_id);
-    let content = profile::describe(&attrs);
+    let Some(f) = profile::fold_session(existing, changes, session_id) else { return Ok(()) };
+    let (id, attrs, sources, content) = (&f.id, &f.attributes, &f.source_sessions, &f.content);
     exec(
         tx,
         "INSERT INTO profiles(id, collection_id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at)
          VALUES ($1,$2,$3,$4,'',$5,$6,$7,$8,$8)
          ON CONFLICT(id) DO UPDATE SET content=excluded.content, attributes=excluded.attributes,
              source_sessions=excluded.source_sessions, updated_at=excluded.updated_at",
-        &[&id, &cid, &ptype, &user, &no_nul(&content), &json(&attrs), &json(&sources), &now],
+        &[id, &cid, &ptype, &user, &no_nul(content), &json(attrs), &json(sources), &now],
     )
     .await?;
     let keep = keeps_history(tx, cid, ptype).await?;
-    let since = record_versions(tx, &id, keep, &before, &attrs, &applied.superseded, Some(session_id), now).await?;
-    exec(tx, "UPDATE profiles SET attribute_since=$2 WHERE id=$1", &[&id, &since]).await?;
+    let since = record_versions(tx, id, keep, &f.before, attrs, &f.superseded, Some(session_id), now).await?;
+    exec(tx, "UPDATE profiles SET attribute_since=$2 WHERE id=$1", &[id, &since]).await?;
     Ok(())
 }
 

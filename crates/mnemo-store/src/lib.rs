@@ -1563,17 +1563,8 @@ fn apply_profile_changes(
     now: Millis,
 ) -> StoreResult<()> {
     let existing = profile_for(conn, cid, ptype, user, "")?;
-    let (id, mut attrs, mut sources, created) = match existing {
-        Some(p) => (p.id, p.attributes, p.source_session_ids, false),
-        None => (new_id("prf"), serde_json::Map::new(), vec![], true),
-    };
-    let before = attrs.clone();
-    let applied = profile::apply_changes(&mut attrs, changes);
-    if !applied.changed && !created {
-        return Ok(());
-    }
-    profile::add_source(&mut sources, session_id);
-    let content = profile::describe(&attrs);
+    let Some(f) = profile::fold_session(existing, changes, session_id) else { return Ok(()) };
+    let (id, attrs, sources, content) = (&f.id, &f.attributes, &f.source_sessions, &f.content);
     conn.execute(
         "INSERT INTO profiles(id, collection_id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at)
          VALUES (?1,?2,?3,?4,'',?5,?6,?7,?8,?8)
@@ -1585,9 +1576,9 @@ fn apply_profile_changes(
     let keep = keeps_history(conn, cid, ptype)?;
     let since = record_versions(
         conn,
-        &id,
+        id,
         keep,
-        AttributeChange { before: &before, after: &attrs, superseded: &applied.superseded },
+        AttributeChange { before: &f.before, after: attrs, superseded: &f.superseded },
         Some(session_id),
         now,
     )?;
