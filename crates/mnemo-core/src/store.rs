@@ -16,6 +16,18 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs and `healthz`, e.g. `sqlite`.
     fn engine(&self) -> &'static str;
 
+    /// How often the service's background loop should call [`Store::housekeeping`]; `None`
+    /// (the default) when the store needs no periodic upkeep.
+    fn housekeeping_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Periodic upkeep that keeps reads fast but is never needed for correctness (PostgreSQL:
+    /// folding the appended BM25 statistics). Runs on the service's shutdown path like every
+    /// other background loop.
+    async fn housekeeping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
     // --- collections
     /// Conflict if a collection of that name exists in the project.
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection>;

@@ -3,6 +3,7 @@
 
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
@@ -19,8 +20,6 @@ pub const EVENT_COLS: &str = "id, memory_type, user_ids, assistant_ids, group_id
 pub const PROFILE_COLS: &str =
     "id, profile_type, user_id, assistant_id, content, attributes, source_sessions, created_at, updated_at";
 
-pub type R<T> = Result<T, StoreError>;
-
 pub fn json<T: Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).expect("plain data serializes")
 }
@@ -33,7 +32,7 @@ fn bad(what: &str) -> StoreError {
     StoreError::Backend(format!("unreadable {what} in the database"))
 }
 
-pub fn collection(r: &Row) -> R<Collection> {
+pub fn collection_from_row(r: &Row) -> StoreResult<Collection> {
     let schema: String = r.get(4);
     Ok(Collection {
         id: r.get(0),
@@ -47,7 +46,7 @@ pub fn collection(r: &Row) -> R<Collection> {
     })
 }
 
-pub fn message(r: &Row) -> R<StoredMessage> {
+pub fn message_from_row(r: &Row) -> StoreResult<StoredMessage> {
     let role: String = r.get(3);
     Ok(StoredMessage {
         message_id: r.get(0),
@@ -64,7 +63,7 @@ pub fn message(r: &Row) -> R<StoredMessage> {
     })
 }
 
-pub fn session(r: &Row) -> R<(CollectionId, SessionSummary, ConversationMeta)> {
+pub fn session_from_row(r: &Row) -> StoreResult<(CollectionId, SessionSummary, ConversationMeta)> {
     let meta: ConversationMeta = parse(r.get::<_, &str>(7));
     Ok((
         r.get(0),
@@ -84,7 +83,7 @@ pub fn session(r: &Row) -> R<(CollectionId, SessionSummary, ConversationMeta)> {
     ))
 }
 
-pub fn job(r: &Row) -> R<(CollectionId, Job)> {
+pub fn job_from_row(r: &Row) -> StoreResult<(CollectionId, Job)> {
     let state: String = r.get(3);
     Ok((
         r.get(0),
@@ -106,7 +105,7 @@ pub fn job(r: &Row) -> R<(CollectionId, Job)> {
     ))
 }
 
-pub fn event(r: &Row) -> R<Event> {
+pub fn event_from_row(r: &Row) -> StoreResult<Event> {
     Ok(Event {
         id: r.get(0),
         memory_type: r.get(1),
@@ -130,7 +129,7 @@ pub fn event(r: &Row) -> R<Event> {
     })
 }
 
-pub fn profile(r: &Row) -> R<Profile> {
+pub fn profile_from_row(r: &Row) -> StoreResult<Profile> {
     let assistant: String = r.get(3);
     Ok(Profile {
         id: r.get(0),
@@ -146,6 +145,6 @@ pub fn profile(r: &Row) -> R<Profile> {
     })
 }
 
-pub fn all<T>(rows: Vec<Row>, f: impl Fn(&Row) -> R<T>) -> R<Vec<T>> {
+pub fn from_rows<T>(rows: Vec<Row>, f: impl Fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
     rows.iter().map(f).collect()
 }

@@ -7,8 +7,8 @@
 //!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none), and
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
-use crate::rows::*;
-use crate::sql::*;
+use crate::rows::{EVENT_COLS, event_from_row};
+use crate::sql::{SqlParam, Tx, backend, event_filter_sql, query_all, query_one};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
@@ -26,11 +26,11 @@ pub async fn candidates(
     q: &CandidateQuery,
     exact_scope: usize,
 ) -> Result<Vec<Candidate>, StoreError> {
-    let (where_sql, mut a) = event_filter(cid, f);
+    let (where_sql, mut a) = event_filter_sql(cid, f);
     let cap = a.push((exact_scope + 1) as i64);
     let cols = if q.terms.is_empty() { "id, NULL::text" } else { "id, terms" };
     let scope: Vec<(String, Option<String>)> =
-        query(tx, &format!("SELECT {cols} FROM events WHERE {where_sql} LIMIT {cap}"), &a.refs())
+        query_all(tx, &format!("SELECT {cols} FROM events WHERE {where_sql} LIMIT {cap}"), &a.refs())
             .await?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
@@ -49,7 +49,7 @@ pub async fn candidates(
         let (Some(qv), Some(dim)) = (&qv, dim) else { return Ok(HashMap::new()) };
         let rows = if small {
             let ids: Vec<&String> = scope.iter().map(|(id, _)| id).collect();
-            query(
+            query_all(
                 tx,
                 "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3 ORDER BY vec <#> $1, event_id LIMIT $4",
                 &[qv, &ids, &dim, &k],
@@ -58,13 +58,13 @@ pub async fn candidates(
         } else {
             tx.batch_execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
                 .await
-                .map_err(pg)?;
-            let (where_sql, mut a) = event_filter(cid, f);
+                .map_err(backend)?;
+            let (where_sql, mut a) = event_filter_sql(cid, f);
             let v = a.push(qv.clone());
             let lim = a.push(k);
             let c = a.push(cid);
             let expr = format!("(v.vec::vector({dim})) <#> {v}::vector({dim})");
-            query(
+            query_all(
                 tx,
                 &format!(
                     "SELECT v.event_id, (-({expr}))::real FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c}
@@ -88,7 +88,7 @@ pub async fn candidates(
         };
         // Folded statistics plus the changes appended since the last compaction.
         let stats = async {
-            let r = one(
+            let r = query_one(
                 tx,
                 "SELECT COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
                      SELECT docs, tokens FROM collection_stats WHERE collection_id=$1
@@ -102,7 +102,7 @@ pub async fn candidates(
             })
         };
         let df = async {
-            let rows = query(
+            let rows = query_all(
                 tx,
                 "SELECT term, SUM(df)::bigint FROM (
                      SELECT term, df FROM term_stats WHERE collection_id=$1 AND term = ANY($2)
@@ -126,14 +126,14 @@ pub async fn candidates(
                 .map(|t| format!("'{}'", t.replace('\\', "\\\\").replace('\'', "''")))
                 .collect::<Vec<_>>()
                 .join(" | ");
-            let (where_sql, mut a) = event_filter(cid, f);
+            let (where_sql, mut a) = event_filter_sql(cid, f);
             let tq = a.push(tsquery);
             let lim = a.push(LARGE_SCOPE_TEXT_MATCHES);
             let sql = format!(
                 "SELECT id, terms FROM events WHERE {where_sql} AND terms_tsv @@ ({tq}::text)::tsquery LIMIT {lim}"
             );
             Ok::<_, StoreError>(
-                query(tx, &sql, &a.refs()).await?.iter().map(|r| (r.get(0), r.get(1))).collect::<Vec<_>>(),
+                query_all(tx, &sql, &a.refs()).await?.iter().map(|r| (r.get(0), r.get(1))).collect::<Vec<_>>(),
             )
         };
         let (stats, df, docs) = tokio::try_join!(stats, df, docs)?;
@@ -161,7 +161,7 @@ async fn load_candidates(
     let fill =
         async {
             match (qv, dim) {
-                (Some(qv), Some(dim)) if !missing.is_empty() => query(
+                (Some(qv), Some(dim)) if !missing.is_empty() => query_all(
                     tx,
                     "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
                     &[qv, &missing, &dim],
@@ -171,15 +171,15 @@ async fn load_candidates(
             }
         };
     let sql = format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id");
-    let args: [P<'_>; 1] = [&ids];
-    let load = query(tx, &sql, &args);
+    let args: [SqlParam<'_>; 1] = [&ids];
+    let load = query_all(tx, &sql, &args);
     let (filled, rows) = tokio::try_join!(fill, load)?;
     for r in filled {
         cosine.insert(r.get(0), r.get(1));
     }
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let event = event(&r)?;
+        let event = event_from_row(&r)?;
         let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
         out.push(Candidate { event, cosine: c, bm25: b });
     }

@@ -1,15 +1,17 @@
 //! Small helpers over a pooled transaction: prepared-statement caching, error mapping, and
 //! dynamically built `WHERE` clauses with their arguments.
 
+use deadpool_postgres::Object;
 use mnemo_core::StoreError;
 use mnemo_core::model::{CollectionId, EventFilter};
-use tokio_postgres::Row;
+use mnemo_core::store::StoreResult;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, Row};
 
 pub type Tx<'a> = deadpool_postgres::Transaction<'a>;
-pub type P<'a> = &'a (dyn ToSql + Sync);
+pub type SqlParam<'a> = &'a (dyn ToSql + Sync);
 
-pub fn pg(e: tokio_postgres::Error) -> StoreError {
+pub fn backend(e: tokio_postgres::Error) -> StoreError {
     use tokio_postgres::error::SqlState;
     if e.code() == Some(&SqlState::CHARACTER_NOT_IN_REPERTOIRE) || e.code() == Some(&SqlState::UNTRANSLATABLE_CHARACTER)
     {
@@ -27,24 +29,24 @@ pub fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
 }
 
-pub async fn query(tx: &Tx<'_>, sql: &str, p: &[P<'_>]) -> Result<Vec<Row>, StoreError> {
-    let st = tx.prepare_cached(sql).await.map_err(pg)?;
-    tx.query(&st, p).await.map_err(pg)
+pub async fn query_all(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<Vec<Row>, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(backend)?;
+    tx.query(&st, p).await.map_err(backend)
 }
 
-pub async fn opt(tx: &Tx<'_>, sql: &str, p: &[P<'_>]) -> Result<Option<Row>, StoreError> {
-    let st = tx.prepare_cached(sql).await.map_err(pg)?;
-    tx.query_opt(&st, p).await.map_err(pg)
+pub async fn query_opt(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<Option<Row>, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(backend)?;
+    tx.query_opt(&st, p).await.map_err(backend)
 }
 
-pub async fn one(tx: &Tx<'_>, sql: &str, p: &[P<'_>]) -> Result<Row, StoreError> {
-    let st = tx.prepare_cached(sql).await.map_err(pg)?;
-    tx.query_one(&st, p).await.map_err(pg)
+pub async fn query_one(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<Row, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(backend)?;
+    tx.query_one(&st, p).await.map_err(backend)
 }
 
-pub async fn exec(tx: &Tx<'_>, sql: &str, p: &[P<'_>]) -> Result<u64, StoreError> {
-    let st = tx.prepare_cached(sql).await.map_err(pg)?;
-    tx.execute(&st, p).await.map_err(pg)
+pub async fn execute(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<u64, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(backend)?;
+    tx.execute(&st, p).await.map_err(backend)
 }
 
 /// Arguments of a dynamically built statement; `push` returns the placeholder.
@@ -57,13 +59,13 @@ impl Args {
         format!("${}", self.0.len())
     }
 
-    pub fn refs(&self) -> Vec<P<'_>> {
-        self.0.iter().map(|b| b.as_ref() as P).collect()
+    pub fn refs(&self) -> Vec<SqlParam<'_>> {
+        self.0.iter().map(|b| b.as_ref() as SqlParam).collect()
     }
 }
 
 /// `WHERE` conditions on `events` for a filter (columns unqualified); `$1` is the collection id.
-pub fn event_filter(cid: CollectionId, f: &EventFilter) -> (String, Args) {
+pub fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Args) {
     let mut a = Args::default();
     let c = a.push(cid);
     let mut sql = format!("collection_id = {c}");
@@ -104,4 +106,13 @@ pub fn event_filter(cid: CollectionId, f: &EventFilter) -> (String, Args) {
 /// `messages.content_raw` instead.
 pub fn no_nul(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains('\0') { s.replace('\0', "\u{FFFD}").into() } else { s.into() }
+}
+
+/// A read-only transaction on one snapshot (a read of several queries never sees half a commit).
+pub async fn begin_read(c: &mut Object) -> StoreResult<Tx<'_>> {
+    c.build_transaction().isolation_level(IsolationLevel::RepeatableRead).read_only(true).start().await.map_err(backend)
+}
+
+pub async fn begin(c: &mut Object) -> StoreResult<Tx<'_>> {
+    c.transaction().await.map_err(backend)
 }

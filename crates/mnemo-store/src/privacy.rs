@@ -3,10 +3,16 @@
 //! deleted terms leave its segments) and the WAL is checkpointed and truncated, so a forgotten
 //! user's text is not left in `mnemo.db` or `mnemo.db-wal`.
 
-use crate::rows::*;
-use crate::{backend, delete_event_row};
+use crate::events::delete_event_row;
+use crate::profiles::with_history;
+use crate::rows::{
+    EVENT_COLS, JOB_COLS, MESSAGE_COLS, PROFILE_COLS, SESSION_COLS, event_from_row, job_from_row, json,
+    message_from_row, parse_meta, profile_from_row, session_from_row,
+};
+use crate::{SqliteStore, backend};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Conversations whose metadata names the user.
@@ -90,7 +96,7 @@ pub fn export(conn: &Connection, cid: CollectionId, user: &str) -> Result<UserDa
         .map_err(backend)?;
     let profiles = stmt.query_map(params![cid, user], profile_from_row).map_err(backend)?;
     let profiles = profiles.collect::<Result<Vec<_>, _>>().map_err(backend)?;
-    out.profiles = crate::with_history(conn, profiles)?;
+    out.profiles = with_history(conn, profiles)?;
     Ok(out)
 }
 
@@ -148,91 +154,28 @@ pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<Forget
     Ok(n)
 }
 
-/// `YYYY-MM-DD` of a day number (days since the Unix epoch, UTC).
-fn day_name(day: i64) -> String {
-    chrono::DateTime::from_timestamp(day * 86_400, 0)
-        .map(|t| t.format("%Y-%m-%d").to_string())
-        .unwrap_or_else(|| day.to_string())
-}
+impl SqliteStore {
+    pub(crate) async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
+        let user = user_id.to_string();
+        self.read(move |conn| export(conn, cid, &user)).await
+    }
 
-pub fn memory_stats(
-    conn: &Connection,
-    cid: CollectionId,
-    user: Option<&str>,
-    days: u32,
-    now: Millis,
-) -> Result<MemoryStats, StoreError> {
-    const DAY: i64 = 86_400_000;
-    let from_day = now.div_euclid(DAY) - days as i64 + 1;
-    // Events of the scope: the collection, or one user's events in it.
-    let scope = match user {
-        Some(_) => {
-            "collection_id=?1 AND id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id=?2)"
+    pub(crate) async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
+        let user = user_id.to_string();
+        let counts = self.writer.write(move |conn| forget(conn, cid, &user)).await?;
+        // After the commit: move the WAL into the main file (where secure_delete zeroed the freed
+        // content) and truncate it, so no copy of the forgotten pages stays in mnemo.db-wal.
+        let busy: i64 = self
+            .writer
+            .outside_transaction(|conn| {
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0)).map_err(backend)
+            })
+            .await?;
+        if busy != 0 {
+            tracing::warn!(
+                "WAL checkpoint after user/forget was blocked by a reader; the WAL is truncated at the next one"
+            );
         }
-        None => "collection_id=?1 AND ?2 IS NULL",
-    };
-    let pairs = |sql: &str, from: i64| -> Result<Vec<(String, u64)>, StoreError> {
-        let mut stmt = conn.prepare(sql).map_err(backend)?;
-        let rows = stmt
-            .query_map(params![cid, user, from], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
-            .map_err(backend)?;
-        rows.map(|r| r.map(|(d, n)| (day_name(d), n as u64)).map_err(backend)).collect()
-    };
-    let mut out = MemoryStats {
-        new_memories_per_day: pairs(
-            &format!(
-                "SELECT created_at / {DAY} AS d, COUNT(*) FROM events WHERE {scope} AND created_at >= ?3 GROUP BY d ORDER BY d DESC"
-            ),
-            from_day * DAY,
-        )?,
-        hits_per_day: pairs(
-            "SELECT day, SUM(hits) FROM hits_daily WHERE collection_id=?1 AND (?2 IS NULL OR user_id=?2) AND day >= ?3
-             GROUP BY day ORDER BY day DESC",
-            from_day,
-        )?,
-        ..Default::default()
-    };
-    let mut stmt = conn
-        .prepare(&format!(
-            "SELECT {EVENT_COLS} FROM events WHERE {scope} AND hit_count > 0 ORDER BY hit_count DESC, id LIMIT 10"
-        ))
-        .map_err(backend)?;
-    for e in stmt.query_map(params![cid, user], event_from_row).map_err(backend)? {
-        let e = e.map_err(backend)?;
-        out.top_hit.push((e.id.clone(), e.text().chars().take(120).collect(), e.hit_count));
+        Ok(counts)
     }
-    let count = |extra: &str| -> Result<u64, StoreError> {
-        conn.query_row(&format!("SELECT COUNT(*) FROM events WHERE {scope}{extra}"), params![cid, user], |r| {
-            r.get::<_, i64>(0)
-        })
-        .map(|n| n as u64)
-        .map_err(backend)
-    };
-    out.never_hit = count(" AND hit_count = 0")?;
-    out.total_events = count("")?;
-    let mut stmt = conn
-        .prepare(&format!(
-            "SELECT j.created_at / {DAY} AS d, COUNT(*), SUM(j.state='done'), SUM(j.state='failed'), SUM(j.prompt_tokens), SUM(j.completion_tokens)
-             FROM jobs j WHERE j.collection_id=?1 AND j.created_at >= ?3
-               AND (?2 IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id=j.session_id AND json_extract(s.meta_json, '$.user_id')=?2))
-             GROUP BY d ORDER BY d DESC"
-        ))
-        .map_err(backend)?;
-    let rows = stmt
-        .query_map(params![cid, user, from_day * DAY], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, i64>(5)?,
-            ))
-        })
-        .map_err(backend)?;
-    for r in rows {
-        let (d, n, done, failed, pt, ct) = r.map_err(backend)?;
-        out.jobs_per_day.push((day_name(d), n as u64, done as u64, failed as u64, pt as u64, ct as u64));
-    }
-    Ok(out)
 }

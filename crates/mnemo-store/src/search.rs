@@ -3,8 +3,9 @@
 //! where an ANN index would start to pay) and BM25 over the FTS5 index of jieba-segmented terms,
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
-use crate::rows::*;
-use crate::{backend, filter_sql};
+use crate::backend;
+use crate::events::event_filter_sql;
+use crate::rows::{EVENT_COLS, blob_to_vec, event_from_row};
 use mnemo_core::StoreError;
 use mnemo_core::embed::dot;
 use mnemo_core::model::*;
@@ -43,7 +44,7 @@ pub fn candidates(
     f: &EventFilter,
     q: &CandidateQuery,
 ) -> Result<Vec<Candidate>, StoreError> {
-    let (where_sql, args) = filter_sql(cid, f);
+    let (where_sql, args) = event_filter_sql(cid, f);
     let mut cosine: HashMap<String, f32> = HashMap::new();
     if let Some(qv) = &q.vector {
         let mut stmt = conn

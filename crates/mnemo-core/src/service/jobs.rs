@@ -39,6 +39,11 @@ impl Default for ExtractionPolicy {
 const DAY_MS: Millis = 86_400_000;
 
 impl Service {
+    pub async fn list_jobs(&self, t: &Target, filter: JobFilter) -> CoreResult<Vec<Job>> {
+        let c = self.collection_for_read(t).await?;
+        Ok(self.store.list_jobs(c.id, filter).await?)
+    }
+
     /// Runs one due extraction job, if any. Returns whether a job was taken (done, retried,
     /// failed or deferred).
     pub async fn try_run_one(&self) -> CoreResult<bool> {

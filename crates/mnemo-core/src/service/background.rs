@@ -1,0 +1,154 @@
+//! Background work: the extraction workers, the idle scheduler, hits, maintenance and re-index loops,
+//! each a loop around a testable single step, with one shutdown path.
+
+use super::*;
+use crate::error::CoreResult;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+impl Service {
+    /// Closes every conversation whose idle deadline has passed. Returns how many.
+    pub async fn close_idle_once(&self) -> CoreResult<usize> {
+        let mut total = 0;
+        loop {
+            let closed = self.store.close_idle_conversations(self.now(), 100, self.config.max_job_attempts).await?;
+            total += closed.len();
+            if !closed.is_empty() {
+                self.job_queued.notify_waiters();
+            }
+            if closed.len() < 100 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Spawns the extraction workers and the idle scheduler; they stop when `shutdown` turns true.
+    pub fn spawn_background(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut handles = Vec::new();
+        for worker in 0..self.config.workers.max(1) {
+            let svc = self.clone();
+            let mut stop = shutdown.clone();
+            handles.push(tokio::spawn(async move {
+                loop {
+                    if *stop.borrow() {
+                        break;
+                    }
+                    match svc.try_run_one().await {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::error!(worker, error = %e, "extraction worker step failed")
+                        }
+                    }
+                    let wait = svc.sleep_until_due(svc.store.next_job_due().await.ok().flatten());
+                    tokio::select! {
+                        _ = stop.changed() => {}
+                        _ = svc.job_queued.notified() => {}
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }));
+        }
+        // Scheduled maintenance (default daily; the first run one interval after start).
+        handles.push(self.spawn_every(&shutdown, self.config.lifecycle.maintenance_interval, |svc| async move {
+            if let Err(e) = svc.maintain(None, "schedule").await {
+                tracing::error!(error = %e, "scheduled maintenance failed");
+            }
+        }));
+        // Re-index: events stored without a vector (provider down) are embedded when it is back.
+        let period = self.config.poll_interval.max(Duration::from_secs(1)) * 5;
+        handles.push(self.spawn_every(&shutdown, period, |svc| async move {
+            // Scanning for vector-less events costs a pass over the index: only when needed.
+            if !svc.vectors_missing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            match svc.reindex_missing().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(events = n, "embedded events stored without a vector"),
+                Err(e) => {
+                    svc.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::debug!(error = %e, "re-index postponed");
+                }
+            }
+        }));
+        // Store upkeep (PostgreSQL: BM25 statistics folded), if the store asks for it.
+        if let Some(period) = self.store.housekeeping_interval() {
+            handles.push(self.spawn_every(&shutdown, period, |svc| async move {
+                if let Err(e) = svc.store.housekeeping().await {
+                    tracing::warn!(error = %e, "store housekeeping failed");
+                }
+            }));
+        }
+        // Hits: written in batches every 200 ms, and once more on shutdown.
+        let svc = self.clone();
+        let mut stop = shutdown.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                let stopping = *stop.borrow();
+                if let Err(e) = svc.flush_hits().await {
+                    tracing::warn!(error = %e, "recording hits failed");
+                }
+                if stopping {
+                    break;
+                }
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+        }));
+        let svc = self.clone();
+        let mut stop = shutdown;
+        handles.push(tokio::spawn(async move {
+            loop {
+                if *stop.borrow() {
+                    break;
+                }
+                if let Err(e) = svc.close_idle_once().await {
+                    tracing::error!(error = %e, "idle scheduler step failed");
+                }
+                let wait = svc.sleep_until_due(svc.store.next_idle_deadline().await.ok().flatten());
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }));
+        handles
+    }
+
+    /// Runs `tick` every `period` (the first one period after start) until shutdown.
+    pub(super) fn spawn_every<F, Fut>(
+        self: &Arc<Self>,
+        shutdown: &watch::Receiver<bool>,
+        period: Duration,
+        tick: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn(Arc<Self>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let (svc, mut stop) = (self.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(period) => {}
+                }
+                if *stop.borrow() {
+                    break;
+                }
+                tick(svc.clone()).await;
+            }
+        })
+    }
+
+    pub(super) fn sleep_until_due(&self, due: Option<Millis>) -> Duration {
+        let cap = self.config.poll_interval;
+        match due {
+            Some(t) => Duration::from_millis((t - self.now()).clamp(0, cap.as_millis() as i64) as u64),
+            None => cap,
+        }
+    }
+}

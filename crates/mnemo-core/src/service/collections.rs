@@ -1,0 +1,147 @@
+//! Collections: lookup with a short-lived cache, create/list/delete, and the start-up check that
+//! every collection was indexed with this server's embedding model.
+
+use super::*;
+use crate::embed::EmbedKind;
+use crate::error::{CoreError, CoreResult};
+
+impl Service {
+    /// Start-up check: every collection was indexed with this server's embedding model, or is
+    /// adopted by it now (no model recorded yet). A mismatch is refused with both models named.
+    pub async fn check_embedding_model(&self) -> CoreResult<()> {
+        let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
+        for c in self.store.all_collections().await? {
+            match (&c.embedding_model, c.embedding_dim) {
+                (Some(m), Some(d)) if m == model && d == dim => {}
+                (None, _) => self.store.set_collection_embedding(c.id, model, dim).await?,
+                (m, d) => {
+                    return Err(CoreError::Conflict(format!(
+                        "collection \"{}\" in project \"{}\" was indexed with embedding model {} ({} dims), but this server is configured with {model} ({dim} dims); vectors of different models are not comparable. Start with the collection's model, or use a new data directory.",
+                        c.collection_name,
+                        c.project_name,
+                        m.as_deref().unwrap_or("?"),
+                        d.map(|d| d.to_string()).unwrap_or_else(|| "?".into())
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Embeds events that have no vector yet (e.g. written by an older version). Returns how many.
+    pub async fn reindex_missing(&self) -> CoreResult<usize> {
+        let mut n = 0;
+        for c in self.store.all_collections().await? {
+            loop {
+                let events = self.store.events_missing_vectors(c.id, 256).await?;
+                if events.is_empty() {
+                    break;
+                }
+                for e in &events {
+                    let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
+                    self.store.set_event_vector(c.id, &e.id, v).await?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    pub(super) fn new_collection(&self, t: &Target, description: String, schema: CollectionSchema) -> NewCollection {
+        NewCollection {
+            project_name: t.project.clone(),
+            collection_name: t.collection.clone(),
+            description,
+            schema,
+            embedding_model: self.embedder.model_id().to_string(),
+            embedding_dim: self.embedder.dimension() as u32,
+            created_at: self.now(),
+        }
+    }
+
+    /// The collection a write goes to: created with the default schema on first use.
+    pub async fn collection_for_write(&self, t: &Target) -> CoreResult<Collection> {
+        if !self.config.auto_create_collections {
+            return self.collection_for_read(t).await;
+        }
+        match self.collection_for_read(t).await {
+            Err(CoreError::NotFound(_)) => Ok(self
+                .store
+                .ensure_collection(self.new_collection(t, String::new(), CollectionSchema::default()))
+                .await?),
+            other => other,
+        }
+    }
+
+    /// The collection a read goes to: it must exist.
+    pub async fn collection_for_read(&self, t: &Target) -> CoreResult<Collection> {
+        validate_names(t)?;
+        let key = (t.project.clone(), t.collection.clone());
+        let now = self.now();
+        if let Some((at, c)) = self.collections.read().expect("collection cache").get(&key)
+            && now - at < COLLECTION_CACHE_MS
+        {
+            return Ok(c.clone());
+        }
+        let c = self.store.get_collection(&t.project, &t.collection).await?.ok_or_else(|| {
+            CoreError::NotFound(format!(
+                "collection_name: no collection \"{}\" in project \"{}\" (it is created by the first write, or by collection/create)",
+                t.collection, t.project
+            ))
+        })?;
+        self.collections.write().expect("collection cache").insert(key, (now, c.clone()));
+        Ok(c)
+    }
+
+    pub(super) fn forget_collection(&self, t: &Target) {
+        self.collections.write().expect("collection cache").remove(&(t.project.clone(), t.collection.clone()));
+    }
+
+    pub async fn create_collection(
+        &self,
+        t: &Target,
+        description: String,
+        event_types: Vec<EventTypeDef>,
+        profile_types: Vec<ProfileTypeDef>,
+        temporary_ttl_days: Option<f64>,
+        extractor: Option<String>,
+    ) -> CoreResult<Collection> {
+        validate_names(t)?;
+        validate_schema(&event_types, &profile_types)?;
+        if let Some(name) = &extractor
+            && self.extractors.get(Some(name)).is_none()
+        {
+            return Err(CoreError::invalid(
+                "extractor",
+                format!(
+                    "\"{name}\" is not configured on this server (configured: {})",
+                    self.extractors.names().join(", ")
+                ),
+            ));
+        }
+        if let Some(d) = temporary_ttl_days
+            && !(d > 0.0 && d <= 36_500.0)
+        {
+            return Err(CoreError::invalid(
+                "temporary_ttl_days",
+                format!("must be a number of days in (0,36500], got {d}"),
+            ));
+        }
+        let mut schema = CollectionSchema::with_builtins(event_types, profile_types);
+        schema.temporary_ttl_days = temporary_ttl_days;
+        schema.extractor = extractor;
+        Ok(self.store.create_collection(self.new_collection(t, description, schema)).await?)
+    }
+
+    pub async fn list_collections(&self, project: &str) -> CoreResult<Vec<Collection>> {
+        Ok(self.store.list_collections(project).await?)
+    }
+
+    pub async fn delete_collection(&self, t: &Target) -> CoreResult<()> {
+        let c = self.collection_for_read(t).await?;
+        self.forget_collection(t);
+        self.store.delete_collection(c.id).await?;
+        self.forget_collection(t);
+        Ok(())
+    }
+}

@@ -1,0 +1,153 @@
+//! `get_context`: gathers profile, short-term turns and events, and assembles them under the budget.
+
+use super::*;
+use crate::context::{Assembled, Locale};
+use crate::error::{CoreError, CoreResult};
+use crate::ranking::{Scores, TimeDecay};
+
+pub const MAX_TOKENS_RANGE: (u32, u32) = (1, 200_000);
+
+/// Which parts `get_context` includes (all by default).
+#[derive(Clone, Copy, Debug)]
+pub struct Include {
+    pub profile: bool,
+    pub short_term: bool,
+    pub intra_events: bool,
+    pub cross_events: bool,
+    /// A conversation with no turns yet opens with the user's latest daily digest.
+    pub recap: bool,
+}
+
+impl Default for Include {
+    fn default() -> Self {
+        Self { profile: true, short_term: true, intra_events: true, cross_events: true, recap: true }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ContextRequest {
+    pub target: Target,
+    pub conversation_id: String,
+    pub query: Option<String>,
+    pub event_filter: EventFilter,
+    pub event_limit: u32,
+    pub decay: TimeDecay,
+    pub similarity_threshold: Option<f64>,
+    pub profile_filter: ProfileFilter,
+    pub profile_limit: u32,
+    pub max_tokens: u32,
+    pub include: Include,
+    /// `None`: follow the conversation's language.
+    pub locale: Option<Locale>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ContextResult {
+    pub assembled: Assembled,
+    pub locale: Locale,
+}
+
+impl Service {
+    pub async fn get_context(&self, req: ContextRequest) -> CoreResult<ContextResult> {
+        validate_conversation_id(&req.conversation_id)?;
+        if !(MAX_TOKENS_RANGE.0..=MAX_TOKENS_RANGE.1).contains(&req.max_tokens) {
+            return Err(CoreError::invalid(
+                "max_tokens",
+                format!(
+                    "must be an integer in {}..={}, got {}",
+                    MAX_TOKENS_RANGE.0, MAX_TOKENS_RANGE.1, req.max_tokens
+                ),
+            ));
+        }
+        if let Some(q) = &req.query
+            && q.chars().count() > MAX_QUERY_CHARS
+        {
+            return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters")));
+        }
+        let c = self.collection_for_read(&req.target).await?;
+        let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
+        let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
+        // Whose memories: the request's filter, else the conversation's metadata.
+        let mut filter = req.event_filter.clone();
+        if filter.user_id.is_empty() && filter.assistant_id.is_empty() {
+            filter.user_id.extend(meta.user_id.clone());
+            if filter.user_id.is_empty() {
+                filter.assistant_id.extend(meta.assistant_id.clone());
+            }
+        }
+        let mut profile_filter = req.profile_filter.clone();
+        if profile_filter.user_id.is_empty() {
+            profile_filter.user_id = filter.user_id.clone();
+        }
+        let known = !filter.user_id.is_empty() || !filter.assistant_id.is_empty();
+        let mut cands = crate::context::Candidates::default();
+        if req.include.profile && !profile_filter.user_id.is_empty() {
+            cands.profiles = self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?;
+        }
+        if req.include.short_term
+            && let Some(conv) = &conv
+        {
+            cands.short_term =
+                conv.short_term.iter().filter(|m| matches!(m.role, Role::User | Role::Assistant)).cloned().collect();
+        }
+        let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
+        if req.include.recap && fresh && known {
+            let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
+            cands.recap = self
+                .store
+                .list_events(c.id, f, 1)
+                .await?
+                .into_iter()
+                .map(|e| ScoredEvent {
+                    scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
+                    layer: None,
+                    event: e,
+                })
+                .next();
+        }
+        let search = |filter: EventFilter, limit: u32| EventSearch {
+            target: req.target.clone(),
+            query: req.query.clone(),
+            filter,
+            limit,
+            decay: req.decay,
+            custom_weight: 0.0,
+            similarity_threshold: req.similarity_threshold,
+            freshness_days: None,
+            include_archived: false,
+        };
+        if req.include.intra_events && conv.is_some() {
+            let mut f = filter.clone();
+            f.conversation_id = vec![req.conversation_id.clone()];
+            cands.intra_events = self.search_in(&c, &search(f, req.event_limit)).await?;
+        }
+        if req.include.cross_events && known && req.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
+            // Ask for more than the limit: this conversation's own events are removed after.
+            let found = self.search_in(&c, &search(filter.clone(), req.event_limit + 10)).await?;
+            cands.cross_events = found
+                .into_iter()
+                .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
+                .take(req.event_limit as usize)
+                .collect();
+        }
+        let locale = match req.locale {
+            Some(l) => l,
+            None => {
+                let mut sample = req.query.clone().unwrap_or_default();
+                for m in cands.short_term.iter().rev().take(4) {
+                    sample.push_str(&m.content);
+                }
+                for p in &cands.profiles {
+                    sample.push_str(&p.content);
+                    sample.push_str(&crate::profile::describe(&p.attributes));
+                }
+                if crate::text::looks_chinese(&sample) { Locale::Zh } else { Locale::En }
+            }
+        };
+        let assembled = crate::context::assemble(cands, locale, req.max_tokens as usize);
+        let hit: Vec<ScoredEvent> =
+            assembled.included.intra_events.iter().chain(&assembled.included.cross_events).cloned().collect();
+        self.count_hits(&c, &hit);
+        Ok(ContextResult { assembled, locale })
+    }
+}

@@ -1,0 +1,185 @@
+//! Event CRUD: add (validated against the collection's schema), update, get, delete, list.
+
+use super::*;
+use crate::embed::EmbedKind;
+use crate::error::{CoreError, CoreResult};
+use crate::ranking::{self};
+use serde_json::{Map, Value};
+
+#[derive(Clone, Debug)]
+pub struct AddEventRequest {
+    pub target: Target,
+    pub memory_type: String,
+    pub user_id: Vec<String>,
+    pub assistant_id: Vec<String>,
+    pub group_id: Option<String>,
+    pub session_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub scope: Option<String>,
+    pub class: Option<String>,
+    pub time: Option<Millis>,
+    pub memory_info: Map<String, Value>,
+    /// Seconds until a never-hit event may be deleted; overrides the class default.
+    pub ttl_relative: Option<i64>,
+    /// The moment (ms) after which a never-hit event may be deleted; overrides the class default.
+    pub ttl_absolute: Option<Millis>,
+}
+
+pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
+
+impl Service {
+    /// When an event of `class` expires unless hit: `temporary` events after the collection's
+    /// `temporary_ttl_days`, else the server's `lifecycle.temporary_ttl_days`; others never.
+    pub(super) fn default_expiry(&self, schema: &CollectionSchema, class: Option<&str>, now: Millis) -> Option<Millis> {
+        (class == Some("temporary")).then(|| {
+            let ttl = schema
+                .temporary_ttl_days
+                .map(|d| (d * ranking::DAY_MS) as i64)
+                .unwrap_or(self.config.lifecycle.temporary_ttl.as_millis() as i64);
+            now + ttl
+        })
+    }
+
+    pub async fn add_event(&self, req: AddEventRequest) -> CoreResult<Event> {
+        let c = self.collection_for_write(&req.target).await?;
+        let def = c.schema.event_type(&req.memory_type).ok_or_else(|| {
+            CoreError::invalid(
+                "event_type",
+                format!(
+                    "unknown event type \"{}\"; this collection has: {}",
+                    req.memory_type,
+                    c.schema.event_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })?;
+        if req.user_id.is_empty() && req.assistant_id.is_empty() {
+            return Err(CoreError::invalid("user_id", "at least one of user_id and assistant_id is required"));
+        }
+        for (field, ids) in [("user_id", &req.user_id), ("assistant_id", &req.assistant_id)] {
+            for id in ids {
+                check_len(field, id, 1, MAX_ID_CHARS)?;
+            }
+        }
+        validate_memory_info(def, &req.memory_info, "memory_info", true)?;
+        let mut req = req;
+        for v in req.memory_info.values_mut() {
+            self.config.redaction.apply_json(v);
+        }
+        let class = validate_class(req.class.clone().or_else(|| def.default_class.clone()))?;
+        if let Some(t) = req.time {
+            check_time("time", t)?;
+        }
+        let now = self.now();
+        let expires_at = match (req.ttl_absolute, req.ttl_relative) {
+            (Some(_), Some(_)) => {
+                return Err(CoreError::invalid("ttl_relative", "give ttl_relative or ttl_absolute, not both"));
+            }
+            (Some(t), None) => {
+                check_time("ttl_absolute", t)?;
+                Some(t)
+            }
+            (None, Some(secs)) if (1..=315_360_000).contains(&secs) => Some(now + secs * 1000),
+            (None, Some(secs)) => {
+                return Err(CoreError::invalid(
+                    "ttl_relative",
+                    format!("must be seconds in 1..=315360000, got {secs}"),
+                ));
+            }
+            (None, None) => self.default_expiry(&c.schema, Some(&class), now),
+        };
+        // A failing embedding provider must not lose the write: the event is stored without a
+        // vector (full text still finds it) and the re-index loop embeds it once the provider is back.
+        let embedding = match self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "storing an event without a vector; it is embedded when the provider recovers");
+                self.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
+                None
+            }
+        };
+        Ok(self
+            .store
+            .insert_event(NewEvent {
+                collection_id: c.id,
+                memory_type: req.memory_type,
+                user_id: req.user_id,
+                assistant_id: req.assistant_id,
+                group_id: req.group_id,
+                session_id: req.session_id,
+                conversation_id: req.conversation_id,
+                scope: req.scope,
+                class,
+                time: req.time.unwrap_or(now),
+                memory_info: req.memory_info,
+                source_message_ids: vec![],
+                embedding,
+                expires_at,
+                now,
+            })
+            .await?)
+    }
+
+    pub async fn update_event(&self, t: &Target, id: &str, patch: EventPatch) -> CoreResult<Event> {
+        validate_id("event_id", id)?;
+        let c = self.collection_for_read(t).await?;
+        let existing = self
+            .store
+            .get_event(c.id, id)
+            .await?
+            .ok_or_else(|| CoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
+        if let Some(info) = &patch.memory_info {
+            let def = c.schema.event_type(&existing.memory_type).ok_or_else(|| {
+                CoreError::Conflict(format!("event type \"{}\" is no longer in the schema", existing.memory_type))
+            })?;
+            validate_memory_info(def, info, "memory_info", false)?;
+        }
+        if let Some(t) = patch.time {
+            check_time("time", t)?;
+        }
+        let mut patch = EventPatch { class: patch.class.map(|c| validate_class(Some(c))).transpose()?, ..patch };
+        if let Some(info) = patch.memory_info.as_mut() {
+            info.values_mut().for_each(|v| self.config.redaction.apply_json(v));
+        }
+        if let Some(info) = &patch.memory_info {
+            let mut merged = existing.memory_info.clone();
+            merged.extend(info.clone());
+            patch.embedding = Some(self.embed_one(&event_text(&merged), EmbedKind::Document).await?);
+        }
+        Ok(self.store.update_event(c.id, id, patch, self.now()).await?)
+    }
+
+    pub async fn get_event(&self, t: &Target, id: &str) -> CoreResult<Event> {
+        validate_id("event_id", id)?;
+        let c = self.collection_for_read(t).await?;
+        self.store.get_event(c.id, id).await?.ok_or_else(|| CoreError::NotFound(format!("event_id: no event \"{id}\"")))
+    }
+
+    pub async fn delete_event(&self, t: &Target, id: &str) -> CoreResult<()> {
+        validate_id("event_id", id)?;
+        let c = self.collection_for_read(t).await?;
+        if self.store.delete_event(c.id, id).await? {
+            Ok(())
+        } else {
+            Err(CoreError::NotFound(format!("event_id: no event \"{id}\"")))
+        }
+    }
+
+    pub async fn batch_delete_events(&self, t: &Target, filter: EventFilter) -> CoreResult<u64> {
+        if filter.is_empty() {
+            return Err(CoreError::invalid(
+                "filter",
+                "must name at least one of user_id, assistant_id, group_id, event_type, session_id, start_time, end_time (an empty filter would delete the whole collection; use collection/delete for that)",
+            ));
+        }
+        validate_time_range(&filter)?;
+        let c = self.collection_for_read(t).await?;
+        Ok(self.store.batch_delete_events(c.id, filter).await?)
+    }
+
+    /// Events matching the filter, newest first (the no-query form of `event/search`).
+    pub async fn list_events(&self, t: &Target, filter: EventFilter, limit: u32) -> CoreResult<Vec<Event>> {
+        validate_time_range(&filter)?;
+        let c = self.collection_for_read(t).await?;
+        Ok(self.store.list_events(c.id, filter, limit).await?)
+    }
+}

@@ -1,0 +1,208 @@
+//! `event/search`: hybrid ranking over the store's raw signals, the global-layer fallback, and the
+//! hit buffer.
+
+use super::*;
+use crate::embed::EmbedKind;
+use crate::error::{CoreError, CoreResult};
+use crate::ranking::{self, Scores, TimeDecay};
+
+/// Retrieval defaults (SPEC §4): out of the box nothing hides a memory silently — no threshold,
+/// no freshness window, no decay unless configured or asked for per request.
+#[derive(Clone, Debug)]
+pub struct RetrievalConfig {
+    /// Events per context section (`event_search_config.limit` default).
+    pub top_k: u32,
+    pub similarity_threshold: Option<f64>,
+    pub freshness_days: Option<f64>,
+    pub time_decay: TimeDecay,
+    pub max_tokens: u32,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            top_k: 5,
+            similarity_threshold: None,
+            freshness_days: None,
+            time_decay: TimeDecay::NONE,
+            max_tokens: 1200,
+        }
+    }
+}
+
+pub const MAX_QUERY_CHARS: usize = 4000;
+
+pub const GLOBAL_SCOPE: &str = "global";
+
+#[derive(Clone, Debug)]
+pub struct EventSearch {
+    pub target: Target,
+    pub query: Option<String>,
+    pub filter: EventFilter,
+    pub limit: u32,
+    pub decay: TimeDecay,
+    pub custom_weight: f64,
+    /// Overrides the configured threshold (`origin_score` below it is left out).
+    pub similarity_threshold: Option<f64>,
+    pub freshness_days: Option<f64>,
+    /// Also search archived events.
+    pub include_archived: bool,
+}
+
+impl EventSearch {
+    /// A plain search: no decay, custom weight, threshold or freshness window; active events only.
+    pub fn new(target: Target, query: Option<String>, filter: EventFilter, limit: u32) -> Self {
+        Self {
+            target,
+            query,
+            filter,
+            limit,
+            decay: TimeDecay::NONE,
+            custom_weight: 0.0,
+            similarity_threshold: None,
+            freshness_days: None,
+            include_archived: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ScoredEvent {
+    pub event: Event,
+    pub scores: Scores,
+    /// The scope layer the result came from (`global` when found by the fallback).
+    pub layer: Option<String>,
+}
+
+impl Service {
+    /// `event/search`: with a query, ranked by relevance, time and custom weight; without one,
+    /// the newest first (scores still reported).
+    pub async fn search_events(&self, req: EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+        if req.filter.user_id.is_empty() && req.filter.assistant_id.is_empty() {
+            return Err(CoreError::invalid(
+                "filter.user_id",
+                "at least one of filter.user_id and filter.assistant_id is required",
+            ));
+        }
+        if let Some(q) = &req.query {
+            let n = q.chars().count();
+            if n > MAX_QUERY_CHARS {
+                return Err(CoreError::invalid(
+                    "query",
+                    format!("must be at most {MAX_QUERY_CHARS} characters, got {n}"),
+                ));
+            }
+        }
+        validate_time_range(&req.filter)?;
+        if let Some(t) = req.similarity_threshold
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(CoreError::invalid("similarity_threshold", format!("must be in [0,1], got {t}")));
+        }
+        if let Some(d) = req.freshness_days
+            && !(0.0..=100_000.0).contains(&d)
+        {
+            return Err(CoreError::invalid(
+                "freshness_days",
+                format!("must be a number of days in [0,100000], got {d}"),
+            ));
+        }
+        let c = self.collection_for_read(&req.target).await?;
+        let results = self.search_in(&c, &req).await?;
+        // A hit is a recall: a query search or a context. Listing (no query) is browsing — it
+        // must not keep memories alive against expiry and archiving.
+        if req.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
+            self.count_hits(&c, &results);
+        }
+        Ok(results)
+    }
+
+    /// Queues hits for the returned events; the hits loop writes them in batches, so a search
+    /// never waits for a write.
+    pub(super) fn count_hits(&self, c: &Collection, results: &[ScoredEvent]) {
+        if results.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let mut pending = self.pending_hits.lock().expect("hit buffer");
+        pending.push((c.id, results.iter().map(|r| r.event.id.clone()).collect(), now));
+    }
+
+    /// Writes the queued hits. Returns how many events were counted.
+    pub async fn flush_hits(&self) -> CoreResult<usize> {
+        let batch = std::mem::take(&mut *self.pending_hits.lock().expect("hit buffer"));
+        let mut n = 0;
+        for (cid, ids, at) in batch {
+            n += ids.len();
+            self.store.record_hits(cid, ids, at).await?;
+        }
+        Ok(n)
+    }
+
+    /// Search within one collection, with the layered scope fallback (seed 002 §6.1).
+    pub(super) async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+        let now = self.now();
+        let mut filter = req.filter.clone();
+        filter.active_only = !req.include_archived;
+        let freshness = req.freshness_days.or(self.config.retrieval.freshness_days);
+        if let Some(days) = freshness {
+            let from = now - (days * ranking::DAY_MS) as i64;
+            filter.start_time = Some(filter.start_time.map_or(from, |s| s.max(from)));
+        }
+        let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
+        let Some(query) = query else {
+            let events = self.store.list_events(c.id, filter, req.limit).await?;
+            return Ok(events
+                .into_iter()
+                .map(|e| {
+                    let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
+                    ScoredEvent { layer: e.scope.clone(), event: e, scores }
+                })
+                .collect());
+        };
+        // Without the embedding provider, search degrades to full text instead of failing.
+        let qv = match self.embed_one(query, EmbedKind::Query).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "query embedding failed; searching full text only");
+                None
+            }
+        };
+        let terms = crate::text::search_tokens(query);
+        let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
+        let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
+            let mut out: Vec<ScoredEvent> = cands
+                .into_iter()
+                .filter_map(|cand| {
+                    let origin = ranking::fuse(cand.cosine, cand.bm25);
+                    (origin >= threshold).then(|| {
+                        let scores = ranking::score(origin, &cand.event, &c.schema, now, &req.decay, req.custom_weight);
+                        let layer = layer.map(str::to_string).or_else(|| cand.event.scope.clone());
+                        ScoredEvent { event: cand.event, scores, layer }
+                    })
+                })
+                .collect();
+            out.sort_by(|a, b| b.scores.score.total_cmp(&a.scores.score).then(b.event.time.cmp(&a.event.time)));
+            out.truncate(req.limit as usize);
+            out
+        };
+        let k = (req.limit as usize * 3).max(50);
+        let cq = CandidateQuery { vector: qv, terms, k };
+        let mut results = ranked(self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?, None);
+        // Layers: a search in a scope other than global falls back to global when it is short.
+        let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
+        if scoped && results.len() < req.limit as usize {
+            let mut global = filter.clone();
+            global.scope = vec![GLOBAL_SCOPE.to_string()];
+            for r in ranked(self.store.search_candidates(c.id, global, cq).await?, Some(GLOBAL_SCOPE)) {
+                if results.len() >= req.limit as usize {
+                    break;
+                }
+                if !results.iter().any(|x| x.event.id == r.event.id) {
+                    results.push(r);
+                }
+            }
+        }
+        Ok(results)
+    }
+}

@@ -1,0 +1,418 @@
+//! Events: rows, vectors and terms (the BM25 statistics kept in the same transaction), CRUD, hits,
+//! re-index; candidates for search are in `search`.
+
+use crate::PgStore;
+use crate::rows::{EVENT_COLS, event_from_row, from_rows, json};
+use crate::sql::{
+    SqlParam, Tx, backend, begin, begin_read, event_filter_sql, execute, no_nul, query_all, query_one, query_opt,
+};
+use deadpool_postgres::Pool;
+use mnemo_core::StoreError;
+use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Default)]
+pub(crate) struct TermStats {
+    df: BTreeMap<(CollectionId, String), i64>,
+    docs: BTreeMap<CollectionId, (i64, i64)>,
+}
+
+impl TermStats {
+    pub(crate) fn change(&mut self, cid: CollectionId, old: Option<&str>, new: Option<&str>) {
+        use mnemo_core::text::fts_tokens;
+        let count = |t: Option<&str>| -> (i64, BTreeSet<String>) {
+            match t {
+                Some(t) => {
+                    let toks: Vec<String> = fts_tokens(t).collect();
+                    (toks.len() as i64, toks.into_iter().collect())
+                }
+                None => (0, BTreeSet::new()),
+            }
+        };
+        let (old_len, old_set) = count(old);
+        let (new_len, new_set) = count(new);
+        for t in old_set.difference(&new_set) {
+            *self.df.entry((cid, t.clone())).or_default() -= 1;
+        }
+        for t in new_set.difference(&old_set) {
+            *self.df.entry((cid, t.clone())).or_default() += 1;
+        }
+        let d = self.docs.entry(cid).or_default();
+        d.0 += i64::from(new.is_some()) - i64::from(old.is_some());
+        d.1 += new_len - old_len;
+    }
+
+    pub(crate) async fn flush(self, tx: &Tx<'_>) -> StoreResult<()> {
+        let (mut cids, mut terms, mut deltas) = (vec![], vec![], vec![]);
+        for ((cid, term), d) in self.df.into_iter().filter(|(_, d)| *d != 0) {
+            cids.push(cid);
+            terms.push(term);
+            deltas.push(d);
+        }
+        if !cids.is_empty() {
+            execute(
+                tx,
+                "INSERT INTO term_stats_delta(collection_id, term, df) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
+                &[&cids, &terms, &deltas],
+            )
+            .await?;
+        }
+        for (cid, (docs, tokens)) in self.docs.into_iter().filter(|(_, d)| *d != (0, 0)) {
+            execute(
+                tx,
+                "INSERT INTO collection_stats_delta(collection_id, docs, tokens) VALUES ($1, $2, $3)",
+                &[&cid, &docs, &tokens],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Key of the advisory lock one compactor at a time holds (across replicas).
+pub(crate) const COMPACT_LOCK: i64 = 0x6d6e_656d_6f02;
+
+/// Folds the appended statistics changes into `term_stats` / `collection_stats`, in one
+/// transaction; a no-op when another replica is compacting.
+pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
+    let mut conn = pool.get().await.map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))?;
+    let tx = begin(&mut conn).await?;
+    let locked: bool = query_one(&tx, "SELECT pg_try_advisory_xact_lock($1)", &[&COMPACT_LOCK]).await?.get(0);
+    if !locked {
+        return Ok(0);
+    }
+    let n = execute(
+        &tx,
+        "WITH d AS (DELETE FROM term_stats_delta RETURNING collection_id, term, df)
+         INSERT INTO term_stats(collection_id, term, df)
+         SELECT collection_id, term, SUM(df)::bigint FROM d GROUP BY collection_id, term ORDER BY collection_id, term
+         ON CONFLICT(collection_id, term) DO UPDATE SET df = term_stats.df + excluded.df",
+        &[],
+    )
+    .await?;
+    execute(
+        &tx,
+        "WITH d AS (DELETE FROM collection_stats_delta RETURNING collection_id, docs, tokens)
+         INSERT INTO collection_stats(collection_id, docs, tokens)
+         SELECT collection_id, SUM(docs)::bigint, SUM(tokens)::bigint FROM d GROUP BY collection_id ORDER BY collection_id
+         ON CONFLICT(collection_id) DO UPDATE SET docs = collection_stats.docs + excluded.docs,
+             tokens = collection_stats.tokens + excluded.tokens",
+        &[],
+    )
+    .await?;
+    tx.commit().await.map_err(backend)?;
+    Ok(n)
+}
+
+pub(crate) async fn event_by_id(tx: &Tx<'_>, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+    query_opt(tx, &format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=$1 AND id=$2"), &[&cid, &id])
+        .await?
+        .map(|r| event_from_row(&r))
+        .transpose()
+}
+
+pub(crate) async fn lock_event(tx: &Tx<'_>, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+    query_opt(tx, &format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=$1 AND id=$2 FOR UPDATE"), &[&cid, &id])
+        .await?
+        .map(|r| event_from_row(&r))
+        .transpose()
+}
+
+pub(crate) async fn insert_event_row(tx: &Tx<'_>, stats: &mut TermStats, e: &NewEvent) -> StoreResult<String> {
+    let id = new_id("evt");
+    // The terms go in with the row (an UPDATE after it would write every index of the row twice).
+    let (terms, lexemes) = analyse(&e.memory_info);
+    stats.change(e.collection_id, None, Some(&terms));
+    execute(
+        tx,
+        "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
+                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,'active',$11,$12,$13,$14,$14,$15,$16,array_to_tsvector($17::text[]))",
+        &[
+            &id,
+            &e.collection_id,
+            &e.memory_type,
+            &json(&e.user_id),
+            &json(&e.assistant_id),
+            &e.group_id,
+            &e.session_id,
+            &e.conversation_id,
+            &e.scope,
+            &e.class,
+            &e.time,
+            &json(&e.memory_info),
+            &json(&e.source_message_ids),
+            &e.now,
+            &e.expires_at,
+            &terms,
+            &lexemes,
+        ],
+    )
+    .await?;
+    if let Some(v) = &e.embedding {
+        set_vector(tx, e.collection_id, &id, v).await?;
+    }
+    let subjects: Vec<(&str, &String)> =
+        e.user_id.iter().map(|u| ("u", u)).chain(e.assistant_id.iter().map(|a| ("a", a))).collect();
+    if !subjects.is_empty() {
+        let kinds: Vec<&str> = subjects.iter().map(|(k, _)| *k).collect();
+        let ids: Vec<&String> = subjects.iter().map(|(_, s)| *s).collect();
+        execute(
+            tx,
+            "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id)
+             SELECT $1, k, s, $4 FROM unnest($2::text[], $3::text[]) AS t(k, s) ON CONFLICT DO NOTHING",
+            &[&e.collection_id, &kinds, &ids, &id],
+        )
+        .await?;
+    }
+    Ok(id)
+}
+
+/// An event's analysed terms (space separated, for BM25) and its distinct lexemes (for the GIN index).
+pub(crate) fn analyse(memory_info: &serde_json::Map<String, serde_json::Value>) -> (String, Vec<String>) {
+    let terms = no_nul(&mnemo_core::text::search_tokens(&event_search_text(memory_info)).join(" ")).into_owned();
+    let lexemes = mnemo_core::text::fts_tokens(&terms).collect::<BTreeSet<_>>().into_iter().collect();
+    (terms, lexemes)
+}
+
+/// (Re)writes an event's terms (`old_terms`: what it had) and, if given, its vector.
+pub(crate) async fn index_event(
+    tx: &Tx<'_>,
+    stats: &mut TermStats,
+    cid: CollectionId,
+    id: &str,
+    old_terms: Option<&str>,
+    memory_info: &serde_json::Map<String, serde_json::Value>,
+    vector: Option<&[f32]>,
+) -> StoreResult<()> {
+    let (terms, lexemes) = analyse(memory_info);
+    stats.change(cid, old_terms, Some(&terms));
+    execute(
+        tx,
+        "UPDATE events SET terms=$2, terms_tsv=array_to_tsvector($3::text[]) WHERE id=$1",
+        &[&id, &terms, &lexemes],
+    )
+    .await?;
+    if let Some(v) = vector {
+        set_vector(tx, cid, id, v).await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn set_vector(tx: &Tx<'_>, cid: CollectionId, id: &str, v: &[f32]) -> StoreResult<()> {
+    let dim = v.len() as i32;
+    execute(
+        tx,
+        "INSERT INTO event_vectors(event_id, collection_id, dim, vec) SELECT id, collection_id, $3, $4 FROM events WHERE collection_id=$1 AND id=$2
+         ON CONFLICT(event_id) DO UPDATE SET dim=excluded.dim, vec=excluded.vec",
+        &[&cid, &id, &dim, &pgvector::Vector::from(v.to_vec())],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn event_terms(tx: &Tx<'_>, id: &str) -> StoreResult<Option<String>> {
+    Ok(query_opt(tx, "SELECT terms FROM events WHERE id=$1", &[&id]).await?.and_then(|r| r.get(0)))
+}
+
+/// Removes an event; its subjects and vector go with it (foreign keys cascade).
+pub(crate) async fn delete_event_row(
+    tx: &Tx<'_>,
+    stats: &mut TermStats,
+    cid: CollectionId,
+    id: &str,
+) -> StoreResult<bool> {
+    let Some(row) =
+        query_opt(tx, "DELETE FROM events WHERE collection_id=$1 AND id=$2 RETURNING terms", &[&cid, &id]).await?
+    else {
+        return Ok(false);
+    };
+    let old: Option<String> = row.get(0);
+    if let Some(old) = old {
+        stats.change(cid, Some(&old), None);
+    }
+    Ok(true)
+}
+
+pub(crate) async fn delete_events(tx: &Tx<'_>, cid: CollectionId, ids: &[String]) -> StoreResult<u64> {
+    let mut stats = TermStats::default();
+    let mut n = 0;
+    for id in ids {
+        n += delete_event_row(tx, &mut stats, cid, id).await? as u64;
+    }
+    stats.flush(tx).await?;
+    Ok(n)
+}
+
+pub(crate) async fn ids_of(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> StoreResult<Vec<String>> {
+    Ok(query_all(tx, sql, p).await?.iter().map(|r| r.get(0)).collect())
+}
+
+/// Refreshes an existing event with a near-duplicate's content (the embedded store's rules).
+pub(crate) async fn merge_event_row(
+    tx: &Tx<'_>,
+    stats: &mut TermStats,
+    cid: CollectionId,
+    id: &str,
+    e: &mnemo_core::extract::ExtractedEvent,
+    now: Millis,
+) -> StoreResult<bool> {
+    let Some(old) = lock_event(tx, cid, id).await? else { return Ok(false) };
+    if old.status != "active" {
+        return Ok(false);
+    }
+    let (info, sources) = mnemo_core::extract::merged_content(&old, e);
+    let old_terms = event_terms(tx, id).await?;
+    index_event(tx, stats, cid, id, old_terms.as_deref(), &info, e.embedding.as_deref()).await?;
+    execute(
+        tx,
+        "UPDATE events SET memory_info=$3, time=GREATEST(time, $4), source_message_ids=$5, updated_at=$6,
+             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE GREATEST(expires_at, COALESCE($7, expires_at)) END
+         WHERE collection_id=$1 AND id=$2",
+        &[&cid, &id, &json(&info), &e.time, &json(&sources), &now, &e.expires_at],
+    )
+    .await?;
+    Ok(true)
+}
+
+impl PgStore {
+    pub(crate) async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let mut stats = TermStats::default();
+        let id = insert_event_row(&tx, &mut stats, &e).await?;
+        stats.flush(&tx).await?;
+        let out = event_by_id(&tx, e.collection_id, &id)
+            .await?
+            .ok_or_else(|| StoreError::Backend("inserted event vanished".into()))?;
+        tx.commit().await.map_err(backend)?;
+        Ok(out)
+    }
+
+    pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        event_by_id(&tx, cid, id).await
+    }
+
+    pub(crate) async fn update_event(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        patch: EventPatch,
+        now: Millis,
+    ) -> StoreResult<Event> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let mut e = lock_event(&tx, cid, id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
+        let mut stats = TermStats::default();
+        let (text_changed, vector) = patch.apply(&mut e);
+        if text_changed {
+            let old = event_terms(&tx, id).await?;
+            index_event(&tx, &mut stats, cid, id, old.as_deref(), &e.memory_info, vector.as_deref()).await?;
+        }
+        execute(
+            &tx,
+            "UPDATE events SET memory_info=$3, time=$4, group_id=$5, scope=$6, class=$7, status=$8, updated_at=$9 WHERE collection_id=$1 AND id=$2",
+            &[&cid, &id, &json(&e.memory_info), &e.time, &e.group_id, &e.scope, &e.class, &e.status, &now],
+        )
+        .await?;
+        stats.flush(&tx).await?;
+        let out =
+            event_by_id(&tx, cid, id).await?.ok_or_else(|| StoreError::Backend("updated event vanished".into()))?;
+        tx.commit().await.map_err(backend)?;
+        Ok(out)
+    }
+
+    pub(crate) async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let n = delete_events(&tx, cid, &[id.to_string()]).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(n > 0)
+    }
+
+    pub(crate) async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
+        let (where_sql, a) = event_filter_sql(cid, &filter);
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let ids = ids_of(&tx, &format!("SELECT id FROM events WHERE {where_sql} ORDER BY id"), &a.refs()).await?;
+        let n = delete_events(&tx, cid, &ids).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(n)
+    }
+
+    pub(crate) async fn list_events(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        limit: u32,
+    ) -> StoreResult<Vec<Event>> {
+        let (where_sql, mut a) = event_filter_sql(cid, &filter);
+        let lim = a.push(limit as i64);
+        let sql = format!("SELECT {EVENT_COLS} FROM events WHERE {where_sql} ORDER BY time DESC, id DESC LIMIT {lim}");
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)
+    }
+
+    pub(crate) async fn search_candidates(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        q: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        crate::search::candidates(&tx, cid, &filter, &q, self.exact_scope).await
+    }
+
+    pub(crate) async fn record_hits(&self, cid: CollectionId, mut ids: Vec<String>, now: Millis) -> StoreResult<()> {
+        ids.sort(); // one lock order for every writer
+        let day = now.div_euclid(86_400_000);
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        for id in &ids {
+            execute(
+                &tx,
+                "UPDATE events SET hit_count=hit_count+1, last_hit_at=$3 WHERE collection_id=$1 AND id=$2",
+                &[&cid, id, &now],
+            )
+            .await?;
+            execute(
+                &tx,
+                "INSERT INTO hits_daily(collection_id, day, user_id, hits)
+                 SELECT $1, $3, COALESCE(user_ids::jsonb->>0, ''), 1 FROM events WHERE collection_id=$1 AND id=$2
+                 ON CONFLICT(collection_id, day, user_id) DO UPDATE SET hits = hits_daily.hits + 1",
+                &[&cid, id, &day],
+            )
+            .await?;
+        }
+        tx.commit().await.map_err(backend)
+    }
+
+    pub(crate) async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        let rows = query_all(
+            &tx,
+            &format!(
+                "SELECT {EVENT_COLS} FROM events e WHERE collection_id=$1
+                 AND NOT EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id) LIMIT $2"
+            ),
+            &[&cid, &(limit as i64)],
+        )
+        .await?;
+        from_rows(rows, event_from_row)
+    }
+
+    pub(crate) async fn set_event_vector(&self, cid: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        set_vector(&tx, cid, id, &vector).await?;
+        tx.commit().await.map_err(backend)
+    }
+}

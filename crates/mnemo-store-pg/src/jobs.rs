@@ -1,0 +1,240 @@
+//! Extraction jobs: claim with a lease, complete (events and profile changes in one transaction),
+//! fail, defer, renew; token usage.
+
+use crate::PgStore;
+use crate::collections::collection_by_id;
+use crate::conversations::{session_messages, session_summary};
+use crate::events::{TermStats, insert_event_row, merge_event_row};
+use crate::profiles::{apply_profile_changes, profiles_where};
+use crate::rows::{JOB_COLS, from_rows, job_from_row};
+use crate::sql::{Args, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use mnemo_core::StoreError;
+use mnemo_core::extract::ExtractionOutput;
+use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
+
+pub(crate) async fn job_by_id(tx: &Tx<'_>, job_id: &str, lock: bool) -> StoreResult<Option<(CollectionId, Job)>> {
+    let lock = if lock { " FOR UPDATE" } else { "" };
+    query_opt(tx, &format!("SELECT {JOB_COLS} FROM jobs WHERE job_id=$1{lock}"), &[&job_id])
+        .await?
+        .map(|r| job_from_row(&r))
+        .transpose()
+}
+
+/// Serialises one user's extraction commits across replicas (released at commit).
+pub(crate) async fn lock_user(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<()> {
+    execute(tx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", &[&format!("{cid}/{user}")]).await?;
+    Ok(())
+}
+
+impl PgStore {
+    pub(crate) async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        // One due job, skipping those another replica is claiming right now; a running job whose
+        // lease ran out (its replica died or stalled) is due again.
+        let Some(row) = query_opt(
+            &tx,
+            "UPDATE jobs SET state='running', attempts=attempts+1, lease_until=$2, updated_at=$1 WHERE job_id = (
+                 SELECT job_id FROM jobs WHERE (state='queued' AND run_after<=$1) OR (state='running' AND lease_until<=$1)
+                 ORDER BY run_after, created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+             RETURNING job_id",
+            &[&now, &(now + lease_ms)],
+        )
+        .await?
+        else {
+            return Ok(None);
+        };
+        let job_id: String = row.get(0);
+        let (cid, job) =
+            job_by_id(&tx, &job_id, false).await?.ok_or_else(|| StoreError::Backend("claimed job vanished".into()))?;
+        let collection = collection_by_id(&tx, cid).await?;
+        let sid = job.session_id.clone().unwrap_or_default();
+        let (_, session, meta) = session_summary(&tx, &sid)
+            .await?
+            .ok_or_else(|| StoreError::Backend(format!("job {job_id} has no session {sid}")))?;
+        let messages = session_messages(&tx, &sid).await?;
+        let profiles = match &meta.user_id {
+            Some(u) => {
+                profiles_where(
+                    &tx,
+                    "collection_id=$1 AND user_id=$2 AND assistant_id='' ORDER BY profile_type",
+                    &[&cid, u],
+                )
+                .await?
+            }
+            None => vec![],
+        };
+        tx.commit().await.map_err(backend)?;
+        Ok(Some(ClaimedJob { job, collection, session, meta, messages, profiles }))
+    }
+
+    pub(crate) async fn complete_job(
+        &self,
+        lease: &JobLease,
+        output: ExtractionOutput,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let job_id = &lease.job_id;
+        let (cid, job) = job_by_id(&tx, job_id, true)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("job_id: no job \"{job_id}\"")))?;
+        job.check_lease(lease)?;
+        let sid = job.session_id.clone().unwrap_or_default();
+        let (_, session, meta) =
+            session_summary(&tx, &sid).await?.ok_or_else(|| StoreError::Backend("job without session".into()))?;
+        if let Some(user) = &meta.user_id {
+            lock_user(&tx, cid, user).await?;
+        }
+        let mut stats = TermStats::default();
+        let mut ids = Vec::with_capacity(output.events.len());
+        for e in &output.events {
+            if let Some(target) = &e.merge_into
+                && merge_event_row(&tx, &mut stats, cid, target, e, now).await?
+            {
+                ids.push(target.clone());
+                continue;
+            }
+            let new = e.to_new_event(cid, &meta, &session, now);
+            let id = insert_event_row(&tx, &mut stats, &new).await?;
+            if let Some(old) = &e.supersedes {
+                execute(
+                    &tx,
+                    "UPDATE events SET status='superseded', superseded_by=$3, updated_at=$4 WHERE collection_id=$1 AND id=$2 AND status='active'",
+                    &[&cid, old, &id, &now],
+                )
+                .await?;
+            }
+            ids.push(id);
+        }
+        if let Some(user) = &meta.user_id {
+            let typed = std::iter::once((PROFILE_V1.to_string(), output.profile_changes.clone()))
+                .chain(output.typed_profile_changes.iter().cloned());
+            for (ptype, changes) in typed.filter(|(_, c)| !c.is_empty()) {
+                apply_profile_changes(&tx, cid, &ptype, user, &session.session_id, &changes, now).await?;
+            }
+        }
+        stats.flush(&tx).await?;
+        execute(&tx, "UPDATE sessions SET state='extracted', extracted_at=$2 WHERE session_id=$1", &[&sid, &now])
+            .await?;
+        execute(
+            &tx,
+            "UPDATE jobs SET state='done', lease_until=NULL, last_error=NULL, prompt_tokens=prompt_tokens+$2,
+             completion_tokens=completion_tokens+$3, updated_at=$4 WHERE job_id=$1",
+            &[job_id, &(output.prompt_tokens as i64), &(output.completion_tokens as i64), &now],
+        )
+        .await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(ids)
+    }
+
+    pub(crate) async fn fail_job(
+        &self,
+        lease: &JobLease,
+        error: &str,
+        retry_at: Option<Millis>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let error: String = no_nul(error).chars().take(2000).collect();
+        let (state, run_after) = match retry_at {
+            Some(t) => ("queued", t),
+            None => ("failed", now),
+        };
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let n = execute(
+            &tx,
+            "UPDATE jobs SET state=$2, run_after=$3, last_error=$4, lease_until=NULL, updated_at=$5
+             WHERE job_id=$1 AND state='running' AND attempts=$6",
+            &[&lease.job_id, &state, &run_after, &error, &now, &(lease.attempt as i64)],
+        )
+        .await?;
+        if n == 1 && state == "failed" {
+            execute(
+                &tx,
+                "UPDATE sessions SET state='failed' WHERE session_id=(SELECT session_id FROM jobs WHERE job_id=$1)",
+                &[&lease.job_id],
+            )
+            .await?;
+        }
+        tx.commit().await.map_err(backend)
+    }
+
+    pub(crate) async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let n = execute(
+            &tx,
+            "UPDATE jobs SET lease_until=$3 WHERE job_id=$1 AND state='running' AND attempts=$2",
+            &[&lease.job_id, &(lease.attempt as i64), &until],
+        )
+        .await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(n == 1)
+    }
+
+    pub(crate) async fn defer_job(
+        &self,
+        lease: &JobLease,
+        run_after: Millis,
+        note: &str,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        execute(
+            &tx,
+            "UPDATE jobs SET state='queued', attempts=GREATEST(attempts-1, 0), run_after=$2, last_error=$3, lease_until=NULL, updated_at=$4
+             WHERE job_id=$1 AND state='running' AND attempts=$5",
+            &[&lease.job_id, &run_after, &note, &now, &(lease.attempt as i64)],
+        )
+        .await?;
+        tx.commit().await.map_err(backend)
+    }
+
+    pub(crate) async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        let n: i64 = query_one(
+            &tx,
+            "SELECT COALESCE(SUM(j.prompt_tokens + j.completion_tokens), 0)::bigint FROM jobs j
+             JOIN collections c ON c.id = j.collection_id WHERE c.project_name=$1 AND j.updated_at>=$2",
+            &[&project, &since],
+        )
+        .await?
+        .get(0);
+        Ok(n as u64)
+    }
+
+    pub(crate) async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
+        let mut a = Args::default();
+        let mut sql = format!("SELECT {JOB_COLS} FROM jobs WHERE collection_id={}", a.push(cid));
+        if let Some(s) = f.state {
+            sql.push_str(&format!(" AND state={}", a.push(s.as_str().to_string())));
+        }
+        if let Some(c) = f.conversation_id {
+            sql.push_str(&format!(" AND conversation_id={}", a.push(c)));
+        }
+        if let Some(s) = f.session_id {
+            sql.push_str(&format!(" AND session_id={}", a.push(s)));
+        }
+        sql.push_str(&format!(" ORDER BY created_at DESC, job_id DESC LIMIT {}", a.push(f.limit.max(1) as i64)));
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        Ok(from_rows(query_all(&tx, &sql, &a.refs()).await?, job_from_row)?.into_iter().map(|(_, j)| j).collect())
+    }
+
+    pub(crate) async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        Ok(query_one(
+            &tx,
+            "SELECT LEAST((SELECT MIN(run_after) FROM jobs WHERE state='queued'), (SELECT MIN(lease_until) FROM jobs WHERE state='running'))",
+            &[],
+        )
+        .await?
+        .get(0))
+    }
+}

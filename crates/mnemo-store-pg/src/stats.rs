@@ -1,0 +1,127 @@
+//! Numbers: per-user memory statistics and the whole store's counts.
+
+use crate::PgStore;
+use crate::rows::{EVENT_COLS, event_from_row, from_rows};
+use crate::sql::{Tx, begin_read, query_all, query_one};
+use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
+
+/// `YYYY-MM-DD` of a day number (days since the Unix epoch, UTC).
+fn day_name(day: i64) -> String {
+    chrono::DateTime::from_timestamp(day * 86_400, 0)
+        .map(|t| t.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| day.to_string())
+}
+
+pub async fn memory_stats(
+    tx: &Tx<'_>,
+    cid: CollectionId,
+    user: Option<&str>,
+    days: u32,
+    now: Millis,
+) -> StoreResult<MemoryStats> {
+    const DAY: i64 = 86_400_000;
+    let from_day = now.div_euclid(DAY) - days as i64 + 1;
+    let scope = match user {
+        Some(_) => {
+            "collection_id=$1 AND id IN (SELECT event_id FROM event_subjects WHERE collection_id=$1 AND kind='u' AND subject_id=$2)"
+        }
+        None => "collection_id=$1 AND $2::text IS NULL",
+    };
+    let pairs = async |sql: &str, from: i64| -> StoreResult<Vec<(String, u64)>> {
+        let rows = query_all(tx, sql, &[&cid, &user, &from]).await?;
+        Ok(rows.iter().map(|r| (day_name(r.get(0)), r.get::<_, i64>(1) as u64)).collect())
+    };
+    let mut out = MemoryStats {
+        new_memories_per_day: pairs(
+            &format!("SELECT created_at / {DAY} AS d, COUNT(*) FROM events WHERE {scope} AND created_at >= $3 GROUP BY d ORDER BY d DESC"),
+            from_day * DAY,
+        )
+        .await?,
+        hits_per_day: pairs(
+            "SELECT day, SUM(hits)::bigint FROM hits_daily WHERE collection_id=$1 AND ($2::text IS NULL OR user_id=$2) AND day >= $3
+             GROUP BY day ORDER BY day DESC",
+            from_day,
+        )
+        .await?,
+        ..Default::default()
+    };
+    let rows = query_all(
+        tx,
+        &format!(
+            "SELECT {EVENT_COLS} FROM events WHERE {scope} AND hit_count > 0 ORDER BY hit_count DESC, id LIMIT 10"
+        ),
+        &[&cid, &user],
+    )
+    .await?;
+    for e in from_rows(rows, event_from_row)? {
+        out.top_hit.push((e.id.clone(), e.text().chars().take(120).collect(), e.hit_count));
+    }
+    let count = async |extra: &str| -> StoreResult<u64> {
+        Ok(query_one(tx, &format!("SELECT COUNT(*) FROM events WHERE {scope}{extra}"), &[&cid, &user])
+            .await?
+            .get::<_, i64>(0) as u64)
+    };
+    out.never_hit = count(" AND hit_count = 0").await?;
+    out.total_events = count("").await?;
+    let rows = query_all(
+        tx,
+        &format!(
+            "SELECT j.created_at / {DAY} AS d, COUNT(*), COUNT(*) FILTER (WHERE j.state='done'), COUNT(*) FILTER (WHERE j.state='failed'),
+                    SUM(j.prompt_tokens)::bigint, SUM(j.completion_tokens)::bigint
+             FROM jobs j WHERE j.collection_id=$1 AND j.created_at >= $3
+               AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id=j.session_id AND s.meta_json::jsonb->>'user_id' = $2))
+             GROUP BY d ORDER BY d DESC"
+        ),
+        &[&cid, &user, &(from_day * DAY)],
+    )
+    .await?;
+    for r in rows {
+        let g = |i| r.get::<_, i64>(i) as u64;
+        out.jobs_per_day.push((day_name(r.get(0)), g(1), g(2), g(3), g(4), g(5)));
+    }
+    Ok(out)
+}
+
+impl PgStore {
+    pub(crate) async fn memory_stats(
+        &self,
+        cid: CollectionId,
+        user: Option<String>,
+        days: u32,
+        now: Millis,
+    ) -> StoreResult<MemoryStats> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        memory_stats(&tx, cid, user.as_deref(), days, now).await
+    }
+
+    pub(crate) async fn stats(&self) -> StoreResult<StoreStats> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        let jobs = query_all(&tx, "SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state", &[])
+            .await?
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+            .collect();
+        let count = async |t: &str| -> StoreResult<u64> {
+            Ok(query_one(&tx, &format!("SELECT COUNT(*) FROM {t}"), &[]).await?.get::<_, i64>(0) as u64)
+        };
+        Ok(StoreStats {
+            jobs,
+            conversations: count("conversations").await?,
+            messages: count("messages").await?,
+            events: count("events").await?,
+            profiles: count("profiles").await?,
+            // Tables, indexes and TOAST of mnemo's schema (not the whole database).
+            bytes: query_one(
+                &tx,
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+                 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'",
+                &[],
+            )
+            .await?
+            .get::<_, i64>(0) as u64,
+        })
+    }
+}

@@ -1,0 +1,407 @@
+//! Events: rows, vectors and terms (the BM25 statistics kept in the same transaction), CRUD, hits,
+//! re-index; candidates for search are in `search`.
+
+use crate::rows::{EVENT_COLS, event_from_row, json, vec_to_blob};
+use crate::{SqliteStore, backend};
+use mnemo_core::StoreError;
+use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+
+pub(crate) fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+    conn.query_row(
+        &format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id=?2"),
+        params![cid, id],
+        event_from_row,
+    )
+    .optional()
+    .map_err(backend)
+}
+
+pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
+    let id = new_id("evt");
+    conn.prepare_cached(
+        "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
+                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14,?15)",
+    )
+    .map_err(backend)?
+    .execute(params![
+        id,
+        e.collection_id,
+        e.memory_type,
+        json(&e.user_id),
+        json(&e.assistant_id),
+        e.group_id,
+        e.session_id,
+        e.conversation_id,
+        e.scope,
+        e.class,
+        e.time,
+        json(&e.memory_info),
+        json(&e.source_message_ids),
+        e.now,
+        e.expires_at
+    ])
+    .map_err(backend)?;
+    let rowid = conn.last_insert_rowid();
+    index_event(conn, e.collection_id, &id, rowid, &e.memory_info, e.embedding.as_deref())?;
+    let mut subj = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (?1,?2,?3,?4)",
+        )
+        .map_err(backend)?;
+    for u in &e.user_id {
+        subj.execute(params![e.collection_id, "u", u, id]).map_err(backend)?;
+    }
+    for a in &e.assistant_id {
+        subj.execute(params![e.collection_id, "a", a, id]).map_err(backend)?;
+    }
+    Ok(id)
+}
+
+/// (Re)writes an event's full-text terms and, if given, its vector.
+pub(crate) fn index_event(
+    conn: &Connection,
+    cid: CollectionId,
+    id: &str,
+    rowid: i64,
+    memory_info: &serde_json::Map<String, serde_json::Value>,
+    vector: Option<&[f32]>,
+) -> StoreResult<()> {
+    let terms = mnemo_core::text::search_tokens(&event_search_text(memory_info)).join(" ");
+    conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    conn.prepare_cached("INSERT INTO event_fts(rowid, terms) VALUES (?1, ?2)")
+        .map_err(backend)?
+        .execute(params![rowid, terms])
+        .map_err(backend)?;
+    set_terms(conn, cid, rowid, Some(&terms))?;
+    if let Some(v) = vector {
+        conn.prepare_cached("INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) VALUES (?1,?2,?3)")
+            .map_err(backend)?
+            .execute(params![id, cid, vec_to_blob(v)])
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Replaces an event's analysed terms (None: removes them) and keeps the collection's BM25
+/// statistics — documents, tokens, and per-token document counts — exact.
+pub(crate) fn set_terms(conn: &Connection, cid: CollectionId, rowid: i64, terms: Option<&str>) -> StoreResult<()> {
+    use mnemo_core::text::fts_tokens;
+    use std::collections::HashSet;
+    let old: Option<String> = conn
+        .prepare_cached("SELECT terms FROM events WHERE rowid=?1")
+        .map_err(backend)?
+        .query_row([rowid], |r| r.get(0))
+        .optional()
+        .map_err(backend)?
+        .flatten();
+    let count = |t: &Option<&str>| -> (i64, HashSet<String>) {
+        match t {
+            Some(t) => {
+                let toks: Vec<String> = fts_tokens(t).collect();
+                (toks.len() as i64, toks.into_iter().collect())
+            }
+            None => (0, HashSet::new()),
+        }
+    };
+    let (old_len, old_set) = count(&old.as_deref());
+    let (new_len, new_set) = count(&terms);
+    let mut df = conn
+        .prepare_cached(
+            "INSERT INTO term_stats(collection_id, term, df) VALUES (?1, ?2, ?3)
+             ON CONFLICT(collection_id, term) DO UPDATE SET df = df + excluded.df",
+        )
+        .map_err(backend)?;
+    for t in old_set.difference(&new_set) {
+        df.execute(params![cid, t, -1]).map_err(backend)?;
+    }
+    for t in new_set.difference(&old_set) {
+        df.execute(params![cid, t, 1]).map_err(backend)?;
+    }
+    let docs = i64::from(terms.is_some()) - i64::from(old.is_some());
+    conn.prepare_cached(
+        "INSERT INTO collection_stats(collection_id, docs, tokens) VALUES (?1, ?2, ?3)
+         ON CONFLICT(collection_id) DO UPDATE SET docs = docs + excluded.docs, tokens = tokens + excluded.tokens",
+    )
+    .map_err(backend)?
+    .execute(params![cid, docs, new_len - old_len])
+    .map_err(backend)?;
+    if terms.is_some() {
+        conn.prepare_cached("UPDATE events SET terms=?2 WHERE rowid=?1")
+            .map_err(backend)?
+            .execute(params![rowid, terms])
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Indexes the terms of events written before v7 (inside the v7 migration's transaction).
+pub(crate) fn backfill_terms(conn: &Connection) -> rusqlite::Result<usize> {
+    let rows: Vec<(i64, CollectionId, String)> = conn
+        .prepare("SELECT rowid, collection_id, memory_info FROM events WHERE terms IS NULL")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    for (rowid, cid, info) in &rows {
+        let info: serde_json::Map<String, serde_json::Value> = serde_json::from_str(info).unwrap_or_default();
+        let terms = mnemo_core::text::search_tokens(&event_search_text(&info)).join(" ");
+        set_terms(conn, *cid, *rowid, Some(&terms))
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    }
+    Ok(rows.len())
+}
+
+/// Removes an event and everything indexed about it.
+pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<bool> {
+    let rowid: Option<i64> = conn
+        .prepare_cached("SELECT rowid FROM events WHERE collection_id=?1 AND id=?2")
+        .map_err(backend)?
+        .query_row(params![cid, id], |r| r.get(0))
+        .optional()
+        .map_err(backend)?;
+    let Some(rowid) = rowid else { return Ok(false) };
+    conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    set_terms(conn, cid, rowid, None)?;
+    conn.prepare_cached("DELETE FROM event_vectors WHERE event_id=?1")
+        .map_err(backend)?
+        .execute([id])
+        .map_err(backend)?;
+    conn.prepare_cached("DELETE FROM event_subjects WHERE event_id=?1")
+        .map_err(backend)?
+        .execute([id])
+        .map_err(backend)?;
+    conn.prepare_cached("DELETE FROM events WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
+    Ok(true)
+}
+
+/// Builds `WHERE` conditions for an event filter; `?1` is always the collection id.
+pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue>) {
+    // With a user or assistant filter, the subject index must drive the query (a user's events are
+    // few); `+` keeps the planner from scanning the whole collection by `collection_id` instead
+    // (measured: 43 ms → under 1 ms at 100k events, see docs/benchmarks.md).
+    let mut sql = String::from(if f.user_id.is_empty() && f.assistant_id.is_empty() {
+        "collection_id = ?1"
+    } else {
+        "+collection_id = ?1"
+    });
+    let mut args: Vec<SqlValue> = vec![SqlValue::Integer(cid)];
+    let list = |sql: &mut String, args: &mut Vec<SqlValue>, template: &str, values: &[String]| {
+        if values.is_empty() {
+            return;
+        }
+        let mut marks = Vec::with_capacity(values.len());
+        for v in values {
+            args.push(SqlValue::Text(v.clone()));
+            marks.push(format!("?{}", args.len()));
+        }
+        sql.push_str(" AND ");
+        sql.push_str(&template.replace("{}", &marks.join(",")));
+    };
+    list(
+        &mut sql,
+        &mut args,
+        "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({}))",
+        &f.user_id,
+    );
+    list(
+        &mut sql,
+        &mut args,
+        "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({}))",
+        &f.assistant_id,
+    );
+    list(&mut sql, &mut args, "memory_type IN ({})", &f.memory_type);
+    list(&mut sql, &mut args, "group_id IN ({})", &f.group_id);
+    list(&mut sql, &mut args, "session_id IN ({})", &f.session_id);
+    list(&mut sql, &mut args, "conversation_id IN ({})", &f.conversation_id);
+    list(&mut sql, &mut args, "scope IN ({})", &f.scope);
+    if let Some(t) = f.start_time {
+        args.push(SqlValue::Integer(t));
+        sql.push_str(&format!(" AND time >= ?{}", args.len()));
+    }
+    if let Some(t) = f.end_time {
+        args.push(SqlValue::Integer(t));
+        sql.push_str(&format!(" AND time <= ?{}", args.len()));
+    }
+    if f.active_only {
+        sql.push_str(" AND status = 'active'");
+    }
+    (sql, args)
+}
+
+/// Refreshes an existing event with a near-duplicate's content: text, time (the later one),
+/// provenance and vector change; hits, id and creation time stay. Returns false (and changes
+/// nothing) if the target is gone or no longer active, so the caller inserts instead.
+pub(crate) fn merge_event_row(
+    conn: &Connection,
+    cid: CollectionId,
+    id: &str,
+    e: &mnemo_core::extract::ExtractedEvent,
+    now: Millis,
+) -> StoreResult<bool> {
+    let Some(old) = event_by_id(conn, cid, id)? else { return Ok(false) };
+    if old.status != "active" {
+        return Ok(false);
+    }
+    let (info, sources) = mnemo_core::extract::merged_content(&old, e);
+    let rowid: i64 = conn.query_row("SELECT rowid FROM events WHERE id=?1", [id], |r| r.get(0)).map_err(backend)?;
+    index_event(conn, cid, id, rowid, &info, e.embedding.as_deref())?;
+    conn.execute(
+        "UPDATE events SET memory_info=?3, time=MAX(time, ?4), source_message_ids=?5, updated_at=?6,
+             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE MAX(expires_at, COALESCE(?7, expires_at)) END
+         WHERE collection_id=?1 AND id=?2",
+        params![cid, id, json(&info), e.time, json(&sources), now, e.expires_at],
+    )
+    .map_err(backend)?;
+    Ok(true)
+}
+
+impl SqliteStore {
+    pub(crate) async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
+        self.writer
+            .write(move |conn| {
+                let id = insert_event_row(conn, &e)?;
+                event_by_id(conn, e.collection_id, &id)?.ok_or_else(|| backend("inserted event vanished"))
+            })
+            .await
+    }
+
+    pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+        let id = id.to_string();
+        self.read(move |conn| event_by_id(conn, cid, &id)).await
+    }
+
+    pub(crate) async fn update_event(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        patch: EventPatch,
+        now: Millis,
+    ) -> StoreResult<Event> {
+        let id = id.to_string();
+        self.writer
+            .write(move |conn| {
+                let mut e = event_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
+                let (text_changed, vector) = patch.apply(&mut e);
+                if text_changed {
+                    let rowid: i64 =
+                        conn.query_row("SELECT rowid FROM events WHERE id=?1", [&id], |r| r.get(0)).map_err(backend)?;
+                    index_event(conn, cid, &id, rowid, &e.memory_info, vector.as_deref())?;
+                }
+                conn.execute(
+                    "UPDATE events SET memory_info=?3, time=?4, group_id=?5, scope=?6, class=?7, status=?8, updated_at=?9 WHERE collection_id=?1 AND id=?2",
+                    params![cid, id, json(&e.memory_info), e.time, e.group_id, e.scope, e.class, e.status, now],
+                )
+                .map_err(backend)?;
+                event_by_id(conn, cid, &id)?.ok_or_else(|| backend("updated event vanished"))
+            })
+            .await
+    }
+
+    pub(crate) async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
+        let id = id.to_string();
+        self.writer.write(move |conn| delete_event_row(conn, cid, &id)).await
+    }
+
+    pub(crate) async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
+        self.writer
+            .write(move |conn| {
+                let (where_sql, args) = event_filter_sql(cid, &filter);
+                // Resolve the ids first: the user/assistant filter reads event_subjects.
+                let ids: Vec<String> = {
+                    let mut stmt =
+                        conn.prepare(&format!("SELECT id FROM events WHERE {where_sql}")).map_err(backend)?;
+                    let rows = stmt.query_map(params_from_iter(args.iter()), |r| r.get(0)).map_err(backend)?;
+                    rows.collect::<Result<_, _>>().map_err(backend)?
+                };
+                let mut n = 0;
+                for id in &ids {
+                    n += delete_event_row(conn, cid, id)? as usize;
+                }
+                Ok(n as u64)
+            })
+            .await
+    }
+
+    pub(crate) async fn list_events(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        limit: u32,
+    ) -> StoreResult<Vec<Event>> {
+        self.read(move |conn| {
+            let (where_sql, mut args) = event_filter_sql(cid, &filter);
+            args.push(SqlValue::Integer(limit as i64));
+            let sql = format!(
+                "SELECT {EVENT_COLS} FROM events WHERE {where_sql} ORDER BY time DESC, id DESC LIMIT ?{}",
+                args.len()
+            );
+            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            let rows = stmt.query_map(params_from_iter(args.iter()), event_from_row).map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    pub(crate) async fn search_candidates(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        q: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>> {
+        self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
+    }
+
+    pub(crate) async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "UPDATE events SET hit_count=hit_count+1, last_hit_at=?3 WHERE collection_id=?1 AND id=?2",
+                    )
+                    .map_err(backend)?;
+                let mut daily = conn
+                    .prepare_cached(
+                        "INSERT INTO hits_daily(collection_id, day, user_id, hits)
+                         SELECT ?1, ?3, COALESCE(json_extract(user_ids, '$[0]'), ''), 1 FROM events WHERE collection_id=?1 AND id=?2
+                         ON CONFLICT(collection_id, day, user_id) DO UPDATE SET hits = hits + 1",
+                    )
+                    .map_err(backend)?;
+                let day = now.div_euclid(86_400_000);
+                for id in &ids {
+                    stmt.execute(params![cid, id, now]).map_err(backend)?;
+                    daily.execute(params![cid, id, day]).map_err(backend)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    pub(crate) async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id NOT IN (SELECT event_id FROM event_vectors WHERE collection_id=?1) LIMIT ?2"
+                ))
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![cid, limit], event_from_row).map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
+    pub(crate) async fn set_event_vector(&self, cid: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+        let id = id.to_string();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) SELECT id, collection_id, ?3 FROM events WHERE collection_id=?1 AND id=?2",
+                    params![cid, id, vec_to_blob(&vector)],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+}
