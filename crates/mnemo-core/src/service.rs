@@ -170,8 +170,14 @@ impl Service {
         &self.config
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The store's short name (`sqlite`, `postgres`), for `healthz` and logs.
+    pub fn store_engine(&self) -> &'static str {
+        self.store.engine()
+    }
+
+    /// Row and byte counts of the whole store (`/metrics`).
+    pub async fn store_stats(&self) -> CoreResult<StoreStats> {
+        Ok(self.store.stats().await?)
     }
 
     pub fn now(&self) -> Millis {

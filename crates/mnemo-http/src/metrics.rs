@@ -101,7 +101,7 @@ pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Respon
     }
     let svc = &state.service;
     let m = &state.metrics;
-    if let Ok(stats) = svc.store().stats().await {
+    if let Ok(stats) = svc.store_stats().await {
         for st in ["queued", "running", "done", "failed"] {
             let n = stats.jobs.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
             m.jobs.get_or_create(&StateLabels { state: st.into() }).set(n as i64);

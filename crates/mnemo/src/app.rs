@@ -94,7 +94,12 @@ pub async fn build_service_with(
     clock: Arc<dyn Clock>,
     embedder: Arc<dyn Embedder>,
 ) -> Result<Arc<Service>> {
-    let store: Arc<dyn Store> = match cfg.store.engine.as_str() {
+    service_on(cfg, clock, embedder, open_store(cfg).await?)
+}
+
+/// Opens the configured store (`store.engine`).
+pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
+    Ok(match cfg.store.engine.as_str() {
         "sqlite" => {
             let durability = match cfg.store.durability.as_str() {
                 "process" => Durability::Process,
@@ -120,7 +125,16 @@ pub async fn build_service_with(
             Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)
         }
         other => bail!("store.engine: must be sqlite or postgres, got {other:?}"),
-    };
+    })
+}
+
+/// The service over an opened store, configured from `cfg`.
+pub fn service_on(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    embedder: Arc<dyn Embedder>,
+    store: Arc<dyn Store>,
+) -> Result<Arc<Service>> {
     let extractors = extractors(cfg)?;
     let s = &cfg.session;
     let default_trigger = mnemo_core::ExtractTrigger::from_parts(

@@ -1,7 +1,15 @@
 //! `mnemo bench write`: concurrent `streaming_write` clients against a server (an in-process one
 //! on a temporary data directory unless `--url` is given), reporting messages/s and the ack
 //! latency distribution. As a baseline it first drives `GET /healthz` with the same clients in the
-//! same process: the HTTP floor, so the write path's own cost is the difference.
+//! same process: the HTTP floor, so the write path's own cost is the difference. The other
+//! benchmarks are the submodules; what they share (in-process target, Rng, words, percentiles) is here.
+
+pub mod crash;
+pub mod extraction;
+pub mod load;
+pub mod locomo;
+pub mod scale;
+pub mod scope;
 
 use anyhow::{Context, Result};
 use serde_json::json;

@@ -3,12 +3,6 @@
 
 mod app;
 mod bench;
-mod bench_crash;
-mod bench_extraction;
-mod bench_load;
-mod bench_locomo;
-mod bench_scale;
-mod bench_scope;
 mod cli;
 mod config;
 mod demo;
@@ -304,7 +298,7 @@ fn main() -> Result<()> {
             rt.block_on(selftest::run(selftest::Isolation { url, key_a, project_a, key_b, project_b }))
         }
         Command::Bench { which: BenchCommand::Crash { cycles, writers, max_cycle_ms, seed } } => {
-            rt.block_on(bench_crash::run(bench_crash::CrashBench {
+            rt.block_on(bench::crash::run(bench::crash::CrashBench {
                 cycles: cycles.max(1),
                 writers: writers.max(1),
                 max_cycle_ms,
@@ -312,7 +306,7 @@ fn main() -> Result<()> {
             }))
         }
         Command::Bench { which: BenchCommand::Extraction { llm_url, model, timeout_secs, verbose } } => {
-            rt.block_on(bench_extraction::run(llm_url, model, timeout_secs, verbose))
+            rt.block_on(bench::extraction::run(llm_url, model, timeout_secs, verbose))
         }
         Command::Bench {
             which: BenchCommand::Load { url, key, pid, clients, seconds, users, write_pct, context_pct },
@@ -320,8 +314,8 @@ fn main() -> Result<()> {
             if write_pct + context_pct > 100 {
                 anyhow::bail!("--write-pct + --context-pct: must be at most 100, got {}", write_pct + context_pct);
             }
-            rt.block_on(bench_load::run(
-                bench_load::LoadBench {
+            rt.block_on(bench::load::run(
+                bench::load::LoadBench {
                     url,
                     key,
                     pid,
@@ -335,10 +329,10 @@ fn main() -> Result<()> {
             ))
         }
         Command::Bench { which: BenchCommand::Scale { sizes, users, stores } } => {
-            rt.block_on(bench_scale::run(&sizes, users.max(1), stores, cfg))
+            rt.block_on(bench::scale::run(&sizes, users.max(1), stores, cfg))
         }
-        Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench_scope::run(&sizes)),
-        Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench_locomo::run(&dir, e2e, cfg)),
+        Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
+        Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench::locomo::run(&dir, e2e, cfg)),
         Command::Bench {
             which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count, stores },
         } => rt.block_on(bench::run(

@@ -142,7 +142,7 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
     Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
-        "store": svc.store().engine(),
+        "store": svc.store_engine(),
         "extractor": svc.extractor_name(),
         "embedding_model": svc.embedder().model_id(),
     }))

@@ -14,7 +14,7 @@ use mnemo_providers::{LlmConfig, LlmExtractor, RulesConfig, RulesExtractor};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
-const SET: &str = include_str!("../data/extraction_set.json");
+const SET: &str = include_str!("../../data/extraction_set.json");
 
 #[derive(Deserialize)]
 struct Case {

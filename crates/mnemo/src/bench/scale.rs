@@ -154,8 +154,9 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
                 Some(keep) => std::path::PathBuf::from(keep).join(n.to_string()), // kept for inspection
                 None => dir.path().to_path_buf(),
             };
-            let service = crate::app::build_service_with(&cfg, Arc::new(SystemClock), embedder.clone()).await?;
-            let ingest = fill(service.store().clone(), n, users, embedder.model_id()).await?.1;
+            let db = crate::app::open_store(&cfg).await?;
+            let service = crate::app::service_on(&cfg, Arc::new(SystemClock), embedder.clone(), db.clone())?;
+            let ingest = fill(db.clone(), n, users, embedder.model_id()).await?.1;
             service.check_embedding_model().await?;
             let target = Target { project: "default".into(), collection: "scale".into() };
             let mut rng = Rng(42);
@@ -179,9 +180,7 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
                 let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
                 let terms = mnemo_core::text::search_tokens(q);
                 let t = Instant::now();
-                service
-                    .store()
-                    .search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 })
+                db.search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 })
                     .await?;
                 no_embed.push(ms(t));
                 let t = Instant::now();
@@ -205,10 +204,11 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
             }
             let _ = service.flush_hits().await;
             let bytes = match store.as_str() {
-                "postgres" => service.store().stats().await?.bytes,
+                "postgres" => db.stats().await?.bytes,
                 _ => dir_bytes(&cfg.store.path),
             };
             drop(service);
+            drop(db);
             let (cold, rss, hwm) = cold_start(&cfg.store.path, &env, users).await?;
             let (e, w, s, x) = (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx));
             let label = if store == "postgres" && !cfg.store.hnsw { "postgres (hnsw: false)" } else { store.as_str() };

@@ -136,7 +136,9 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
     let questions: Vec<Question> = read_jsonl(&dir.join("questions.jsonl"))?;
     let tmp = tempfile::tempdir()?;
     cfg.store.path = tmp.path().to_path_buf();
-    let svc = crate::app::build_service(&cfg, Arc::new(SystemClock)).await?;
+    // The benchmark reads raw store signals (the one-signal baselines) beside the service.
+    let store = crate::app::open_store(&cfg).await?;
+    let svc = crate::app::service_on(&cfg, Arc::new(SystemClock), crate::app::build_embedder(&cfg)?, store.clone())?;
     crate::app::prepare(&svc).await?;
     let target = Target { project: "default".into(), collection: "locomo".into() };
     println!(
@@ -198,8 +200,7 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         // Baselines: one signal each, straight from the same index.
         let t = Instant::now();
         let terms = mnemo_core::text::search_tokens(&q.question);
-        let mut c = svc
-            .store()
+        let mut c = store
             .search_candidates(coll.id, filter.clone(), CandidateQuery { vector: None, terms, k: 10 })
             .await?;
         c.sort_by(|a, b| b.bm25.unwrap_or(0.0).total_cmp(&a.bm25.unwrap_or(0.0)));
@@ -212,8 +213,7 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
 
         let t = Instant::now();
         let qv = svc.embedder().embed(std::slice::from_ref(&q.question), mnemo_core::EmbedKind::Query).await?.remove(0);
-        let mut c = svc
-            .store()
+        let mut c = store
             .search_candidates(coll.id, filter.clone(), CandidateQuery { vector: Some(qv), terms: vec![], k: 10 })
             .await?;
         c.sort_by(|a, b| b.cosine.unwrap_or(-1.0).total_cmp(&a.cosine.unwrap_or(-1.0)));
@@ -244,12 +244,18 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         report(name, tallies, lat);
     }
     if e2e {
-        end_to_end(&svc, &convs, &questions, &cfg).await?;
+        end_to_end(&svc, &store, &convs, &questions, &cfg).await?;
     }
     Ok(())
 }
 
-async fn end_to_end(svc: &Arc<Service>, convs: &[Conversation], questions: &[Question], _cfg: &Config) -> Result<()> {
+async fn end_to_end(
+    svc: &Arc<Service>,
+    store: &Arc<dyn mnemo_core::store::Store>,
+    convs: &[Conversation],
+    questions: &[Question],
+    _cfg: &Config,
+) -> Result<()> {
     let target = Target { project: "default".into(), collection: "locomo_e2e".into() };
     let t0 = Instant::now();
     let mut msgs = 0usize;
@@ -289,10 +295,10 @@ async fn end_to_end(svc: &Arc<Service>, convs: &[Conversation], questions: &[Que
     for c in convs {
         for s in &c.sessions {
             let conv = format!("{}/{}", c.conversation_id, s.session_id);
-            let info = svc.store().conversation_info(coll.id, &conv).await?.context("conversation")?;
+            let info = store.conversation_info(coll.id, &conv).await?.context("conversation")?;
             let mut stored = Vec::new();
             for sess in &info.sessions {
-                let d = svc.store().session_info(coll.id, &sess.session_id).await?.context("session")?;
+                let d = store.session_info(coll.id, &sess.session_id).await?.context("session")?;
                 events += d.events.len();
                 stored.extend(d.messages);
             }

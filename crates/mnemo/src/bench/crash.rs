@@ -42,6 +42,20 @@ fn spawn(exe: &std::path::Path, cfg: &std::path::Path, data: &std::path::Path) -
     Ok((child, addr.to_string()))
 }
 
+/// Waits until the server answers `/healthz` (a busy machine may take a while after "listening").
+async fn ready(client: &reqwest::Client, base: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "the server at {base} did not answer /healthz within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn post(client: &reqwest::Client, base: &str, path: &str, body: Value) -> Result<Value> {
     let r = client.post(format!("{base}/api/memory/{path}")).json(&body).send().await?;
     let v: Value = r.json().await?;
@@ -61,8 +75,19 @@ pub async fn run(b: CrashBench) -> Result<()> {
     let mut rng = b.seed | 1;
     let t0 = Instant::now();
     println!("crash harness: {} cycles, {} writers, kill after 0–{} ms each", b.cycles, b.writers, b.max_cycle_ms);
-    for cycle in 0..b.cycles {
+    // A cycle whose kill came before any write was acknowledged (a busy machine) proves nothing:
+    // it is run again, up to a bound.
+    let (mut cycle, mut attempts) = (0, 0);
+    while cycle < b.cycles {
+        attempts += 1;
+        ensure!(
+            attempts <= b.cycles * 5,
+            "{attempts} attempts for {} cycles: too many cycles acknowledged nothing",
+            b.cycles
+        );
         let (mut child, base) = spawn(&exe, &cfg, &data)?;
+        ready(&client, &base).await?;
+        let before = acked.lock().unwrap().len();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut tasks = Vec::new();
         for w in 0..b.writers {
@@ -95,10 +120,17 @@ pub async fn run(b: CrashBench) -> Result<()> {
         for t in tasks {
             let _ = t.await;
         }
-        println!("cycle {cycle}: killed; {} messages acknowledged so far", acked.lock().unwrap().len());
+        let now = acked.lock().unwrap().len();
+        if now == before {
+            println!("cycle {cycle}: killed before any write was acknowledged; running it again");
+            continue;
+        }
+        println!("cycle {cycle}: killed; {now} messages acknowledged so far");
+        cycle += 1;
     }
     // Final run: let jobs finish and deadlines fire, then check everything.
     let (mut child, base) = spawn(&exe, &cfg, &data)?;
+    ready(&client, &base).await?;
     let acked_now = acked.lock().unwrap().clone();
     let result = verify(&client, &base, b.writers, &acked_now).await;
     child.kill()?;
