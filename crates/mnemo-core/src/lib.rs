@@ -7,6 +7,7 @@
 //! root. Rules that must hold for every store (trigger evaluation, profile merging) are pure
 //! functions here that a store calls inside its own transaction, so all stores behave alike.
 
+pub mod access;
 pub mod clock;
 pub mod context;
 pub mod dates;

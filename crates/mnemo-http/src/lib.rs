@@ -6,7 +6,6 @@
 mod dto;
 mod error;
 mod json;
-pub mod mcp;
 mod metrics;
 pub mod openapi;
 mod routes;
@@ -18,6 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mnemo_core::Service;
+pub use mnemo_core::access::Principal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -30,25 +30,6 @@ pub struct ApiKey {
     pub projects: Vec<String>,
 }
 
-/// Who is calling: anyone (loopback without keys), or the holder of a key.
-#[derive(Clone, Debug)]
-pub enum Principal {
-    Open,
-    Key { projects: Arc<Vec<String>> },
-}
-
-impl Principal {
-    pub fn check_project(&self, project: &str) -> Result<(), String> {
-        match self {
-            Principal::Open => Ok(()),
-            Principal::Key { projects } if projects.iter().any(|p| p == "*" || p == project) => Ok(()),
-            Principal::Key { projects } => Err(format!(
-                "project_name: this API key may not use project \"{project}\" (allowed: {})",
-                projects.join(", ")
-            )),
-        }
-    }
-}
 
 /// Per-request context the middleware puts in the request's extensions.
 #[derive(Clone, Debug)]
@@ -66,7 +47,7 @@ pub struct HttpConfig {
     /// Test-only: a clock `admin/clock` may move (`testing.clock_control`); `None` in production.
     pub clock: Option<Arc<mnemo_core::clock::OffsetClock>>,
     /// Who the MCP endpoint (`/mcp`) acts for unless the request's headers say otherwise.
-    pub mcp_scope: mcp::McpScope,
+    pub mcp_scope: mnemo_mcp::McpScope,
 }
 
 impl Default for HttpConfig {
@@ -132,7 +113,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
     let api =
         routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     let mcp = Router::new()
-        .route_service("/mcp", mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty()))
+        .route_service("/mcp", mnemo_mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty()))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     Router::new()
         .merge(mcp)
@@ -182,6 +163,8 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
             &request_id,
         );
     }
+    // The MCP tools (a front end of their own) read the principal from the extensions too.
+    req.extensions_mut().insert(principal.clone());
     req.extensions_mut().insert(Ctx { request_id: request_id.clone(), principal });
     let resp = next.run(req).await;
     with_id(resp, &request_id)

@@ -346,7 +346,7 @@ pub async fn mcp_stdio(cfg: Config) -> Result<()> {
     prepare(&service).await?;
     let (stop, stop_rx) = watch::channel(false);
     let background = service.spawn_background(stop_rx);
-    let tools = mnemo_http::mcp::MemoryTools::new(service, cfg.mcp.clone());
+    let tools = mnemo_mcp::MemoryTools::new(service, cfg.mcp.clone());
     tracing::info!(project = %cfg.mcp.project, collection = %cfg.mcp.collection, user = %cfg.mcp.user_id, "MCP server on stdio");
     let running = tools.serve(rmcp::transport::stdio()).await.context("starting the MCP server on stdio")?;
     let ended = running.waiting().await;

@@ -21,7 +21,7 @@ pub struct Config {
     pub redaction: RedactionConfig,
     pub lifecycle: LifecycleConfig,
     /// Who the MCP tools act for (`mnemo mcp` on stdio, and `/mcp` unless headers say otherwise).
-    pub mcp: mnemo_http::mcp::McpScope,
+    pub mcp: mnemo_mcp::McpScope,
     pub testing: TestingConfig,
 }
 

@@ -7,7 +7,7 @@
 //! over HTTP, from `X-Mnemo-Project` / `X-Mnemo-Collection` / `X-Mnemo-User` headers; the API key
 //! must allow the project. Agents never pass tenant ids in tool arguments.
 
-use crate::{Ctx, Principal};
+use mnemo_core::access::Principal;
 use mnemo_core::context::Locale;
 use mnemo_core::model::{EventFilter, ProfileFilter, Role};
 use mnemo_core::service::{
@@ -59,7 +59,7 @@ impl MemoryTools {
     /// The scope of one call: the configured one, narrowed by HTTP headers, checked against the key.
     fn scope_for(&self, ctx: &RequestContext<RoleServer>) -> Result<McpScope, String> {
         let mut scope = self.scope.clone();
-        let Some(parts) = ctx.extensions.get::<axum::http::request::Parts>() else {
+        let Some(parts) = ctx.extensions.get::<http::request::Parts>() else {
             return Ok(scope); // stdio: the local user's own configuration
         };
         let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -75,7 +75,7 @@ impl MemoryTools {
         if let Some(c) = header("x-mnemo-conversation") {
             scope.conversation_id = c;
         }
-        let principal = parts.extensions.get::<Ctx>().map(|c| c.principal.clone()).unwrap_or(Principal::Open);
+        let principal = parts.extensions.get::<Principal>().cloned().unwrap_or(Principal::Open);
         principal.check_project(&scope.project)?;
         Ok(scope)
     }
