@@ -3,6 +3,33 @@
 
 use thiserror::Error;
 
+/// Any error, kept as the cause of a backend or internal failure.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A failure below the domain: what was being done, and the error underneath (if any), so a log
+/// can print the whole chain while clients see a generic message.
+#[derive(Debug, Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub message: String,
+    #[source]
+    pub source: Option<BoxError>,
+}
+
+impl Failure {
+    /// The message and every cause under it, outermost first, joined by `: ` (for logs).
+    pub fn chain(&self) -> String {
+        let mut out = self.message.clone();
+        let mut next = self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static));
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
 /// What a [`crate::Store`] can fail with. Backend failures carry their cause for the log only.
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -14,7 +41,19 @@ pub enum StoreError {
     #[error("{0}")]
     Invalid(String),
     #[error("store backend error: {0}")]
-    Backend(String),
+    Backend(#[source] Failure),
+}
+
+impl StoreError {
+    /// A backend failure described by `message` alone.
+    pub fn backend(message: impl Into<String>) -> Self {
+        StoreError::Backend(Failure { message: message.into(), source: None })
+    }
+
+    /// A backend failure caused by `source`, with what was being done.
+    pub fn backend_caused(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Backend(Failure { message: message.into(), source: Some(source.into()) })
+    }
 }
 
 #[derive(Debug, Error)]
@@ -29,12 +68,22 @@ pub enum CoreError {
     #[error("{0}")]
     Overloaded(String),
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] Failure),
 }
 
 impl CoreError {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::Invalid { field: field.into(), message: message.into() }
+    }
+
+    /// An internal failure described by `message` alone.
+    pub fn internal(message: impl Into<String>) -> Self {
+        CoreError::Internal(Failure { message: message.into(), source: None })
+    }
+
+    /// An internal failure caused by `source`.
+    pub fn internal_caused(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        CoreError::Internal(Failure { message: message.into(), source: Some(source.into()) })
     }
 }
 
@@ -44,7 +93,7 @@ impl From<StoreError> for CoreError {
             StoreError::NotFound(m) => CoreError::NotFound(m),
             StoreError::Conflict(m) => CoreError::Conflict(m),
             StoreError::Invalid(m) => CoreError::invalid("body", m),
-            StoreError::Backend(m) => CoreError::Internal(m),
+            e @ StoreError::Backend(_) => CoreError::internal_caused("store", e),
         }
     }
 }

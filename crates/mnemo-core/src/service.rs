@@ -162,8 +162,8 @@ impl Service {
             .embedder
             .embed(&[text.to_string()], kind)
             .await
-            .map_err(|e| CoreError::Internal(format!("embedding failed: {e}")))?;
-        v.pop().ok_or_else(|| CoreError::Internal("the embedder returned no vector".into()))
+            .map_err(|e| CoreError::internal(format!("embedding failed: {e}")))?;
+        v.pop().ok_or_else(|| CoreError::internal("the embedder returned no vector"))
     }
 
     pub fn config(&self) -> &ServiceConfig {

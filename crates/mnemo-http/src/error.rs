@@ -50,7 +50,7 @@ impl ApiError {
             CoreError::Conflict(_) => StatusCode::CONFLICT,
             CoreError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             CoreError::Internal(cause) => {
-                tracing::error!(request_id, cause, "internal error");
+                tracing::error!(request_id, cause = %cause.chain(), "internal error");
                 return Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     request_id,

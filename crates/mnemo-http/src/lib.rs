@@ -30,7 +30,6 @@ pub struct ApiKey {
     pub projects: Vec<String>,
 }
 
-
 /// Per-request context the middleware puts in the request's extensions.
 #[derive(Clone, Debug)]
 pub struct Ctx {

@@ -309,7 +309,7 @@ impl ServerHandler for MemoryTools {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             // Tool-level errors: the agent sees the message (which names the argument and the range).
             Err(CoreError::Internal(e)) => {
-                tracing::error!(error = %e, tool = %request.name, "MCP tool failed");
+                tracing::error!(error = %e.chain(), tool = %request.name, "MCP tool failed");
                 CallToolResult::error(vec![ContentBlock::text("internal error; see the server log")])
             }
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),

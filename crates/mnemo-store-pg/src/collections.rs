@@ -71,7 +71,7 @@ impl PgStore {
             Some(created) => created,
             None => collection_by_name(&tx, &c.project_name, &c.collection_name)
                 .await?
-                .ok_or_else(|| StoreError::Backend("collection vanished".into()))?,
+                .ok_or_else(|| StoreError::backend("collection vanished"))?,
         };
         tx.commit().await.map_err(backend)?;
         self.vector_index(&conn, c.embedding_dim as i64).await?;

@@ -48,7 +48,7 @@ pub(crate) async fn upsert_conversation(tx: &Tx<'_>, req: &AppendRequest) -> Sto
     .await?;
     let mut row = lock_conversation(tx, req.collection_id, &req.conversation_id)
         .await?
-        .ok_or_else(|| StoreError::Backend("conversation row vanished".into()))?;
+        .ok_or_else(|| StoreError::backend("conversation row vanished"))?;
     row.meta.merge(&req.meta);
     execute(
         tx,

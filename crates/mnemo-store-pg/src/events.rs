@@ -76,7 +76,7 @@ pub(crate) const COMPACT_LOCK: i64 = 0x6d6e_656d_6f02;
 /// Folds the appended statistics changes into `term_stats` / `collection_stats`, in one
 /// transaction; a no-op when another replica is compacting.
 pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
-    let mut conn = pool.get().await.map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))?;
+    let mut conn = pool.get().await.map_err(|e| StoreError::backend(format!("postgres pool: {e}")))?;
     let tx = begin(&mut conn).await?;
     let locked: bool = query_one(&tx, "SELECT pg_try_advisory_xact_lock($1)", &[&COMPACT_LOCK]).await?.get(0);
     if !locked {
@@ -285,7 +285,7 @@ impl PgStore {
         stats.flush(&tx).await?;
         let out = event_by_id(&tx, e.collection_id, &id)
             .await?
-            .ok_or_else(|| StoreError::Backend("inserted event vanished".into()))?;
+            .ok_or_else(|| StoreError::backend("inserted event vanished"))?;
         tx.commit().await.map_err(backend)?;
         Ok(out)
     }
@@ -321,8 +321,7 @@ impl PgStore {
         )
         .await?;
         stats.flush(&tx).await?;
-        let out =
-            event_by_id(&tx, cid, id).await?.ok_or_else(|| StoreError::Backend("updated event vanished".into()))?;
+        let out = event_by_id(&tx, cid, id).await?.ok_or_else(|| StoreError::backend("updated event vanished"))?;
         tx.commit().await.map_err(backend)?;
         Ok(out)
     }

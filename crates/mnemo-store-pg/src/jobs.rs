@@ -47,12 +47,12 @@ impl PgStore {
         };
         let job_id: String = row.get(0);
         let (cid, job) =
-            job_by_id(&tx, &job_id, false).await?.ok_or_else(|| StoreError::Backend("claimed job vanished".into()))?;
+            job_by_id(&tx, &job_id, false).await?.ok_or_else(|| StoreError::backend("claimed job vanished"))?;
         let collection = collection_by_id(&tx, cid).await?;
         let sid = job.session_id.clone().unwrap_or_default();
         let (_, session, meta) = session_summary(&tx, &sid)
             .await?
-            .ok_or_else(|| StoreError::Backend(format!("job {job_id} has no session {sid}")))?;
+            .ok_or_else(|| StoreError::backend(format!("job {job_id} has no session {sid}")))?;
         let messages = session_messages(&tx, &sid).await?;
         let profiles = match &meta.user_id {
             Some(u) => {
@@ -84,7 +84,7 @@ impl PgStore {
         job.check_lease(lease)?;
         let sid = job.session_id.clone().unwrap_or_default();
         let (_, session, meta) =
-            session_summary(&tx, &sid).await?.ok_or_else(|| StoreError::Backend("job without session".into()))?;
+            session_summary(&tx, &sid).await?.ok_or_else(|| StoreError::backend("job without session"))?;
         if let Some(user) = &meta.user_id {
             lock_user(&tx, cid, user).await?;
         }

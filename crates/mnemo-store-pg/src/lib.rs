@@ -78,10 +78,10 @@ impl PgStore {
     /// dimensions in use exist.
     pub async fn connect(o: PgOptions) -> Result<Self, StoreError> {
         let mut config: tokio_postgres::Config =
-            o.url.parse().map_err(|e| StoreError::Backend(format!("store.url: not a PostgreSQL URL ({e})")))?;
+            o.url.parse().map_err(|e| StoreError::backend(format!("store.url: not a PostgreSQL URL ({e})")))?;
         if let Some(schema) = &o.schema {
             if bad_schema_name(schema) {
-                return Err(StoreError::Backend(format!(
+                return Err(StoreError::backend(format!(
                     "store.schema: \"{schema}\" must be 1 to 63 ASCII letters, digits or underscores"
                 )));
             }
@@ -97,10 +97,10 @@ impl PgStore {
         let pool = Pool::builder(manager)
             .max_size(o.pool.max(2))
             .build()
-            .map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))?;
+            .map_err(|e| StoreError::backend(format!("postgres pool: {e}")))?;
         let store = Self { pool, exact_scope: o.exact_scope.max(1), hnsw: o.hnsw };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
-        schema::migrate(&mut c).await.map_err(StoreError::Backend)?;
+        schema::migrate(&mut c).await.map_err(StoreError::backend)?;
         for r in c
             .query("SELECT DISTINCT embedding_dim FROM collections WHERE embedding_dim IS NOT NULL", &[])
             .await
@@ -122,14 +122,14 @@ impl PgStore {
     }
 
     async fn client(&self) -> StoreResult<Object> {
-        self.pool.get().await.map_err(|e| StoreError::Backend(format!("postgres pool: {e}")))
+        self.pool.get().await.map_err(|e| StoreError::backend(format!("postgres pool: {e}")))
     }
 }
 
 /// Drops a schema and everything in it (benchmarks and tests start from an empty one).
 pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
     if bad_schema_name(schema) {
-        return Err(StoreError::Backend(format!("store.schema: {schema:?} is not a plain name")));
+        return Err(StoreError::backend(format!("store.schema: {schema:?} is not a plain name")));
     }
     let (client, conn) = tokio_postgres::connect(url, NoTls).await.map_err(|e| connect_error(url, e))?;
     let task = tokio::spawn(conn);
@@ -142,7 +142,7 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
 fn connect_error(url: &str, e: impl std::fmt::Display) -> StoreError {
     // The URL may hold a password: show only where it points.
     let at = url.rsplit('@').next().unwrap_or(url);
-    StoreError::Backend(format!("cannot connect to PostgreSQL at {at}: {e}"))
+    StoreError::backend(format!("cannot connect to PostgreSQL at {at}: {e}"))
 }
 
 /// Each method delegates to the aggregate module that owns it.

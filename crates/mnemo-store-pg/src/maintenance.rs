@@ -67,8 +67,7 @@ impl PgStore {
         }
         let id = insert_event_row(&tx, &mut stats, &new).await?;
         stats.flush(&tx).await?;
-        let out =
-            event_by_id(&tx, cid, &id).await?.ok_or_else(|| StoreError::Backend("inserted event vanished".into()))?;
+        let out = event_by_id(&tx, cid, &id).await?.ok_or_else(|| StoreError::backend("inserted event vanished"))?;
         tx.commit().await.map_err(backend)?;
         Ok(out)
     }

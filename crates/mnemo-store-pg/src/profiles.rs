@@ -173,7 +173,7 @@ impl PgStore {
         }
         let out = profile_by_id(&tx, p.collection_id, &id)
             .await?
-            .ok_or_else(|| StoreError::Backend("inserted profile vanished".into()))?;
+            .ok_or_else(|| StoreError::backend("inserted profile vanished"))?;
         tx.commit().await.map_err(backend)?;
         Ok(out)
     }
@@ -201,8 +201,7 @@ impl PgStore {
             &[&cid, &id, &no_nul(&p.content), &json(&p.attributes), &now, &since],
         )
         .await?;
-        let out =
-            profile_by_id(&tx, cid, id).await?.ok_or_else(|| StoreError::Backend("updated profile vanished".into()))?;
+        let out = profile_by_id(&tx, cid, id).await?.ok_or_else(|| StoreError::backend("updated profile vanished"))?;
         tx.commit().await.map_err(backend)?;
         Ok(out)
     }

@@ -29,7 +29,7 @@ pub fn parse<T: DeserializeOwned + Default>(s: &str) -> T {
 }
 
 fn bad(what: &str) -> StoreError {
-    StoreError::Backend(format!("unreadable {what} in the database"))
+    StoreError::backend(format!("unreadable {what} in the database"))
 }
 
 pub fn collection_from_row(r: &Row) -> StoreResult<Collection> {

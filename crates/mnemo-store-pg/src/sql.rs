@@ -20,8 +20,8 @@ pub fn backend(e: tokio_postgres::Error) -> StoreError {
         );
     }
     match e.as_db_error() {
-        Some(db) => StoreError::Backend(format!("postgres: {} ({})", db.message(), db.code().code())),
-        None => StoreError::Backend(format!("postgres: {e}")),
+        Some(db) => StoreError::backend_caused(format!("postgres: {} ({})", db.message(), db.code().code()), e),
+        None => StoreError::backend_caused("postgres", e),
     }
 }
 

@@ -262,7 +262,7 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = insert_event_row(conn, &e)?;
-                event_by_id(conn, e.collection_id, &id)?.ok_or_else(|| backend("inserted event vanished"))
+                event_by_id(conn, e.collection_id, &id)?.ok_or_else(|| StoreError::backend("inserted event vanished"))
             })
             .await
     }
@@ -294,7 +294,7 @@ impl SqliteStore {
                     params![cid, id, json(&e.memory_info), e.time, e.group_id, e.scope, e.class, e.status, now],
                 )
                 .map_err(backend)?;
-                event_by_id(conn, cid, &id)?.ok_or_else(|| backend("updated event vanished"))
+                event_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::backend("updated event vanished"))
             })
             .await
     }

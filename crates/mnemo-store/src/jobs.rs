@@ -39,11 +39,11 @@ impl SqliteStore {
                     params![job_id, now + lease_ms, now],
                 )
                 .map_err(backend)?;
-                let (cid, job) = job_by_id(conn, &job_id)?.ok_or_else(|| backend("claimed job vanished"))?;
+                let (cid, job) = job_by_id(conn, &job_id)?.ok_or_else(|| StoreError::backend("claimed job vanished"))?;
                 let collection = collection_by_id(conn, cid)?;
                 let sid = job.session_id.clone().unwrap_or_default();
                 let (_, session, meta) =
-                    session_summary(conn, &sid)?.ok_or_else(|| backend(format!("job {job_id} has no session {sid}")))?;
+                    session_summary(conn, &sid)?.ok_or_else(|| StoreError::backend(format!("job {job_id} has no session {sid}")))?;
                 let messages = messages_where(conn, "m.session_id=?1", &[SqlValue::Text(sid)])?;
                 let profiles = match &meta.user_id {
                     Some(u) => {
@@ -76,7 +76,8 @@ impl SqliteStore {
                     .ok_or_else(|| StoreError::NotFound(format!("job_id: no job \"{job_id}\"")))?;
                 job.check_lease(&lease)?;
                 let sid = job.session_id.clone().unwrap_or_default();
-                let (_, session, meta) = session_summary(conn, &sid)?.ok_or_else(|| backend("job without session"))?;
+                let (_, session, meta) =
+                    session_summary(conn, &sid)?.ok_or_else(|| StoreError::backend("job without session"))?;
                 let mut ids = Vec::with_capacity(output.events.len());
                 for e in &output.events {
                     if let Some(target) = &e.merge_into

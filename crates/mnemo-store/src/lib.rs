@@ -69,7 +69,7 @@ impl SqliteStore {
     /// Opens (creating if needed) the store in `dir`, migrating it to the current schema.
     pub fn open(dir: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Backend(format!("cannot create data directory {}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::backend(format!("cannot create data directory {}: {e}", dir.display())))?;
         let path = dir.join(DB_FILE);
         let mut conn = open_conn(&path, &options, false).map_err(backend)?;
         schema::migrate_with(&mut conn, |tx, version| match version {
@@ -78,7 +78,7 @@ impl SqliteStore {
             _ => Ok(()),
         })
         .map_err(backend)?
-        .map_err(StoreError::Backend)?;
+        .map_err(StoreError::backend)?;
         // Jobs left `running` by a previous process of this single-process store resume now.
         conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
         Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options })
@@ -114,7 +114,7 @@ impl SqliteStore {
             out
         })
         .await
-        .map_err(|e| StoreError::Backend(format!("read task failed: {e}")))?
+        .map_err(|e| StoreError::backend(format!("read task failed: {e}")))?
     }
 }
 
@@ -140,8 +140,9 @@ fn open_conn(path: &Path, o: &SqliteOptions, read_only: bool) -> rusqlite::Resul
     Ok(conn)
 }
 
-pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+/// A SQLite (or other) error as a backend failure, kept as its cause.
+pub(crate) fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::backend_caused("sqlite", e)
 }
 
 /// Each method delegates to the aggregate module that owns it.

@@ -2,6 +2,7 @@
 
 use crate::events::{delete_event_row, event_by_id, insert_event_row};
 use crate::{SqliteStore, backend};
+use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
 use rusqlite::params;
@@ -61,7 +62,7 @@ impl SqliteStore {
                     delete_event_row(conn, cid, id)?;
                 }
                 let id = insert_event_row(conn, &new)?;
-                event_by_id(conn, cid, &id)?.ok_or_else(|| backend("inserted event vanished"))
+                event_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::backend("inserted event vanished"))
             })
             .await
     }

@@ -172,7 +172,7 @@ impl SqliteStore {
                     params![id, p.collection_id, p.profile_type, p.user_id, assistant, p.content, json(&p.attributes), p.now],
                 )
                 .map_err(backend)?;
-                profile_by_id(conn, p.collection_id, &id)?.ok_or_else(|| backend("inserted profile vanished"))
+                profile_by_id(conn, p.collection_id, &id)?.ok_or_else(|| StoreError::backend("inserted profile vanished"))
             })
             .await
     }
@@ -205,7 +205,7 @@ impl SqliteStore {
                     params![cid, id, p.content, json(&p.attributes), now, since],
                 )
                 .map_err(backend)?;
-                profile_by_id(conn, cid, &id)?.ok_or_else(|| backend("updated profile vanished"))
+                profile_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::backend("updated profile vanished"))
             })
             .await
     }

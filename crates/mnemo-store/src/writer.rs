@@ -56,8 +56,8 @@ impl Writer {
                 None
             }
         });
-        self.tx.send(WriteFn::Tx(job)).map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Backend("the store writer dropped a request (see the log)".into()))?
+        self.tx.send(WriteFn::Tx(job)).map_err(|_| StoreError::backend("the store writer has stopped"))?;
+        rx.await.map_err(|_| StoreError::backend("the store writer dropped a request (see the log)"))?
     }
 
     /// Runs `f` on the writer connection outside any transaction (e.g. a WAL checkpoint).
@@ -70,8 +70,8 @@ impl Writer {
         let job: RawFn = Box::new(move |conn| {
             let _ = tx.send(f(conn));
         });
-        self.tx.send(WriteFn::Raw(job)).map_err(|_| StoreError::Backend("the store writer has stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Backend("the store writer dropped a request (see the log)".into()))?
+        self.tx.send(WriteFn::Raw(job)).map_err(|_| StoreError::backend("the store writer has stopped"))?;
+        rx.await.map_err(|_| StoreError::backend("the store writer dropped a request (see the log)"))?
     }
 }
 
@@ -122,12 +122,12 @@ fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
         let committed = conn.execute_batch("COMMIT").map_err(|e| {
             tracing::error!(error = %e, "COMMIT failed");
             let _ = conn.execute_batch("ROLLBACK");
-            StoreError::Backend(format!("commit failed: {e}"))
+            StoreError::backend(format!("commit failed: {e}"))
         });
         for deliver in delivers {
             let c = match &committed {
                 Ok(()) => Ok(()),
-                Err(e) => Err(StoreError::Backend(e.to_string())),
+                Err(e) => Err(StoreError::backend(e.to_string())),
             };
             deliver(c);
         }

@@ -200,9 +200,8 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         // Baselines: one signal each, straight from the same index.
         let t = Instant::now();
         let terms = mnemo_core::text::search_tokens(&q.question);
-        let mut c = store
-            .search_candidates(coll.id, filter.clone(), CandidateQuery { vector: None, terms, k: 10 })
-            .await?;
+        let mut c =
+            store.search_candidates(coll.id, filter.clone(), CandidateQuery { vector: None, terms, k: 10 }).await?;
         c.sort_by(|a, b| b.bm25.unwrap_or(0.0).total_cmp(&a.bm25.unwrap_or(0.0)));
         results[0].2.push(t.elapsed().as_secs_f64() * 1000.0);
         results[0]

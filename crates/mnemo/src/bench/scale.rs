@@ -180,8 +180,7 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
                 let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
                 let terms = mnemo_core::text::search_tokens(q);
                 let t = Instant::now();
-                db.search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 })
-                    .await?;
+                db.search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 }).await?;
                 no_embed.push(ms(t));
                 let t = Instant::now();
                 service
