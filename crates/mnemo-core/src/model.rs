@@ -117,6 +117,7 @@ pub enum FieldType {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FieldDef {
     pub name: String,
     #[serde(rename = "type")]
@@ -131,6 +132,7 @@ pub struct FieldDef {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventTypeDef {
     pub name: String,
     #[serde(default)]
@@ -157,6 +159,7 @@ pub enum ProfileUpdateMode {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileTypeDef {
     pub name: String,
     #[serde(default)]

@@ -72,6 +72,7 @@ macro_rules! scoped {
 
 /// The collection a request addresses.
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CollectionRef {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -85,6 +86,7 @@ impl CollectionRef {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProjectOnly {
     #[serde(default = "default_project")]
     pub project_name: String,
@@ -93,6 +95,7 @@ pub struct ProjectOnly {
 // ------------------------------------------------------------------------- collections
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CollectionCreate {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -126,6 +129,7 @@ pub fn collection_json(c: &Collection) -> Value {
 // ------------------------------------------------------------------------- write path
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MessageDto {
     pub role: String,
     pub content: String,
@@ -138,6 +142,7 @@ pub struct MessageDto {
 }
 
 #[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TriggerDto {
     pub token_count: Option<i64>,
     pub message_count: Option<i64>,
@@ -145,6 +150,7 @@ pub struct TriggerDto {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WriteBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -197,9 +203,19 @@ fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> 
             Some(other) => Err(CoreError::invalid(format!("metadata.{k}"), format!("must be a string, got {other}"))),
         }
     };
+    // VikingDB names the owners `default_user_id` / `default_assistant_id`: the same thing.
+    let either = |ours: &str, theirs: &str| -> Result<Option<String>, CoreError> {
+        match (get(ours)?, get(theirs)?) {
+            (Some(a), Some(b)) if a != b => Err(CoreError::invalid(
+                format!("metadata.{theirs}"),
+                format!("names another {ours} ({b:?}) than metadata.{ours} ({a:?}); give one"),
+            )),
+            (a, b) => Ok(a.or(b)),
+        }
+    };
     Ok(ConversationMeta {
-        user_id: get("user_id")?,
-        assistant_id: get("assistant_id")?,
+        user_id: either("user_id", "default_user_id")?,
+        assistant_id: either("assistant_id", "default_assistant_id")?,
         group_id: get("group_id")?,
         scope: get("scope")?,
         extra: m,
@@ -207,6 +223,7 @@ fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> 
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ConversationBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -215,6 +232,7 @@ pub struct ConversationBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SessionInfoBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -255,6 +273,7 @@ pub fn job_json(j: &Job) -> Value {
 // ------------------------------------------------------------------------- events
 
 #[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventFilterDto {
     #[serde(default)]
     pub user_id: Option<StrOrList>,
@@ -300,6 +319,7 @@ impl EventFilterDto {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TimeDecayDto {
     pub weight: f64,
     #[serde(default)]
@@ -307,6 +327,7 @@ pub struct TimeDecayDto {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventSearchBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -330,6 +351,7 @@ pub struct EventSearchBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventAddBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -360,6 +382,7 @@ pub struct EventAddBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventUpdateBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -387,6 +410,7 @@ fn some_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventIdBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -395,6 +419,7 @@ pub struct EventIdBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct BatchDeleteBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -450,6 +475,7 @@ pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
 // ------------------------------------------------------------------------- profiles
 
 #[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileFilterDto {
     #[serde(default)]
     pub user_id: Option<StrOrList>,
@@ -460,6 +486,7 @@ pub struct ProfileFilterDto {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileSearchBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -472,6 +499,7 @@ pub struct ProfileSearchBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileAddBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -488,6 +516,7 @@ pub struct ProfileAddBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileUpdateBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -502,6 +531,7 @@ pub struct ProfileUpdateBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileIdBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -530,6 +560,7 @@ pub fn profile_json(p: &Profile) -> Value {
 // ------------------------------------------------------------------------- jobs
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct JobListBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -545,6 +576,7 @@ pub struct JobListBody {
 }
 
 #[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EventSearchConfigDto {
     #[serde(default)]
     pub filter: EventFilterDto,
@@ -557,6 +589,7 @@ pub struct EventSearchConfigDto {
 }
 
 #[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProfileSearchConfigDto {
     #[serde(default)]
     pub filter: ProfileFilterDto,
@@ -565,6 +598,7 @@ pub struct ProfileSearchConfigDto {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct IncludeDto {
     #[serde(default = "yes")]
     pub profile: bool,
@@ -583,6 +617,7 @@ fn yes() -> bool {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GetContextBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -632,6 +667,7 @@ pub fn scored_event_json(r: &mnemo_core::service::ScoredEvent) -> Value {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StatsBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
@@ -644,6 +680,7 @@ pub struct StatsBody {
 
 /// `user/export` and `user/forget`: one collection, or every collection of the project.
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct UserBody {
     #[serde(default)]
     pub collection_name: Option<String>,
@@ -653,6 +690,7 @@ pub struct UserBody {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MaintenanceBody {
     #[serde(default = "default_project")]
     pub project_name: String,
@@ -664,6 +702,7 @@ pub struct MaintenanceBody {
 
 /// Test-only clock control (`testing.clock_control`).
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ClockBody {
     #[serde(default = "default_project")]
     pub project_name: String,

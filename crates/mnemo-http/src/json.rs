@@ -8,6 +8,20 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+/// `unknown field `x`, expected one of `a`, `b`` → (`x`, `a, b`): serde's message for a key a
+/// request type does not have (every request type denies unknown fields: nothing is dropped).
+fn unknown_field(msg: &str) -> Option<(&str, String)> {
+    let rest = msg.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let expected = rest
+        .trim_start_matches(", ")
+        .trim_start_matches("expected one of ")
+        .trim_start_matches("expected ")
+        .replace('`', "");
+    let expected = if expected.starts_with("there are no fields") { "no fields".to_string() } else { expected };
+    Some((field, expected))
+}
+
 /// A request body that names the project it acts on.
 pub trait Scoped {
     fn project(&self) -> &str;
@@ -43,6 +57,11 @@ where
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             if inner.is_syntax() || inner.is_eof() {
                 ApiError::bad_request(&rid, format!("body: malformed JSON: {inner}"))
+            } else if let Some((field, expected)) = unknown_field(&msg) {
+                // serde_path_to_error's path ends at the unknown key itself.
+                let full = if path == "." || path.ends_with(field) { path.clone() } else { format!("{path}.{field}") };
+                let full = if full == "." { field.to_string() } else { full };
+                ApiError::bad_request(&rid, format!("{full}: unknown field; expected one of {expected}"))
             } else if let Some(field) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
                 let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
                 ApiError::bad_request(&rid, format!("{full}: is required"))

@@ -20,4 +20,5 @@ mod privacy;
 mod real_llm;
 mod replicas;
 mod retrieval;
+mod strict_input;
 mod write_path;
