@@ -20,7 +20,7 @@ pub mod ranking;
 pub mod redact;
 pub mod service;
 pub mod store;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
 pub mod tokens;

@@ -193,3 +193,6 @@ impl Service {
         &self.extractors
     }
 }
+
+#[cfg(test)]
+mod tests;

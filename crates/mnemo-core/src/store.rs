@@ -11,6 +11,17 @@ use async_trait::async_trait;
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// The ids either search signal found, sorted, each once: the candidates a store loads.
+pub fn candidate_ids<A, B>(
+    cosine: &std::collections::HashMap<String, A>,
+    bm25: &std::collections::HashMap<String, B>,
+) -> Vec<String> {
+    let mut ids: Vec<String> = cosine.keys().chain(bm25.keys()).cloned().collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// A short name for logs and `healthz`, e.g. `sqlite`.

@@ -151,9 +151,7 @@ async fn load_candidates(
     qv: Option<&pgvector::Vector>,
     dim: Option<i32>,
 ) -> Result<Vec<Candidate>, StoreError> {
-    let mut ids: Vec<String> = cosine.keys().chain(bm25.keys()).cloned().collect();
-    ids.sort();
-    ids.dedup();
+    let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
     if ids.is_empty() {
         return Ok(vec![]);
     }

@@ -150,9 +150,7 @@ fn load_candidates(
     bm25: HashMap<String, f64>,
     q: &CandidateQuery,
 ) -> Result<Vec<Candidate>, StoreError> {
-    let mut ids: Vec<String> = cosine.keys().chain(bm25.keys()).cloned().collect();
-    ids.sort();
-    ids.dedup();
+    let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
     if ids.is_empty() {
         return Ok(vec![]);
     }

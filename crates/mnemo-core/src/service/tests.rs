@@ -1,0 +1,292 @@
+//! The `Service` at its own boundary: the in-memory store, the hashing embedder, a scripted
+//! extractor and a clock that moves only when told — so ranking with the global-layer fallback,
+//! `get_context` assembly and dedup/supersede are tested in milliseconds, with snapshots of what a
+//! client would see (ids left out: they are random).
+
+use super::*;
+use crate::embed::HashingEmbedder;
+use crate::extract::{ExtractedEvent, Extractor, ProfileChange};
+use crate::ranking;
+use crate::testing::MemoryStore;
+use async_trait::async_trait;
+use serde_json::{Map, json};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// 2026-01-01T00:00:00Z, moved forward by the tests.
+struct TestClock(AtomicI64);
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Hands out prepared outputs in order; with none left, one `event_v1` per user message.
+#[derive(Default)]
+struct Scripted(Mutex<VecDeque<ExtractionOutput>>);
+
+#[async_trait]
+impl Extractor for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    /// Corrections are only accepted for events the extractor was shown.
+    fn wants_related_events(&self) -> bool {
+        true
+    }
+
+    async fn extract(&self, input: ExtractionInput) -> Result<ExtractionOutput, ExtractError> {
+        if let Some(out) = self.0.lock().unwrap().pop_front() {
+            return Ok(out);
+        }
+        let events = input
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(|m| {
+                let mut e = ExtractedEvent::new(EVENT_V1, info(&m.content), m.time);
+                e.source_message_ids = vec![m.message_id];
+                e
+            })
+            .collect();
+        Ok(ExtractionOutput { events, ..Default::default() })
+    }
+}
+
+fn info(summary: &str) -> Map<String, Value> {
+    json!({"summary": summary}).as_object().unwrap().clone()
+}
+
+struct Fixture {
+    svc: Arc<Service>,
+    clock: Arc<TestClock>,
+    script: Arc<Scripted>,
+}
+
+const T0: i64 = 1_767_225_600_000;
+const HOUR: i64 = 3_600_000;
+
+fn fixture() -> Fixture {
+    let clock = Arc::new(TestClock(AtomicI64::new(T0)));
+    let script = Arc::new(Scripted::default());
+    let svc = Service::new(
+        Arc::new(MemoryStore::new()),
+        Extractors::new("scripted", script.clone()),
+        Arc::new(HashingEmbedder { dim: 256 }),
+        clock.clone(),
+        ServiceConfig::default(),
+    );
+    Fixture { svc, clock, script }
+}
+
+fn target() -> Target {
+    Target { project: "default".into(), collection: "c".into() }
+}
+
+impl Fixture {
+    fn tick(&self, ms: i64) {
+        self.clock.0.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    async fn add(&self, user: &str, scope: Option<&str>, summary: &str) -> Event {
+        self.tick(HOUR);
+        self.svc
+            .add_event(AddEventRequest {
+                target: target(),
+                memory_type: EVENT_V1.into(),
+                user_id: vec![user.into()],
+                assistant_id: vec![],
+                group_id: None,
+                session_id: None,
+                conversation_id: None,
+                scope: scope.map(String::from),
+                class: None,
+                time: None,
+                memory_info: info(summary),
+                ttl_relative: None,
+                ttl_absolute: None,
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Writes the turns as one conversation's messages; the trigger closes them into a session
+    /// after `close_after` messages, and every due extraction runs.
+    async fn converse(&self, conv: &str, user: &str, turns: &[(&str, &str)], close_after: i64) -> AppendOutcome {
+        self.tick(HOUR);
+        let messages = turns
+            .iter()
+            .map(|(role, content)| IncomingMessage {
+                role: Role::parse(role).unwrap(),
+                content: content.to_string(),
+                name: None,
+                time: None,
+                idempotency_key: None,
+            })
+            .collect();
+        let out = self
+            .svc
+            .streaming_write(WriteRequest {
+                project: "default".into(),
+                collection: "c".into(),
+                conversation_id: conv.into(),
+                messages,
+                trigger: ExtractTrigger::from_parts(None, Some(close_after), None, ExtractTrigger::default()).unwrap(),
+                meta: ConversationMeta { user_id: Some(user.into()), ..Default::default() },
+            })
+            .await
+            .unwrap();
+        while self.svc.try_run_one().await.unwrap() {}
+        out
+    }
+
+    async fn search(&self, query: &str, scope: &[&str], limit: u32) -> Vec<ScoredEvent> {
+        let filter = EventFilter {
+            user_id: vec!["u1".into()],
+            scope: scope.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        self.svc.search_events(EventSearch::new(target(), Some(query.into()), filter, limit)).await.unwrap()
+    }
+}
+
+/// One line per result: layer, score, text — what ranking decided, without the random ids.
+fn render(results: &[ScoredEvent]) -> String {
+    results
+        .iter()
+        .map(|r| {
+            format!(
+                "{:<7} {:.3} [{}] {}",
+                r.layer.as_deref().unwrap_or("-"),
+                r.scores.score,
+                r.event.status,
+                r.event.text()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn ranking_prefers_the_matching_memories_and_falls_back_to_the_global_layer() {
+    let f = fixture();
+    f.add("u1", Some("work"), "Deploys the billing service every Friday afternoon").await;
+    f.add("u1", Some("work"), "The billing service is written in Rust").await;
+    f.add("u1", Some("global"), "Prefers short answers with code examples").await;
+    f.add("u1", Some("global"), "Lives in Lisbon and works remotely").await;
+    f.add("u2", Some("work"), "Another user's billing notes").await;
+    f.add("u1", Some("home"), "Waters the plants on Sundays").await;
+
+    let scoped = f.search("billing service deploy", &["work"], 4).await;
+    // Two work memories rank first (best match first), then global ones fill the page; another
+    // user's memory and the `home` scope never appear.
+    insta::assert_snapshot!(render(&scoped), @r"
+    work    0.707 [active] Deploys the billing service every Friday afternoon
+    work    0.577 [active] The billing service is written in Rust
+    global  0.000 [active] Lives in Lisbon and works remotely
+    global  0.000 [active] Prefers short answers with code examples
+    ");
+    // A full page from the scope needs no fallback.
+    let full = f.search("billing service", &["work"], 2).await;
+    assert!(full.iter().all(|r| r.layer.as_deref() == Some("work")), "{}", render(&full));
+    // Without a scope filter every scope of the user is searched; the best match still leads.
+    let all = f.search("plants sundays", &[], 3).await;
+    assert_eq!(all[0].event.text(), "Waters the plants on Sundays", "{}", render(&all));
+}
+
+#[tokio::test]
+async fn get_context_assembles_profile_turns_and_events_within_the_budget() {
+    let f = fixture();
+    // An earlier conversation, extracted: its events are "other conversations" for the next one.
+    f.converse(
+        "trip",
+        "u1",
+        &[("user", "I am planning a trip to Kyoto in April"), ("assistant", "Lovely season for it.")],
+        2,
+    )
+    .await;
+    f.converse("coffee", "u1", &[("user", "I switched to decaf coffee"), ("assistant", "Noted.")], 2).await;
+    f.svc
+        .add_profile(
+            &target(),
+            PROFILE_V1.into(),
+            "u1".into(),
+            None,
+            None,
+            json!({"city": "Lisbon", "name": "Ana"}).as_object().unwrap().clone(),
+        )
+        .await
+        .unwrap();
+    // The current conversation: one extracted session, then turns still in short-term memory.
+    f.converse("now", "u1", &[("user", "Book a hotel near the Kyoto station"), ("assistant", "Which dates?")], 2).await;
+    let pending = f.converse("now", "u1", &[("user", "The first week of April")], 20).await;
+    assert_eq!(pending.pending_messages, 1);
+
+    let ask = |max_tokens: u32| ContextRequest {
+        target: target(),
+        conversation_id: "now".into(),
+        query: Some("Kyoto trip in April".into()),
+        event_filter: EventFilter { user_id: vec!["u1".into()], ..Default::default() },
+        event_limit: 5,
+        decay: ranking::TimeDecay::NONE,
+        similarity_threshold: None,
+        profile_filter: ProfileFilter { user_id: vec!["u1".into()], ..Default::default() },
+        profile_limit: 1,
+        max_tokens,
+        include: Include::default(),
+        locale: None,
+    };
+    let full = f.svc.get_context(ask(1200)).await.unwrap().assembled;
+    assert!(full.token_count <= 1200);
+    insta::assert_snapshot!(full.context_str);
+    // A tight budget keeps the string under it and drops the lowest-priority parts first.
+    let tight = f.svc.get_context(ask(60)).await.unwrap().assembled;
+    assert!(tight.token_count <= 60, "{} tokens", tight.token_count);
+    assert!(tight.dropped > 0);
+    insta::assert_snapshot!(tight.context_str);
+}
+
+#[tokio::test]
+async fn near_duplicates_merge_and_a_correction_supersedes_the_old_memory() {
+    let f = fixture();
+    f.converse("a", "u1", &[("user", "My favourite tea is jasmine green tea")], 1).await;
+    // The same fact again, in another conversation: refreshed in place, not stored twice.
+    f.converse("b", "u1", &[("user", "My favourite tea is jasmine green tea")], 1).await;
+    let listed = |include_archived| {
+        let svc = f.svc.clone();
+        async move {
+            let mut req =
+                EventSearch::new(target(), None, EventFilter { user_id: vec!["u1".into()], ..Default::default() }, 50);
+            req.include_archived = include_archived;
+            render(&svc.search_events(req).await.unwrap())
+        }
+    };
+    insta::assert_snapshot!(listed(false).await, @"-       1.000 [active] My favourite tea is jasmine green tea");
+    let merged = &f.search("jasmine tea", &[], 5).await[0].event;
+    assert_eq!(merged.source_message_ids.len(), 2, "both conversations' messages are its sources");
+
+    // A correction: the extractor names the event it replaces.
+    let old = merged.id.clone();
+    let mut correction = ExtractedEvent::new(EVENT_V1, info("My favourite tea is now oolong"), f.svc.now());
+    correction.supersedes = Some(old.clone());
+    f.script.0.lock().unwrap().push_back(ExtractionOutput {
+        events: vec![correction],
+        profile_changes: vec![ProfileChange::Set { key: "favourite_tea".into(), value: json!("oolong") }],
+        ..Default::default()
+    });
+    f.converse("c", "u1", &[("user", "Actually I drink oolong these days")], 1).await;
+    insta::assert_snapshot!(listed(false).await, @"-       1.000 [active] My favourite tea is now oolong");
+    insta::assert_snapshot!(listed(true).await, @r"
+    -       1.000 [active] My favourite tea is now oolong
+    -       1.000 [superseded] My favourite tea is jasmine green tea
+    ");
+    let profile = &f
+        .svc
+        .list_profiles(&target(), ProfileFilter { user_id: vec!["u1".into()], ..Default::default() }, 5)
+        .await
+        .unwrap()[0];
+    assert_eq!(profile.attributes["favourite_tea"], "oolong");
+}

@@ -1,0 +1,522 @@
+//! The store conformance suite: one set of scenarios every [`Store`] backend runs, with the same
+//! inputs and the same expected results (the embedded store in `mnemo-store`'s tests, PostgreSQL
+//! in `mnemo-store-pg`'s). Each scenario opens the store through a [`StoreHarness`], which may
+//! reopen it on the same data to check what survives.
+//!
+//! The integration suite (`crates/mnemo/tests/integration`) is the other half: the whole HTTP
+//! product against the real binary, run once per store by `./scripts/test`.
+
+use crate::embed::{EmbedKind, Embedder, HashingEmbedder};
+use crate::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
+use crate::model::*;
+use crate::store::Store;
+use crate::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
+use crate::{ExtractTrigger, StoreError, TriggerReason};
+use async_trait::async_trait;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[async_trait]
+pub trait StoreHarness: Send + Sync {
+    /// Opens the store under test; every call opens the same data (a reopen after a drop).
+    async fn open(&self) -> Arc<dyn Store>;
+    /// Lets the store do now the housekeeping it would do by itself a little later (PostgreSQL:
+    /// fold the appended BM25 statistics, and `ANALYZE`, after which a filtered vector search
+    /// is planned through the HNSW index). Results must be the same before and after.
+    async fn settle(&self) {}
+}
+
+/// Runs every scenario, in order, each on fresh data from `fresh()`.
+pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
+    macro_rules! scenario {
+        ($name:ident) => {{
+            let t = std::time::Instant::now();
+            $name(&fresh().await).await;
+            eprintln!("conformance: {} ok ({} ms)", stringify!($name), t.elapsed().as_millis());
+        }};
+    }
+    scenario!(trigger_closes_a_session_and_queues_a_job_atomically);
+    scenario!(idempotent_retries_are_stored_once);
+    scenario!(job_lifecycle_moves_messages_out_of_short_term_and_updates_profile);
+    scenario!(a_lost_lease_is_fenced_off);
+    scenario!(merges_refresh_supersedes_hide_and_keep_history_profiles_remember);
+    scenario!(idle_deadline_closes_once_and_survives_reopen);
+    scenario!(event_filters_and_batch_delete);
+    scenario!(concurrent_writes_are_all_durable);
+    scenario!(candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace);
+    scenario!(both_signals_equal_the_reference_computation);
+    scenario!(a_filtered_search_over_a_large_scope_finds_the_filtered_events);
+    scenario!(export_and_forget_a_user);
+}
+
+fn msg(role: Role, content: &str, tokens: u64, key: Option<&str>) -> NewMessage {
+    NewMessage {
+        role,
+        content: content.into(),
+        name: None,
+        time: 1_000,
+        tokens,
+        idempotency_key: key.map(String::from),
+    }
+}
+
+fn new_coll(schema: CollectionSchema) -> NewCollection {
+    NewCollection {
+        project_name: "default".into(),
+        collection_name: "c1".into(),
+        description: String::new(),
+        schema,
+        embedding_model: "test-hashing".into(),
+        embedding_dim: 64,
+        created_at: 1,
+    }
+}
+
+async fn setup(h: &impl StoreHarness) -> (Arc<dyn Store>, Collection) {
+    let s = h.open().await;
+    let c = s.ensure_collection(new_coll(CollectionSchema::default())).await.unwrap();
+    (s, c)
+}
+
+fn append(
+    c: &Collection,
+    conv: &str,
+    messages: Vec<NewMessage>,
+    trigger: ExtractTrigger,
+    now: Millis,
+) -> AppendRequest {
+    AppendRequest {
+        collection_id: c.id,
+        conversation_id: conv.into(),
+        meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
+        messages,
+        trigger,
+        now,
+        max_job_attempts: 3,
+    }
+}
+
+fn info(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().unwrap().clone()
+}
+
+fn summary(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    info(json!({ "summary": text }))
+}
+
+pub async fn trigger_closes_a_session_and_queues_a_job_atomically(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let t = ExtractTrigger { token_count: 100, message_count: 3, wait_timeout: 60 };
+    let two = vec![msg(Role::User, "a", 1, None), msg(Role::Assistant, "b", 1, None)];
+    let o = s.append_messages(append(&c, "conv", two, t, 10)).await.unwrap();
+    assert_eq!((o.accepted, o.pending_messages, o.closed.is_none()), (2, 2, true));
+    let o = s.append_messages(append(&c, "conv", vec![msg(Role::User, "c", 1, None)], t, 20)).await.unwrap();
+    let closed = o.closed.expect("message_count reached");
+    assert_eq!(closed.reason, TriggerReason::MessageCount);
+    assert_eq!((o.pending_messages, closed.message_count), (0, 3));
+    let jobs = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].session_id.as_deref(), Some(closed.session_id.as_str()));
+    let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
+    assert_eq!((info.short_term.len(), info.open_messages), (3, 0), "short-term until extracted");
+    let ids: Vec<i64> = info.short_term.iter().map(|m| m.message_id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "messages in write order: {ids:?}");
+}
+
+pub async fn idempotent_retries_are_stored_once(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    for _ in 0..3 {
+        let m = vec![msg(Role::User, "hello", 1, Some("k1"))];
+        s.append_messages(append(&c, "conv", m, ExtractTrigger::default(), 10)).await.unwrap();
+    }
+    let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
+    assert_eq!((info.short_term.len(), info.open_messages), (1, 1));
+}
+
+pub async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let t = ExtractTrigger { token_count: 1, message_count: 100, wait_timeout: 60 };
+    let o = s.append_messages(append(&c, "conv", vec![msg(Role::User, "我住在上海", 5, None)], t, 10)).await.unwrap();
+    let closed = o.closed.unwrap();
+    let job = s.claim_job(100, 1000).await.unwrap().expect("a due job");
+    assert_eq!(job.messages.len(), 1);
+    assert!(s.claim_job(100, 1000).await.unwrap().is_none(), "a leased job is not handed out twice");
+    s.fail_job(&job.lease(), "boom", Some(200), 150).await.unwrap();
+    assert!(s.claim_job(150, 1000).await.unwrap().is_none(), "not due yet");
+    let job = s.claim_job(200, 1000).await.unwrap().unwrap();
+    assert_eq!(job.job.attempts, 2);
+    let out = ExtractionOutput {
+        events: vec![ExtractedEvent {
+            source_message_ids: vec![job.messages[0].message_id],
+            ..ExtractedEvent::new(EVENT_V1, summary("用户住在上海"), 10)
+        }],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
+        prompt_tokens: 7,
+        completion_tokens: 3,
+        ..Default::default()
+    };
+    assert_eq!(s.complete_job(&job.lease(), out, 300).await.unwrap().len(), 1);
+    assert!(s.conversation_info(c.id, "conv").await.unwrap().unwrap().short_term.is_empty());
+    let detail = s.session_info(c.id, &closed.session_id).await.unwrap().unwrap();
+    assert_eq!(detail.events[0].user_id, vec!["u1".to_string()]);
+    assert_eq!(detail.job.unwrap().state, JobState::Done);
+    assert_eq!(s.tokens_used_since("default", 0).await.unwrap(), 10);
+    let profiles =
+        s.list_profiles(c.id, ProfileFilter { user_id: vec!["u1".into()], ..Default::default() }, 5).await.unwrap();
+    assert_eq!(profiles[0].attributes.get("city"), Some(&json!("上海")));
+}
+
+/// A worker whose lease ran out and whose job another worker took cannot complete, fail or
+/// defer it: its late result is refused and nothing of it is stored.
+pub async fn a_lost_lease_is_fenced_off(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let t = ExtractTrigger { token_count: 1, message_count: 100, wait_timeout: 60 };
+    s.append_messages(append(&c, "conv", vec![msg(Role::User, "late worker", 5, None)], t, 10)).await.unwrap();
+    let slow = s.claim_job(100, 1000).await.unwrap().unwrap();
+    assert!(s.renew_lease(&slow.lease(), 1_500).await.unwrap(), "the owner renews its lease");
+    assert!(s.claim_job(1_400, 1000).await.unwrap().is_none(), "renewed: not due before 1500");
+    let fast = s.claim_job(1_500, 1000).await.unwrap().expect("the lease expired; the job is due again");
+    assert_eq!(fast.job.attempts, slow.job.attempts + 1);
+    let out = |text: &str| ExtractionOutput {
+        events: vec![ExtractedEvent::new(EVENT_V1, summary(text), 10)],
+        ..Default::default()
+    };
+    assert!(matches!(s.complete_job(&slow.lease(), out("stale"), 1_600).await, Err(StoreError::Conflict(_))));
+    assert!(!s.renew_lease(&slow.lease(), 9_000).await.unwrap());
+    s.fail_job(&slow.lease(), "late failure", None, 1_600).await.unwrap();
+    s.defer_job(&slow.lease(), 9_000, "late deferral", 1_600).await.unwrap();
+    assert_eq!(s.complete_job(&fast.lease(), out("fresh"), 1_700).await.unwrap().len(), 1);
+    let events = s.list_events(c.id, EventFilter::default(), 10).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.text()).collect::<Vec<_>>(), vec!["fresh".to_string()]);
+    let jobs = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!((jobs[0].state, jobs[0].attempts), (JobState::Done, 2));
+}
+
+/// Runs one session of `text` through a job that returns `out` (with the session's message ids).
+async fn extract_session(
+    s: &Arc<dyn Store>,
+    c: &Collection,
+    text: &str,
+    now: Millis,
+    out: impl FnOnce(i64) -> ExtractionOutput,
+) -> Vec<String> {
+    let t = ExtractTrigger::from_parts(None, Some(1), None, Default::default()).unwrap();
+    s.append_messages(append(c, "conv", vec![msg(Role::User, text, 5, None)], t, now)).await.unwrap();
+    let job = s.claim_job(now, 1000).await.unwrap().expect("a due job");
+    let mid = job.messages[0].message_id;
+    s.complete_job(&job.lease(), out(mid), now).await.unwrap()
+}
+
+pub async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember(h: &impl StoreHarness) {
+    let s = h.open().await;
+    let mut pt = CollectionSchema::builtin_profile_v1();
+    pt.update_mode = ProfileUpdateMode::KeepHistory;
+    let c = s.ensure_collection(new_coll(CollectionSchema::with_builtins(vec![], vec![pt]))).await.unwrap();
+    let first = extract_session(&s, &c, "我住在北京，周末去跑步", 1_000, |mid| ExtractionOutput {
+        events: vec![
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                ..ExtractedEvent::new(EVENT_V1, summary("用户周末跑步"), 1_000)
+            },
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                ..ExtractedEvent::new(EVENT_V1, summary("用户下周去上海出差"), 1_000)
+            },
+        ],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("北京") }],
+        ..Default::default()
+    })
+    .await;
+    s.record_hits(c.id, vec![first[0].clone()], 1_500).await.unwrap();
+    let (run, trip) = (first[0].clone(), first[1].clone());
+    let second = extract_session(&s, &c, "搬到上海了，还是周末跑步；出差取消了", 2_000, |mid| {
+        ExtractionOutput {
+            events: vec![
+                ExtractedEvent {
+                    source_message_ids: vec![mid],
+                    merge_into: Some(run.clone()),
+                    ..ExtractedEvent::new(EVENT_V1, summary("用户每个周末跑步"), 2_000)
+                },
+                ExtractedEvent {
+                    source_message_ids: vec![mid],
+                    supersedes: Some(trip.clone()),
+                    ..ExtractedEvent::new(EVENT_V1, summary("用户取消了上海出差"), 2_000)
+                },
+            ],
+            profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("上海") }],
+            ..Default::default()
+        }
+    })
+    .await;
+    assert_eq!(second[0], run, "the near-duplicate refreshed the existing event");
+    let merged = s.get_event(c.id, &run).await.unwrap().unwrap();
+    assert_eq!(merged.memory_info["summary"], json!("用户每个周末跑步"));
+    assert_eq!((merged.time, merged.hit_count), (2_000, 1), "time refreshed, hits kept");
+    assert_eq!(merged.source_message_ids.len(), 2, "provenance of both sessions");
+    let old = s.get_event(c.id, &trip).await.unwrap().unwrap();
+    assert_eq!((old.status.as_str(), old.superseded_by.as_deref()), ("superseded", Some(second[1].as_str())));
+    let active = s.list_events(c.id, EventFilter { active_only: true, ..Default::default() }, 10).await.unwrap();
+    assert_eq!(active.len(), 2, "the superseded event is hidden from active listings");
+    let p = s.list_profiles(c.id, ProfileFilter::default(), 5).await.unwrap().remove(0);
+    assert_eq!(p.attributes["city"], json!("上海"));
+    let h0 = &p.history[0];
+    assert_eq!(
+        (p.history.len(), h0.attribute.as_str(), &h0.value, h0.valid_from, h0.valid_to),
+        (1, "city", &json!("北京"), Some(1_000), 2_000)
+    );
+    let patch = ProfilePatch { attributes: Some(info(json!({"city": "杭州"}))), ..Default::default() };
+    let p = s.update_profile(c.id, &p.id, patch, 3_000).await.unwrap();
+    assert_eq!(p.history.iter().map(|h| h.value.clone()).collect::<Vec<_>>(), vec![json!("北京"), json!("上海")]);
+    assert_eq!(p.history[1].valid_from, Some(2_000));
+    let stats = s.memory_stats(c.id, Some("u1".into()), 7, 3_000).await.unwrap();
+    assert_eq!((stats.total_events, stats.never_hit), (3, 2));
+}
+
+pub async fn idle_deadline_closes_once_and_survives_reopen(h: &impl StoreHarness) {
+    let c = {
+        let (s, c) = setup(h).await;
+        let t = ExtractTrigger { token_count: 1000, message_count: 100, wait_timeout: 5 };
+        s.append_messages(append(&c, "conv", vec![msg(Role::User, "hi", 1, None)], t, 1_000)).await.unwrap();
+        assert_eq!(s.next_idle_deadline().await.unwrap(), Some(6_000));
+        assert!(s.close_idle_conversations(5_999, 10, 3).await.unwrap().is_empty());
+        c
+    };
+    let s = h.open().await;
+    // Two schedulers (two replicas, or two loops) racing: the session is closed exactly once.
+    let (a, b) = tokio::join!(s.close_idle_conversations(6_000, 10, 3), s.close_idle_conversations(6_000, 10, 3));
+    let closed: Vec<SessionClosed> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].reason, TriggerReason::WaitTimeout);
+    assert_eq!(s.next_idle_deadline().await.unwrap(), None);
+    assert_eq!(s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap().len(), 1);
+}
+
+pub async fn event_filters_and_batch_delete(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    for (u, ty, t) in [("a", "event_v1", 1), ("a", "event_v1", 3), ("b", "event_v1", 2), ("a", "x", 4)] {
+        let e = NewEvent {
+            assistant_id: vec!["bot".into()],
+            ..NewEvent::of_user(c.id, ty, u, summary(&format!("{u} {ty} {t}")), t)
+        };
+        s.insert_event(e).await.unwrap();
+    }
+    let f = |u: &[&str], ty: &[&str]| EventFilter {
+        user_id: u.iter().map(|s| s.to_string()).collect(),
+        memory_type: ty.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let got = s.list_events(c.id, f(&["a"], &["event_v1"]), 10).await.unwrap();
+    assert_eq!(got.iter().map(|e| e.time).collect::<Vec<_>>(), vec![3, 1], "newest first");
+    let got =
+        s.list_events(c.id, EventFilter { start_time: Some(2), end_time: Some(3), ..f(&[], &[]) }, 10).await.unwrap();
+    assert_eq!(got.len(), 2);
+    let by_bot = EventFilter { assistant_id: vec!["bot".into()], ..Default::default() };
+    assert_eq!(s.list_events(c.id, by_bot, 10).await.unwrap().len(), 4);
+    assert_eq!(s.batch_delete_events(c.id, f(&["a"], &[])).await.unwrap(), 3);
+    let rest = s.list_events(c.id, f(&[], &[]), 10).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].user_id, vec!["b".to_string()]);
+}
+
+pub async fn concurrent_writes_are_all_durable(h: &impl StoreHarness) {
+    let c = {
+        let (s, c) = setup(h).await;
+        let t = ExtractTrigger { token_count: 1_000_000, message_count: 100_000, wait_timeout: 60 };
+        let mut tasks = Vec::new();
+        for w in 0..16 {
+            let (s, c) = (s.clone(), c.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..25 {
+                    // Two writers per conversation: the counts must still add up.
+                    let m = vec![msg(Role::User, &format!("w{w} m{i}"), 1, None)];
+                    s.append_messages(append(&c, &format!("conv{}", w % 8), m, t, 5)).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        c
+    };
+    let s = h.open().await;
+    for conv in 0..8 {
+        let info = s.conversation_info(c.id, &format!("conv{conv}")).await.unwrap().unwrap();
+        assert_eq!((info.short_term.len(), info.open_messages), (50, 50));
+    }
+}
+
+async fn embed(text: &str, kind: EmbedKind) -> Vec<f32> {
+    HashingEmbedder { dim: 64 }.embed(&[text.to_string()], kind).await.unwrap().remove(0)
+}
+
+pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let texts = ["用户喜欢手冲咖啡", "The user adopted a puppy named Max", "用户住在上海"];
+    let mut ids = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let user = if i < 2 { "u1" } else { "u2" };
+        let e = NewEvent {
+            embedding: Some(embed(t, EmbedKind::Document).await),
+            ..NewEvent::of_user(c.id, EVENT_V1, user, summary(t), i as i64)
+        };
+        ids.push(s.insert_event(e).await.unwrap().id);
+    }
+    let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
+    let q =
+        |terms: &[&str]| CandidateQuery { vector: None, terms: terms.iter().map(|t| t.to_string()).collect(), k: 10 };
+    let got = s.search_candidates(c.id, f.clone(), q(&["咖啡"])).await.unwrap();
+    assert_eq!((got.len(), got[0].event.id.as_str()), (1, ids[0].as_str()));
+    assert!(got[0].bm25.unwrap() > 0.0);
+    assert!(
+        s.search_candidates(c.id, f.clone(), q(&["上海"])).await.unwrap().is_empty(),
+        "other users' events never come back"
+    );
+    assert!(
+        s.search_candidates(c.id, f.clone(), q(&["\"a\" OR *", "NEAR(", "'x' | !y", "puppi"])).await.is_ok(),
+        "query syntax is never parsed"
+    );
+    let qv = embed("puppy named Max", EmbedKind::Query).await;
+    let got = s
+        .search_candidates(c.id, f.clone(), CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 1 })
+        .await
+        .unwrap();
+    assert_eq!(got[0].event.id, ids[1]);
+    assert!(got[0].cosine.unwrap() > 0.5);
+    assert!(s.delete_event(c.id, &ids[1]).await.unwrap());
+    let q = CandidateQuery { vector: Some(qv), terms: vec!["max".into()], k: 10 };
+    let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
+    assert!(got.iter().all(|g| g.event.id != ids[1]), "a deleted event leaves vectors and terms");
+    assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
+}
+
+const WORDS: [&str; 10] = ["coffee", "hike", "baby", "formula", "kyoto", "奶粉", "咖啡", "上海", "宝宝", "piano"];
+
+fn word_text(i: usize, x: &mut u64) -> String {
+    (0..(3 + i % 9))
+        .map(|_| {
+            *x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            WORDS[(*x >> 33) as usize % WORDS.len()]
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Both signals equal a computation from first principles over the same data — cosine of the
+/// stored vectors, BM25 with the collection's statistics — after inserts, an update and a delete.
+/// So every store returns the same candidates with the same scores, and core ranks them alike.
+pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let mut x = 7u64;
+    let mut docs: HashMap<String, (String, String)> = HashMap::new(); // id -> (user, text)
+    for i in 0..60 {
+        let text = word_text(i, &mut x);
+        let user = format!("u{}", i % 2);
+        let e = NewEvent {
+            embedding: Some(embed(&text, EmbedKind::Document).await),
+            ..NewEvent::of_user(c.id, EVENT_V1, user.clone(), summary(&text), i as i64)
+        };
+        docs.insert(s.insert_event(e).await.unwrap().id, (user, text));
+    }
+    let mut ids: Vec<String> = docs.keys().cloned().collect();
+    ids.sort();
+    let new_text = "kyoto kyoto piano";
+    s.update_event(c.id, &ids[3], EventPatch { memory_info: Some(summary(new_text)), ..Default::default() }, 100)
+        .await
+        .unwrap();
+    docs.get_mut(&ids[3]).unwrap().1 = new_text.into();
+    s.delete_event(c.id, &ids[4]).await.unwrap();
+    docs.remove(&ids[4]);
+
+    let terms: Vec<String> = ["kyoto", "咖啡", "piano"].iter().map(|t| t.to_string()).collect();
+    let analysed: HashMap<&String, String> =
+        docs.iter().map(|(id, (_, t))| (id, search_tokens(&event_search_text(&summary(t))).join(" "))).collect();
+    let stats =
+        CorpusStats { docs: docs.len() as u64, tokens: analysed.values().map(|t| fts_tokens(t).count() as u64).sum() };
+    let df = |term: &str| analysed.values().filter(|t| fts_tokens(t).any(|x| x == term)).count() as u64;
+    let reference = Bm25Query::new(&terms, stats, df);
+    let qv = embed("kyoto piano", EmbedKind::Query).await;
+    let f = EventFilter { user_id: vec!["u0".into()], active_only: true, ..Default::default() };
+    let mine: Vec<&String> = docs.iter().filter(|(_, (u, _))| u == "u0").map(|(id, _)| id).collect();
+    let q = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100 };
+    let before = s.search_candidates(c.id, f.clone(), q.clone()).await.unwrap();
+    h.settle().await;
+    let after = s.search_candidates(c.id, f, q).await.unwrap();
+    assert_eq!(after.len(), mine.len(), "k covers the scope: every one of u0's events is a candidate");
+    for cand in before.iter().chain(&after) {
+        let id = &cand.event.id;
+        let want_bm25 = reference.score(&analysed[id]);
+        let got_bm25 = cand.bm25.unwrap_or(0.0);
+        assert!((got_bm25 - want_bm25).abs() < 1e-9, "{id}: bm25 {got_bm25} vs reference {want_bm25}");
+        let want_cos = crate::embed::dot(&qv, &embed(&docs[id].1, EmbedKind::Document).await);
+        let got_cos = cand.cosine.expect("every candidate has a vector");
+        assert!((got_cos - want_cos).abs() < 1e-5, "{id}: cosine {got_cos} vs reference {want_cos}");
+    }
+}
+
+/// More events than a small scope, a filter that keeps 2% of them: the search still returns the
+/// filtered events nearest to the query (an HNSW scan with a post-filter can return none).
+pub async fn a_filtered_search_over_a_large_scope_finds_the_filtered_events(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let mut x = 11u64;
+    let mut rare = Vec::new();
+    for i in 0..5_200usize {
+        let text = format!("{} n{i}", word_text(i, &mut x));
+        let ty = if i % 50 == 0 { "rare" } else { EVENT_V1 };
+        let e = NewEvent {
+            embedding: Some(embed(&text, EmbedKind::Document).await),
+            ..NewEvent::of_user(c.id, ty, format!("u{}", i % 7), summary(&text), i as i64)
+        };
+        let id = s.insert_event(e).await.unwrap().id;
+        if ty == "rare" {
+            rare.push((id, text));
+        }
+    }
+    h.settle().await;
+    let probe = &rare[17].1;
+    let f = EventFilter { memory_type: vec!["rare".into()], active_only: true, ..Default::default() };
+    let q = CandidateQuery { vector: Some(embed(probe, EmbedKind::Query).await), terms: vec![], k: 10 };
+    let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
+    assert_eq!(got.len(), 10, "k filtered events");
+    assert!(got.iter().all(|g| g.event.memory_type == "rare"));
+    assert!(got.iter().any(|g| g.event.id == rare[17].0), "the nearest filtered event is found");
+    let q = CandidateQuery { vector: None, terms: vec![format!("n{}", 17 * 50)], k: 10 };
+    let got = s.search_candidates(c.id, f, q).await.unwrap();
+    assert_eq!(
+        got.iter().map(|g| g.event.id.as_str()).collect::<Vec<_>>(),
+        vec![rare[17].0.as_str()],
+        "full text over the large scope"
+    );
+}
+
+pub async fn export_and_forget_a_user(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let t = ExtractTrigger { token_count: 1, message_count: 100, wait_timeout: 60 };
+    for (user, text) in [("u1", "alice likes quokkas"), ("u2", "bob likes otters")] {
+        let mut req = append(&c, &format!("conv-{user}"), vec![msg(Role::User, text, 5, None)], t, 10);
+        req.meta.user_id = Some(user.into());
+        s.append_messages(req).await.unwrap();
+        let job = s.claim_job(20, 1000).await.unwrap().unwrap();
+        let out = ExtractionOutput {
+            events: vec![ExtractedEvent::new(EVENT_V1, summary(text), 10)],
+            profile_changes: vec![ProfileChange::Set { key: "pet".into(), value: json!(text) }],
+            ..Default::default()
+        };
+        s.complete_job(&job.lease(), out, 30).await.unwrap();
+    }
+    let shared = NewEvent {
+        user_id: vec!["u1".into(), "u2".into()],
+        ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary("a shared trip"), 40)
+    };
+    let shared = s.insert_event(shared).await.unwrap().id;
+    let data = s.export_user(c.id, "u1").await.unwrap();
+    assert_eq!((data.conversations.len(), data.messages.len(), data.sessions.len(), data.jobs.len()), (1, 1, 1, 1));
+    assert_eq!((data.events.len(), data.profiles.len()), (2, 1));
+    let n = s.forget_user(c.id, "u1").await.unwrap();
+    assert_eq!((n.conversations, n.messages, n.sessions, n.jobs, n.events, n.profiles), (1, 1, 1, 1, 1, 1));
+    let data = s.export_user(c.id, "u1").await.unwrap();
+    assert!(data.messages.is_empty() && data.events.is_empty() && data.profiles.is_empty());
+    let kept = s.get_event(c.id, &shared).await.unwrap().expect("a shared event stays for the other user");
+    assert_eq!(kept.user_id, vec!["u2".to_string()]);
+    assert_eq!(s.export_user(c.id, "u2").await.unwrap().events.len(), 2, "u2 is untouched");
+}
