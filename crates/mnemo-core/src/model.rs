@@ -222,7 +222,29 @@ pub struct Job {
     pub completion_tokens: u64,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// When the latest attempt started (claimed by a worker).
+    pub started_at: Option<Millis>,
+    /// When the job ended (`done`, or `failed` for good); `None` while it may still run.
+    pub finished_at: Option<Millis>,
+    /// How often a failed job was put back in the queue automatically (bounded).
+    pub requeues: u32,
 }
+
+impl Job {
+    /// How long the latest attempt took, once the job has ended.
+    pub fn duration_ms(&self) -> Option<Millis> {
+        Some(self.finished_at? - self.started_at?)
+    }
+
+    /// Whether the job failed for a reason worth trying again later (the extractor said
+    /// `transient`: timeouts, 429, 5xx, a provider outage) rather than for its input.
+    pub fn failed_transiently(&self) -> bool {
+        self.state == JobState::Failed && self.last_error.as_deref().is_some_and(|e| e.starts_with(TRANSIENT_PREFIX))
+    }
+}
+
+/// How a transient extraction error starts (`ExtractError::Transient`'s message).
+pub const TRANSIENT_PREFIX: &str = "transient: ";
 
 #[derive(Clone, Debug, Default)]
 pub struct JobFilter {

@@ -52,6 +52,10 @@ pub struct ServiceConfig {
     pub retry_max: Duration,
     /// How long a claimed job may run before another worker may take it over.
     pub job_lease: Duration,
+    /// How often failed jobs with a transient error are queued again (also at start and after
+    /// an extraction succeeds), and how often each may be.
+    pub recover_interval: Duration,
+    pub max_requeues: u32,
     pub extraction_timeout: Duration,
     pub workers: usize,
     /// Upper bound on how long the background loops sleep between checks.
@@ -72,6 +76,8 @@ impl Default for ServiceConfig {
             retry_base: Duration::from_secs(2),
             retry_max: Duration::from_secs(600),
             job_lease: Duration::from_secs(300),
+            recover_interval: Duration::from_secs(300),
+            max_requeues: 3,
             extraction_timeout: Duration::from_secs(120),
             workers: 2,
             poll_interval: Duration::from_secs(1),
@@ -104,6 +110,9 @@ pub struct Service {
     collections: std::sync::RwLock<std::collections::HashMap<(String, String), (Millis, Collection)>>,
     /// Extraction outcomes since start, for monitoring.
     pub job_outcomes: JobOutcomes,
+    /// Set when a job may have failed for a transient reason (and at start): the next successful
+    /// extraction — a sign the provider answers again — re-queues such jobs.
+    transient_failures: std::sync::atomic::AtomicBool,
     /// Set when an event was stored without a vector; the re-index loop only scans then.
     vectors_missing: std::sync::atomic::AtomicBool,
     /// Hits not yet written: (collection, event ids, when).
@@ -148,6 +157,7 @@ impl Service {
             job_outcomes: JobOutcomes::default(),
             pending_hits: Default::default(),
             user_locks: Default::default(),
+            transient_failures: std::sync::atomic::AtomicBool::new(true),
             // Set at start: the first loop pass checks for events a previous process left without a vector.
             vectors_missing: std::sync::atomic::AtomicBool::new(true),
         })

@@ -102,6 +102,19 @@ pub trait Store: Send + Sync + 'static {
     /// Puts a claimed job back in the queue until `run_after` without counting the attempt, with
     /// `note` shown as its `last_error` (e.g. a spent token budget). A lost lease changes nothing.
     async fn defer_job(&self, lease: &JobLease, run_after: Millis, note: &str, now: Millis) -> StoreResult<()>;
+    /// Puts failed jobs back in the queue now (`job/retry`): the one named, or every failed job
+    /// of the collection; their attempts start again from zero and their sessions are queued.
+    /// Returns the ids re-queued (none when the named job is not failed).
+    async fn retry_jobs(
+        &self,
+        collection_id: CollectionId,
+        job_id: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<Vec<String>>;
+    /// Re-queues, in every collection, failed jobs whose last error was transient
+    /// ([`crate::model::TRANSIENT_PREFIX`]) and that were re-queued this way fewer than
+    /// `max_requeues` times (the count goes up by one). Returns the ids.
+    async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>>;
     /// Prompt + completion tokens recorded by a project's jobs updated at or after `since`.
     async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64>;
     async fn list_jobs(&self, collection_id: CollectionId, filter: JobFilter) -> StoreResult<Vec<Job>>;

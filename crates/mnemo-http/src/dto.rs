@@ -270,6 +270,10 @@ pub fn job_json(j: &Job) -> Value {
         "token_usage": {"prompt_tokens": j.prompt_tokens, "completion_tokens": j.completion_tokens},
         "created_at": j.created_at,
         "updated_at": j.updated_at,
+        "started_at": j.started_at,
+        "finished_at": j.finished_at,
+        "duration_ms": j.duration_ms(),
+        "requeues": j.requeues,
     })
 }
 
@@ -374,6 +378,17 @@ pub struct JobListBody {
     pub session_id: Option<String>,
     #[serde(default)]
     pub limit: Option<i64>,
+}
+
+/// `job/retry`: one failed job by id, or (without `job_id`) every failed job of the collection.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRetryBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub job_id: Option<String>,
 }
 
 #[derive(Deserialize, Default, JsonSchema)]
@@ -531,7 +546,8 @@ scoped!(
     ProfileAddBody,
     ProfileUpdateBody,
     ProfileIdBody,
-    JobListBody
+    JobListBody,
+    JobRetryBody
 );
 
 /// Checks `limit` against 1..=5000 (SPEC §2.3), with a default.

@@ -7,7 +7,7 @@ use crate::conversations::{session_messages, session_summary};
 use crate::events::{TermStats, insert_event_row, merge_event_row};
 use crate::profiles::{apply_profile_changes, profiles_where};
 use crate::rows::{JOB_COLS, from_rows, job_from_row};
-use crate::sql::{Args, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use crate::sql::{Args, SqlParam, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
 use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
@@ -27,6 +27,29 @@ pub(crate) async fn lock_user(tx: &Tx<'_>, cid: CollectionId, user: &str) -> Sto
     Ok(())
 }
 
+/// Failed jobs matching `filter` (over `$2`…; `$1` is now) queued again from their first attempt,
+/// their sessions too; `automatic` counts the re-queue. Returns the ids.
+async fn requeue(tx: &Tx<'_>, filter: &str, params: &[SqlParam<'_>], automatic: bool) -> StoreResult<Vec<String>> {
+    let bump = if automatic { 1i64 } else { 0 };
+    let rows = query_all(
+        tx,
+        &format!(
+            "UPDATE jobs SET state='queued', attempts=0, run_after=$1, lease_until=NULL, updated_at=$1, finished_at=NULL,
+                 requeues=requeues + {bump} WHERE state='failed' AND {filter} RETURNING job_id, session_id"
+        ),
+        params,
+    )
+    .await?;
+    let (ids, sessions): (Vec<String>, Vec<Option<String>>) =
+        rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, Option<String>>(1))).unzip();
+    let sessions: Vec<String> = sessions.into_iter().flatten().collect();
+    execute(tx, "UPDATE sessions SET state='queued' WHERE session_id = ANY($1) AND state='failed'", &[&sessions])
+        .await?;
+    let mut ids = ids;
+    ids.sort();
+    Ok(ids)
+}
+
 impl PgStore {
     pub(crate) async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
         let mut conn = self.client().await?;
@@ -35,7 +58,8 @@ impl PgStore {
         // lease ran out (its replica died or stalled) is due again.
         let Some(row) = query_opt(
             &tx,
-            "UPDATE jobs SET state='running', attempts=attempts+1, lease_until=$2, updated_at=$1 WHERE job_id = (
+            "UPDATE jobs SET state='running', attempts=attempts+1, lease_until=$2, updated_at=$1, started_at=$1,
+                 finished_at=NULL WHERE job_id = (
                  SELECT job_id FROM jobs WHERE (state='queued' AND run_after<=$1) OR (state='running' AND lease_until<=$1)
                  ORDER BY run_after, created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
              RETURNING job_id",
@@ -122,7 +146,7 @@ impl PgStore {
         execute(
             &tx,
             "UPDATE jobs SET state='done', lease_until=NULL, last_error=NULL, prompt_tokens=prompt_tokens+$2,
-             completion_tokens=completion_tokens+$3, updated_at=$4 WHERE job_id=$1",
+             completion_tokens=completion_tokens+$3, updated_at=$4, finished_at=$4 WHERE job_id=$1",
             &[job_id, &(output.prompt_tokens as i64), &(output.completion_tokens as i64), &now],
         )
         .await?;
@@ -146,7 +170,8 @@ impl PgStore {
         let tx = begin(&mut conn).await?;
         let n = execute(
             &tx,
-            "UPDATE jobs SET state=$2, run_after=$3, last_error=$4, lease_until=NULL, updated_at=$5
+            "UPDATE jobs SET state=$2, run_after=$3, last_error=$4, lease_until=NULL, updated_at=$5,
+                 finished_at=CASE WHEN $2='failed' THEN $5::BIGINT END
              WHERE job_id=$1 AND state='running' AND attempts=$6",
             &[&lease.job_id, &state, &run_after, &error, &now, &(lease.attempt as i64)],
         )
@@ -160,6 +185,34 @@ impl PgStore {
             .await?;
         }
         tx.commit().await.map_err(backend)
+    }
+
+    pub(crate) async fn retry_jobs(
+        &self,
+        cid: CollectionId,
+        job_id: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let ids =
+            requeue(&tx, "collection_id=$2 AND ($3::TEXT IS NULL OR job_id=$3)", &[&now, &cid, &job_id], false).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(ids)
+    }
+
+    pub(crate) async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let ids = requeue(
+            &tx,
+            "requeues < $2 AND starts_with(last_error, $3)",
+            &[&now, &(max_requeues as i64), &TRANSIENT_PREFIX],
+            true,
+        )
+        .await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(ids)
     }
 
     pub(crate) async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {

@@ -205,6 +205,14 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX collection_stats_delta_collection ON collection_stats_delta(collection_id);
     "#,
+    // v2: a job's latest attempt has a start and (when done or failed) an end; failed jobs are
+    // re-queued automatically a bounded number of times (`requeues`).
+    r#"
+    ALTER TABLE jobs ADD COLUMN started_at BIGINT;
+    ALTER TABLE jobs ADD COLUMN finished_at BIGINT;
+    ALTER TABLE jobs ADD COLUMN requeues BIGINT NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_failed ON jobs(state) WHERE state = 'failed';
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -20,6 +20,22 @@ pub(crate) fn job_by_id(conn: &Connection, job_id: &str) -> StoreResult<Option<(
         .map_err(backend)
 }
 
+/// A failed job queued again from its first attempt (its session too); `automatic` counts it.
+fn requeue(conn: &Connection, job_id: &str, now: Millis, automatic: bool) -> StoreResult<()> {
+    conn.execute(
+        "UPDATE jobs SET state='queued', attempts=0, run_after=?2, lease_until=NULL, updated_at=?2, finished_at=NULL,
+             requeues=requeues + ?3 WHERE job_id=?1 AND state='failed'",
+        params![job_id, now, automatic as i64],
+    )
+    .map_err(backend)?;
+    conn.execute(
+        "UPDATE sessions SET state='queued' WHERE session_id=(SELECT session_id FROM jobs WHERE job_id=?1) AND state='failed'",
+        [job_id],
+    )
+    .map_err(backend)?;
+    Ok(())
+}
+
 impl SqliteStore {
     pub(crate) async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
         self.writer
@@ -35,7 +51,7 @@ impl SqliteStore {
                     .map_err(backend)?;
                 let Some(job_id) = id else { return Ok(None) };
                 conn.execute(
-                    "UPDATE jobs SET state='running', attempts=attempts+1, lease_until=?2, updated_at=?3 WHERE job_id=?1",
+                    "UPDATE jobs SET state='running', attempts=attempts+1, lease_until=?2, updated_at=?3, started_at=?3, finished_at=NULL WHERE job_id=?1",
                     params![job_id, now + lease_ms, now],
                 )
                 .map_err(backend)?;
@@ -111,7 +127,7 @@ impl SqliteStore {
                 .map_err(backend)?;
                 conn.execute(
                     "UPDATE jobs SET state='done', lease_until=NULL, last_error=NULL, prompt_tokens=prompt_tokens+?2,
-                     completion_tokens=completion_tokens+?3, updated_at=?4 WHERE job_id=?1",
+                     completion_tokens=completion_tokens+?3, updated_at=?4, finished_at=?4 WHERE job_id=?1",
                     params![job_id, output.prompt_tokens as i64, output.completion_tokens as i64, now],
                 )
                 .map_err(backend)?;
@@ -137,7 +153,8 @@ impl SqliteStore {
                 };
                 let n = conn
                     .execute(
-                        "UPDATE jobs SET state=?2, run_after=?3, last_error=?4, lease_until=NULL, updated_at=?5
+                        "UPDATE jobs SET state=?2, run_after=?3, last_error=?4, lease_until=NULL, updated_at=?5,
+                             finished_at=CASE WHEN ?2='failed' THEN ?5 END
                          WHERE job_id=?1 AND state='running' AND attempts=?6",
                         params![job_id, state, run_after, error, now, attempt],
                     )
@@ -183,6 +200,57 @@ impl SqliteStore {
                 )
                 .map_err(backend)?;
                 Ok(())
+            })
+            .await
+    }
+
+    pub(crate) async fn retry_jobs(
+        &self,
+        cid: CollectionId,
+        job_id: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let job_id = job_id.map(String::from);
+        self.writer
+            .write(move |conn| {
+                let ids: Vec<String> = {
+                    let mut stmt = conn
+                        .prepare_cached(
+                            "SELECT job_id FROM jobs WHERE collection_id=?1 AND state='failed' AND (?2 IS NULL OR job_id=?2)
+                             ORDER BY created_at, job_id",
+                        )
+                        .map_err(backend)?;
+                    let rows = stmt.query_map(params![cid, job_id], |r| r.get(0)).map_err(backend)?;
+                    rows.collect::<Result<_, _>>().map_err(backend)?
+                };
+                for id in &ids {
+                    requeue(conn, id, now, false)?;
+                }
+                Ok(ids)
+            })
+            .await
+    }
+
+    pub(crate) async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
+        self.writer
+            .write(move |conn| {
+                let ids: Vec<String> = {
+                    let mut stmt = conn
+                        .prepare_cached(
+                            "SELECT job_id FROM jobs WHERE state='failed' AND requeues < ?1 AND substr(last_error, 1, ?2) = ?3
+                             ORDER BY created_at, job_id",
+                        )
+                        .map_err(backend)?;
+                    let prefix = TRANSIENT_PREFIX;
+                    let rows = stmt
+                        .query_map(params![max_requeues, prefix.len() as i64, prefix], |r| r.get(0))
+                        .map_err(backend)?;
+                    rows.collect::<Result<_, _>>().map_err(backend)?
+                };
+                for id in &ids {
+                    requeue(conn, id, now, true)?;
+                }
+                Ok(ids)
             })
             .await
     }

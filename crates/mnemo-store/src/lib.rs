@@ -243,6 +243,14 @@ impl Store for SqliteStore {
         SqliteStore::defer_job(self, lease, run_after, note, now).await
     }
 
+    async fn retry_jobs(&self, cid: CollectionId, job_id: Option<&str>, now: Millis) -> StoreResult<Vec<String>> {
+        SqliteStore::retry_jobs(self, cid, job_id, now).await
+    }
+
+    async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
+        SqliteStore::requeue_transient_failures(self, max_requeues, now).await
+    }
+
     async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
         SqliteStore::tokens_used_since(self, project, since).await
     }

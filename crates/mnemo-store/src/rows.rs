@@ -11,7 +11,7 @@ pub const COLLECTION_COLS: &str =
 pub const MESSAGE_COLS: &str = "m.id, m.conversation_id, m.session_id, m.role, m.name, m.content, m.time, m.tokens";
 pub const SESSION_COLS: &str = "collection_id, session_id, conversation_id, reason, state, message_count, token_count, meta_json, created_at, extracted_at";
 pub const JOB_COLS: &str = "collection_id, job_id, kind, state, conversation_id, session_id, attempts, max_attempts, last_error, \
-     run_after, prompt_tokens, completion_tokens, created_at, updated_at";
+     run_after, prompt_tokens, completion_tokens, created_at, updated_at, started_at, finished_at, requeues";
 pub const EVENT_COLS: &str = "id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope, class, \
      status, time, memory_info, source_message_ids, hit_count, last_hit_at, created_at, updated_at, expires_at, superseded_by";
 pub const PROFILE_COLS: &str =
@@ -111,6 +111,9 @@ pub fn job_from_row(r: &Row) -> rusqlite::Result<(CollectionId, Job)> {
             completion_tokens: r.get::<_, i64>(11)? as u64,
             created_at: r.get(12)?,
             updated_at: r.get(13)?,
+            started_at: r.get(14)?,
+            finished_at: r.get(15)?,
+            requeues: r.get(16)?,
         },
     ))
 }

@@ -201,6 +201,14 @@ const MIGRATIONS: &[&str] = &[
         tokens INTEGER NOT NULL
     );
     "#,
+    // v8: a job's latest attempt has a start and (when done or failed) an end; failed jobs are
+    // re-queued automatically a bounded number of times (`requeues`).
+    r#"
+    ALTER TABLE jobs ADD COLUMN started_at INTEGER;
+    ALTER TABLE jobs ADD COLUMN finished_at INTEGER;
+    ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_failed ON jobs(state) WHERE state = 'failed';
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

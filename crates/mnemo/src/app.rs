@@ -152,6 +152,8 @@ pub fn service_on(
         retry_base: Duration::from_millis(e.retry_base_ms),
         retry_max: Duration::from_millis(e.retry_max_ms),
         job_lease: Duration::from_secs(e.job_lease_secs.clamp(3, 3600)),
+        recover_interval: Duration::from_secs(e.recover_interval_secs.clamp(1, 86_400)),
+        max_requeues: e.max_requeues,
         extraction_timeout: Duration::from_secs(e.timeout_secs.max(1)),
         workers: e.workers.max(1),
         poll_interval: Duration::from_millis(s.poll_interval_ms.clamp(10, 60_000)),

@@ -191,6 +191,26 @@ pub async fn forget(r: &Remote, user: String, yes: bool) -> Result<()> {
     Ok(())
 }
 
+/// `mnemo retry`: failed jobs back in the queue.
+pub async fn retry(r: &Remote, job: Option<String>) -> Result<()> {
+    let body = r.body(match job {
+        Some(id) => json!({"job_id": id}),
+        None => json!({}),
+    });
+    let d = r.client().post("job/retry", &body).await?;
+    if r.json {
+        print_json(&d);
+    } else {
+        let ids: Vec<&str> = d["retried"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        match ids.len() {
+            0 => println!("no failed job to retry"),
+            1 => println!("queued again: {}", ids[0]),
+            n => println!("queued again: {n} jobs ({})", ids.join(", ")),
+        }
+    }
+    Ok(())
+}
+
 /// `mnemo export`: the JSON lines of `user/export`, to a file or standard output.
 pub async fn export(r: &Remote, user: String, output: Option<PathBuf>) -> Result<()> {
     let mut body = json!({"project_name": r.project, "user_id": user});

@@ -236,6 +236,11 @@ pub struct ExtractionConfig {
     pub temperature: f32,
     /// llm: after three calls in a row failed (with their retries), the endpoint is not called for this long.
     pub breaker_open_secs: u64,
+    /// Jobs that failed for a transient reason (provider down, timeouts) are put back in the
+    /// queue this often, at start-up, and as soon as another extraction succeeds again…
+    pub recover_interval_secs: u64,
+    /// …at most this many times each (a session that always fails stays failed, with its reason).
+    pub max_requeues: u32,
     /// A new event whose embedding is at least this similar to one of the user's events of the
     /// same type refreshes it instead of being added; 0 turns similarity dedup off (exact text
     /// duplicates still merge).
@@ -270,6 +275,8 @@ impl Default for ExtractionConfig {
             max_tokens: 1200,
             temperature: 0.0,
             breaker_open_secs: 30,
+            recover_interval_secs: 300,
+            max_requeues: 3,
             dedup_similarity: 0.9,
             utc_offset: "+00:00".into(),
             daily_token_budget: 0,

@@ -106,6 +106,14 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Put failed extraction jobs back in the queue (`job/retry`): one by --job, else every failed
+    /// job of the collection.
+    Retry {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[arg(long)]
+        job: Option<String>,
+    },
     /// Import conversations (benchmark JSONL format) or exported records, resumably, with progress.
     Import {
         #[command(flatten)]
@@ -293,6 +301,7 @@ fn main() -> Result<()> {
         Command::Search { remote, query, user, limit } => rt.block_on(cli::search(&remote, query, user, limit)),
         Command::Export { remote, user, output } => rt.block_on(cli::export(&remote, user, output)),
         Command::Forget { remote, user, yes } => rt.block_on(cli::forget(&remote, user, yes)),
+        Command::Retry { remote, job } => rt.block_on(cli::retry(&remote, job)),
         Command::Import { remote, file, restart } => rt.block_on(cli::import(&remote, file, restart)),
         Command::Selftest { which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b } } => {
             rt.block_on(selftest::run(selftest::Isolation { url, key_a, project_a, key_b, project_b }))

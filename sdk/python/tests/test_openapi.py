@@ -24,7 +24,7 @@ def test_the_sdk_has_a_method_for_every_endpoint():
         "event/update": Collection.update_event, "event/delete": Collection.delete_event,
         "event/batch_delete": Collection.batch_delete_event, "profile/search": Collection.search_profile_memory,
         "profile/add": Collection.add_profile, "profile/update": Collection.update_profile,
-        "profile/delete": Collection.delete_profile, "job/list": Collection.list_jobs, "get_context": Collection.get_context,
+        "profile/delete": Collection.delete_profile, "job/list": Collection.list_jobs, "job/retry": Collection.retry_jobs, "get_context": Collection.get_context,
         "stats": Collection.stats, "collection/info": Collection.info, "user/export": Collection.export_user, "user/forget": Collection.forget_user,
     }
     # Operator-only endpoints are reached with MemoryClient.request(path, body).

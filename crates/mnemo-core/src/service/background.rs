@@ -72,6 +72,21 @@ impl Service {
                 }
             }
         }));
+        // Failed jobs with a transient error go back in the queue: now (start-up), then every
+        // `recover_interval` (a successful extraction also triggers it, see `try_run_one`).
+        let svc = self.clone();
+        let mut stop = shutdown.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                if let Err(e) = svc.recover_failed_jobs().await {
+                    tracing::warn!(error = %e, "re-queueing failed jobs");
+                }
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    _ = tokio::time::sleep(svc.config.recover_interval) => {}
+                }
+            }
+        }));
         // Store upkeep (PostgreSQL: BM25 statistics folded), if the store asks for it.
         if let Some(period) = self.store.housekeeping_interval() {
             handles.push(self.spawn_every(&shutdown, period, |svc| async move {

@@ -44,6 +44,45 @@ impl Service {
         Ok(self.store.list_jobs(c.id, filter).await?)
     }
 
+    /// `job/retry`: puts one failed job (or every failed job of the collection) back in the queue,
+    /// from its first attempt. Returns the ids; a named job that is not failed is a `Conflict`.
+    pub async fn retry_jobs(&self, t: &Target, job_id: Option<String>) -> CoreResult<Vec<String>> {
+        if let Some(id) = &job_id {
+            check_len("job_id", id, 1, MAX_ID_CHARS)?;
+        }
+        let c = self.collection_for_read(t).await?;
+        let ids = self.store.retry_jobs(c.id, job_id.as_deref(), self.now()).await?;
+        if let Some(id) = job_id
+            && ids.is_empty()
+        {
+            let found = self.store.list_jobs(c.id, JobFilter { limit: 5000, ..Default::default() }).await?;
+            return Err(match found.iter().find(|j| j.job_id == id) {
+                None => CoreError::NotFound(format!("job_id: no job \"{id}\"")),
+                Some(j) => CoreError::Conflict(format!(
+                    "job_id: job \"{id}\" is {}, not failed; only failed jobs are retried",
+                    j.state.as_str()
+                )),
+            });
+        }
+        if !ids.is_empty() {
+            tracing::info!(jobs = ids.len(), "failed jobs queued again by request");
+            self.job_queued.notify_waiters();
+        }
+        Ok(ids)
+    }
+
+    /// Re-queues jobs that failed for a transient reason (each at most `max_requeues` times).
+    /// Returns how many.
+    pub async fn recover_failed_jobs(&self) -> CoreResult<usize> {
+        self.transient_failures.store(false, Ordering::SeqCst);
+        let ids = self.store.requeue_transient_failures(self.config.max_requeues, self.now()).await?;
+        if !ids.is_empty() {
+            tracing::info!(jobs = ids.len(), "jobs that failed for a transient reason are queued again");
+            self.job_queued.notify_waiters();
+        }
+        Ok(ids.len())
+    }
+
     /// Runs one due extraction job, if any. Returns whether a job was taken (done, retried,
     /// failed or deferred).
     pub async fn try_run_one(&self) -> CoreResult<bool> {
@@ -131,6 +170,12 @@ impl Service {
                 match self.store.complete_job(&lease, output, self.now()).await {
                     Ok(_) => {
                         self.job_outcomes.done.fetch_add(1, Ordering::Relaxed);
+                        // The provider answers again: jobs it failed while it was down go back in.
+                        if self.transient_failures.load(Ordering::SeqCst)
+                            && let Err(e) = self.recover_failed_jobs().await
+                        {
+                            tracing::warn!(error = %e, "re-queueing failed jobs");
+                        }
                         tracing::info!(job_id, session_id = %claimed.session.session_id, events = n, merged, "extraction done");
                     }
                     // The lease ran out and another worker took the job: its result counts, not ours.
@@ -147,6 +192,9 @@ impl Service {
                 };
                 tracing::warn!(job_id, attempt, error = %e, retry_at, "extraction failed");
                 self.store.fail_job(&lease, &e.to_string(), retry_at, self.now()).await?;
+                if retry_at.is_none() && matches!(e, ExtractError::Transient(_)) {
+                    self.transient_failures.store(true, Ordering::SeqCst);
+                }
                 let counter = if retry_at.is_some() { &self.job_outcomes.retried } else { &self.job_outcomes.failed };
                 counter.fetch_add(1, Ordering::Relaxed);
             }

@@ -40,6 +40,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(idempotent_retries_are_stored_once);
     scenario!(job_lifecycle_moves_messages_out_of_short_term_and_updates_profile);
     scenario!(a_lost_lease_is_fenced_off);
+    scenario!(failed_jobs_are_retried_by_hand_and_transient_failures_requeued_a_bounded_number_of_times);
     scenario!(merges_refresh_supersedes_hide_and_keep_history_profiles_remember);
     scenario!(idle_deadline_closes_once_and_survives_reopen);
     scenario!(event_filters_and_batch_delete);
@@ -191,6 +192,62 @@ pub async fn a_lost_lease_is_fenced_off(h: &impl StoreHarness) {
     assert_eq!(events.iter().map(|e| e.text()).collect::<Vec<_>>(), vec!["fresh".to_string()]);
     let jobs = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
     assert_eq!((jobs[0].state, jobs[0].attempts), (JobState::Done, 2));
+}
+
+/// A job's attempt has a start and an end; a failed job goes back to the queue by hand (any
+/// failure) or automatically (transient failures only, at most `max_requeues` times).
+pub async fn failed_jobs_are_retried_by_hand_and_transient_failures_requeued_a_bounded_number_of_times(
+    h: &impl StoreHarness,
+) {
+    let (s, c) = setup(h).await;
+    let t = ExtractTrigger { token_count: 1, message_count: 100, wait_timeout: 60 };
+    for conv in ["outage", "poison"] {
+        s.append_messages(append(&c, conv, vec![msg(Role::User, conv, 5, None)], t, 10)).await.unwrap();
+    }
+    let fail_for_good = async |error: &str, at: Millis| {
+        let j = s.claim_job(at, 1000).await.unwrap().expect("a due job");
+        s.fail_job(&j.lease(), error, None, at + 5).await.unwrap();
+        j.job.job_id
+    };
+    let job = |id: String| {
+        let s = s.clone();
+        async move {
+            let all = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
+            all.into_iter().find(|j| j.job_id == id).unwrap()
+        }
+    };
+    let transient = fail_for_good(&format!("{TRANSIENT_PREFIX}provider down"), 100).await;
+    let permanent = fail_for_good("permanent: the session cannot be read", 200).await;
+    let j = job(transient.clone()).await;
+    assert_eq!((j.state, j.started_at.is_some(), j.duration_ms()), (JobState::Failed, true, Some(5)));
+    assert!(j.failed_transiently());
+    assert!(!job(permanent.clone()).await.failed_transiently());
+
+    // Automatic: only the transient failure, and only while under the cap.
+    assert_eq!(s.requeue_transient_failures(2, 300).await.unwrap(), vec![transient.clone()]);
+    let j = job(transient.clone()).await;
+    assert_eq!((j.state, j.attempts, j.requeues, j.finished_at), (JobState::Queued, 0, 1, None));
+    let session = s.session_info(c.id, j.session_id.as_deref().unwrap()).await.unwrap().unwrap();
+    assert_eq!(session.session.state, "queued");
+    let again = s.claim_job(300, 1000).await.unwrap().unwrap();
+    assert_eq!((again.job.job_id.as_str(), again.job.attempts), (transient.as_str(), 1));
+    s.fail_job(&again.lease(), &format!("{TRANSIENT_PREFIX}still down"), None, 310).await.unwrap();
+    assert_eq!(s.requeue_transient_failures(2, 400).await.unwrap(), vec![transient.clone()]);
+    let again = s.claim_job(400, 1000).await.unwrap().unwrap();
+    s.fail_job(&again.lease(), &format!("{TRANSIENT_PREFIX}still down"), None, 410).await.unwrap();
+    assert!(s.requeue_transient_failures(2, 500).await.unwrap().is_empty(), "the cap stops a poison loop");
+
+    // By hand: one job, or every failed job of the collection, whatever the failure.
+    assert_eq!(s.retry_jobs(c.id, Some(&permanent), 600).await.unwrap(), vec![permanent.clone()]);
+    assert!(s.retry_jobs(c.id, Some(&permanent), 600).await.unwrap().is_empty(), "queued, not failed");
+    assert_eq!(s.retry_jobs(c.id, None, 600).await.unwrap(), vec![transient.clone()]);
+    let done = s.claim_job(700, 1000).await.unwrap().unwrap();
+    s.complete_job(&done.lease(), ExtractionOutput::default(), 750).await.unwrap();
+    let j = job(done.job.job_id).await;
+    assert_eq!(
+        (j.state, j.started_at, j.finished_at, j.duration_ms()),
+        (JobState::Done, Some(700), Some(750), Some(50))
+    );
 }
 
 /// Runs one session of `text` through a job that returns `out` (with the session's message ids).

@@ -261,6 +261,9 @@ impl State {
                     completion_tokens: 0,
                     created_at: now,
                     updated_at: now,
+                    started_at: None,
+                    finished_at: None,
+                    requeues: 0,
                 },
             },
         );
@@ -291,6 +294,23 @@ impl State {
         let c = self.conversations.get_mut(&(cid, conv.to_string())).expect("conversation");
         (c.open_messages, c.open_tokens, c.idle_deadline) = (0, 0, None);
         Some(closed)
+    }
+
+    /// A failed job queued again from its first attempt (its session too); `automatic` counts it.
+    fn requeue(&mut self, job_id: &str, now: Millis, automatic: bool) {
+        let j = self.jobs.get_mut(job_id).expect("job");
+        j.job.state = JobState::Queued;
+        j.job.attempts = 0;
+        j.job.run_after = now;
+        j.job.updated_at = now;
+        j.job.finished_at = None;
+        j.job.requeues += u32::from(automatic);
+        j.lease_until = None;
+        if let Some(sid) = j.job.session_id.clone()
+            && let Some(x) = self.sessions.get_mut(&sid).filter(|x| x.summary.state == "failed")
+        {
+            x.summary.state = "queued".into();
+        }
     }
 
     fn session_messages(&self, session_id: &str) -> Vec<StoredMessage> {
@@ -702,6 +722,8 @@ impl Store for MemoryStore {
         row.job.state = JobState::Running;
         row.job.attempts += 1;
         row.job.updated_at = now;
+        row.job.started_at = Some(now);
+        row.job.finished_at = None;
         row.lease_until = Some(now + lease_ms);
         let (cid, job) = (row.collection_id, row.job.clone());
         let collection = s.collection(cid)?.clone();
@@ -770,6 +792,7 @@ impl Store for MemoryStore {
         row.job.prompt_tokens += output.prompt_tokens;
         row.job.completion_tokens += output.completion_tokens;
         row.job.updated_at = now;
+        row.job.finished_at = Some(now);
         Ok(ids)
     }
 
@@ -797,6 +820,7 @@ impl Store for MemoryStore {
         j.job.last_error = Some(error.chars().take(2000).collect());
         j.lease_until = None;
         j.job.updated_at = now;
+        j.job.finished_at = (j.job.state == JobState::Failed).then_some(now);
         if j.job.state == JobState::Failed
             && let Some(sid) = j.job.session_id.clone()
             && let Some(x) = s.sessions.get_mut(&sid)
@@ -820,6 +844,40 @@ impl Store for MemoryStore {
             j.job.updated_at = now;
         }
         Ok(())
+    }
+
+    async fn retry_jobs(
+        &self,
+        collection_id: CollectionId,
+        job_id: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let mut s = self.lock();
+        let ids: Vec<String> = s
+            .jobs
+            .values()
+            .filter(|j| j.collection_id == collection_id && j.job.state == JobState::Failed)
+            .filter(|j| job_id.is_none_or(|id| j.job.job_id == id))
+            .map(|j| j.job.job_id.clone())
+            .collect();
+        for id in &ids {
+            s.requeue(id, now, false);
+        }
+        Ok(ids)
+    }
+
+    async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
+        let mut s = self.lock();
+        let ids: Vec<String> = s
+            .jobs
+            .values()
+            .filter(|j| j.job.failed_transiently() && j.job.requeues < max_requeues)
+            .map(|j| j.job.job_id.clone())
+            .collect();
+        for id in &ids {
+            s.requeue(id, now, true);
+        }
+        Ok(ids)
     }
 
     async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {

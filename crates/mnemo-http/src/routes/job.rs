@@ -1,4 +1,5 @@
-//! `job/list`: extraction jobs, newest first, with state, attempts and last error.
+//! `job/list`: extraction jobs, newest first, with state, attempts, last error and timing;
+//! `job/retry`: failed jobs back in the queue.
 
 use crate::AppState;
 use crate::dto::*;
@@ -22,4 +23,11 @@ pub async fn list(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<JobL
     let filter = JobFilter { state, conversation_id: body.conversation_id, session_id: body.session_id, limit };
     let jobs = s.service.list_jobs(&t, filter).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, json!({"jobs": jobs.iter().map(job_json).collect::<Vec<_>>(), "count": jobs.len()})))
+}
+
+pub async fn retry(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<JobRetryBody>) -> ApiResult {
+    let rid = &ctx.request_id;
+    let t = Target { project: body.project_name, collection: body.collection_name };
+    let ids = s.service.retry_jobs(&t, body.job_id).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"retried": ids, "count": ids.len()})))
 }

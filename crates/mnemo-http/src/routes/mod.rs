@@ -107,6 +107,11 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Extraction jobs with state, attempts, last error and token usage.",
             job::list,
         ),
+        ep::<JobRetryBody, _, _>(
+            "/job/retry",
+            "Put a failed job (job_id) or every failed job of the collection back in the queue, from its first attempt.",
+            job::retry,
+        ),
         ep::<GetContextBody, _, _>(
             "/get_context",
             "One prompt-ready context string within max_tokens: user profile, recent turns, this conversation's events and other conversations' events matching the query; with its structured parts.",

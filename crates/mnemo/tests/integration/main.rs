@@ -18,6 +18,7 @@ mod mcp;
 mod openapi;
 mod privacy;
 mod real_llm;
+mod recovery;
 mod replicas;
 mod retrieval;
 mod strict_input;

@@ -162,6 +162,7 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             bad: vec![("", "profile_typ", "profile_typ")],
         },
         Case { path: "job/list", valid: json!({"collection_name": "c", "limit": 3}), bad: vec![("", "limt", "limt")] },
+        Case { path: "job/retry", valid: json!({"collection_name": "c"}), bad: vec![("", "job", "job")] },
         Case {
             path: "get_context",
             valid: json!({"collection_name": "c", "conversation_id": "base", "query": "Rome",

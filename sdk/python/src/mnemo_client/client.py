@@ -390,5 +390,10 @@ class Collection:
     def list_jobs(self, state: Optional[str] = None, conversation_id: Optional[str] = None, limit: Optional[int] = None):
         return self._call("job/list", {"state": state, "conversation_id": conversation_id, "limit": limit})["jobs"]
 
+    def retry_jobs(self, job_id: Optional[str] = None) -> List[str]:
+        """Puts a failed job (or, without ``job_id``, every failed job of the collection) back in the
+        queue from its first attempt; returns the ids re-queued."""
+        return self._call("job/retry", {"job_id": job_id})["retried"]
+
     def stats(self, user_id: Optional[str] = None, days: Optional[int] = None) -> Dict[str, Any]:
         return self._call("stats", {"user_id": user_id, "days": days})
