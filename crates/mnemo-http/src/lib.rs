@@ -20,6 +20,7 @@ use mnemo_core::Service;
 pub use mnemo_core::access::Principal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tracing::Instrument;
 
 pub use error::{ApiError, ApiOk};
 
@@ -113,6 +114,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     let mcp = Router::new()
         .route_service("/mcp", mnemo_mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), jsonrpc_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     Router::new()
         .merge(mcp)
@@ -130,6 +132,28 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
 /// The dashboard: one self-contained page compiled into the binary (no separate build step).
 async fn dashboard() -> axum::response::Html<&'static str> {
     axum::response::Html(include_str!("dashboard/index.html"))
+}
+
+/// A POST to `/mcp` whose body is not JSON gets JSON-RPC's own answer — a parse error (-32700,
+/// `id: null`) with HTTP 400 — instead of the transport's plain-text refusal.
+async fn jsonrpc_body(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, state.max_body_bytes).await {
+        Ok(b) => b,
+        Err(_) => return jsonrpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, "request body too large"),
+    };
+    if let Err(e) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+        return jsonrpc_error(StatusCode::BAD_REQUEST, -32700, &format!("Parse error: {e}"));
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+}
+
+fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (status, axum::Json(body)).into_response()
 }
 
 fn new_request_id() -> String {
@@ -165,7 +189,17 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
     // The MCP tools (a front end of their own) read the principal from the extensions too.
     req.extensions_mut().insert(principal.clone());
     req.extensions_mut().insert(Ctx { request_id: request_id.clone(), principal });
-    let resp = next.run(req).await;
+    // Every log line written while serving the request carries its id; one line sums it up.
+    let span = tracing::info_span!("request", request_id = %request_id);
+    let method = req.method().clone();
+    let path =
+        req.extensions().get::<axum::extract::OriginalUri>().map_or_else(|| req.uri().path(), |u| u.path()).to_string();
+    let started = std::time::Instant::now();
+    let resp = next.run(req).instrument(span.clone()).await;
+    let status = resp.status().as_u16();
+    span.in_scope(
+        || tracing::info!(%method, route = %path, status, ms = started.elapsed().as_secs_f64() * 1000.0, "request"),
+    );
     with_id(resp, &request_id)
 }
 

@@ -15,8 +15,8 @@ use mnemo_core::service::{
 };
 use mnemo_core::{CoreError, Service};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeRequestParams,
+    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -32,6 +32,13 @@ pub struct McpScope {
     pub user_id: String,
     /// The conversation `remember` writes to and `recall` reads.
     pub conversation_id: String,
+    /// Relevance floor of `search_memory` and `recall` (on `origin_score`, the query relevance in
+    /// [0,1]): weaker matches are left out rather than shown as noise. Calibrated on LoCoMo dev
+    /// (`mnemo bench locomo`, docs/benchmarks.md); `X-Mnemo-Min-Score` overrides it per request.
+    pub min_score: f64,
+    /// How long `remember` waits for its turn to be extracted before answering (seconds); the
+    /// extraction continues in the background either way.
+    pub remember_wait_secs: f64,
 }
 
 impl Default for McpScope {
@@ -41,9 +48,14 @@ impl Default for McpScope {
             collection: "default".into(),
             user_id: "default".into(),
             conversation_id: "mcp".into(),
+            min_score: DEFAULT_MIN_SCORE,
+            remember_wait_secs: 5.0,
         }
     }
 }
+
+/// The default relevance floor (see [`McpScope::min_score`]).
+pub const DEFAULT_MIN_SCORE: f64 = 0.2;
 
 #[derive(Clone)]
 pub struct MemoryTools {
@@ -69,14 +81,28 @@ impl MemoryTools {
         if let Some(c) = header("x-mnemo-collection") {
             scope.collection = c;
         }
-        if let Some(u) = header("x-mnemo-user") {
-            scope.user_id = u;
+        if let Some(v) = header("x-mnemo-min-score") {
+            scope.min_score = v
+                .parse::<f64>()
+                .ok()
+                .filter(|s| (0.0..=1.0).contains(s))
+                .ok_or_else(|| format!("X-Mnemo-Min-Score: must be a number in [0,1], got {v:?}"))?;
         }
         if let Some(c) = header("x-mnemo-conversation") {
             scope.conversation_id = c;
         }
         let principal = parts.extensions.get::<Principal>().cloned().unwrap_or(Principal::Open);
         principal.check_project(&scope.project)?;
+        match header("x-mnemo-user") {
+            Some(u) => scope.user_id = u,
+            // A shared endpoint must not file one agent's memories under a default user.
+            None if scope.user_id == McpScope::default().user_id => {
+                return Err("X-Mnemo-User: the header is required over HTTP (the user the memories belong to), \
+                            unless the server config names one (mcp.user_id)"
+                    .into());
+            }
+            None => {}
+        }
         Ok(scope)
     }
 
@@ -95,6 +121,14 @@ impl MemoryTools {
         };
         let required =
             |k: &str| str_arg(k).filter(|s| !s.trim().is_empty()).ok_or_else(|| CoreError::invalid(k, "is required"));
+        let bool_arg = |k: &str| -> Result<bool, CoreError> {
+            match args.get(k) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(v) => Err(CoreError::invalid(k, format!("must be true or false, got {v}"))),
+            }
+        };
+        let floor = scope.min_score;
         match name {
             "remember" => {
                 let role = match str_arg("role").as_deref() {
@@ -104,10 +138,12 @@ impl MemoryTools {
                         return Err(CoreError::invalid("role", format!("must be user or assistant, got {other:?}")));
                     }
                 };
+                let conversation_id = str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone());
+                let (batched, end) = (bool_arg("batched")?, bool_arg("end_conversation")?);
                 let req = WriteRequest {
-                    project: target.project,
-                    collection: target.collection,
-                    conversation_id: str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone()),
+                    project: target.project.clone(),
+                    collection: target.collection.clone(),
+                    conversation_id: conversation_id.clone(),
                     messages: vec![IncomingMessage {
                         role,
                         content: required("content")?,
@@ -122,14 +158,39 @@ impl MemoryTools {
                     },
                 };
                 let o = self.service.streaming_write(req).await?;
-                Ok(match o.closed {
-                    Some(c) => format!(
-                        "Remembered. The conversation's recent turns are being turned into long-term memories (session {}).",
-                        c.session_id
+                // Unless the agent batches, what it remembers becomes long-term memory now: the
+                // conversation's waiting turns close into a session and are extracted at once.
+                let closed = match o.closed {
+                    Some(c) => Some(c),
+                    None if !batched || end => self.service.flush(&target, &conversation_id).await?,
+                    None => None,
+                };
+                let Some(closed) = closed else {
+                    let n = o.pending_messages;
+                    return Ok(format!(
+                        "Remembered as short-term memory of this conversation ({n} {} waiting). Batched turns become \
+                         long-term memory when the conversation ends (remember with end_conversation: true) or \
+                         after {} turns.",
+                        if n == 1 { "turn" } else { "turns" },
+                        self.service.config().default_trigger.message_count
+                    ));
+                };
+                let wait = std::time::Duration::from_secs_f64(scope.remember_wait_secs.clamp(0.0, 60.0));
+                Ok(match self.service.wait_for_session(&target, &closed.session_id, wait).await? {
+                    Some(mnemo_core::model::JobState::Done) => format!(
+                        "Remembered: stored and extracted into long-term memory ({} {}); recall and search_memory \
+                         find it in any conversation of this user.",
+                        closed.message_count,
+                        if closed.message_count == 1 { "turn" } else { "turns" }
                     ),
-                    None => format!(
-                        "Remembered ({} turns waiting to be turned into long-term memories).",
-                        o.pending_messages
+                    Some(mnemo_core::model::JobState::Failed) => format!(
+                        "Stored, but extracting it failed (session {}); it is kept and retried (job/retry).",
+                        closed.session_id
+                    ),
+                    _ => format!(
+                        "Remembered: stored; it is being extracted into long-term memory in the background \
+                         (session {}) and will be found by recall and search_memory once done.",
+                        closed.session_id
                     ),
                 })
             }
@@ -142,7 +203,7 @@ impl MemoryTools {
                     event_filter: user_filter(),
                     event_limit: d.top_k,
                     decay: d.time_decay,
-                    similarity_threshold: d.similarity_threshold,
+                    similarity_threshold: Some(d.similarity_threshold.unwrap_or(0.0).max(floor)),
                     profile_filter: ProfileFilter { user_id: vec![scope.user_id.clone()], ..Default::default() },
                     profile_limit: 1,
                     max_tokens: int_arg("max_tokens", d.max_tokens, 200_000)?,
@@ -157,10 +218,14 @@ impl MemoryTools {
                 })
             }
             "search_memory" => {
-                let req = EventSearch::new(target, Some(required("query")?), user_filter(), int_arg("limit", 5, 50)?);
+                let mut req =
+                    EventSearch::new(target, Some(required("query")?), user_filter(), int_arg("limit", 5, 50)?);
+                req.similarity_threshold = Some(floor);
                 let found = self.service.search_events(req).await?;
                 if found.is_empty() {
-                    return Ok("No matching memories.".into());
+                    return Ok(format!(
+                        "Nothing relevant: no memory of this user reaches the relevance floor {floor:.2} for this query."
+                    ));
                 }
                 Ok(found
                     .iter()
@@ -168,8 +233,9 @@ impl MemoryTools {
                         let when = chrono::DateTime::from_timestamp_millis(s.event.time)
                             .map(|t| t.format("%Y-%m-%d").to_string())
                             .unwrap_or_default();
-                        format!("[{}] {when} (score {:.2}) {}", s.event.id, s.scores.score, s.event.text())
+                        format!("[{}] {when} (relevance {:.2}) {}", s.event.id, s.scores.origin_score, s.event.text())
                     })
+                    .chain(std::iter::once(format!("(relevance floor {floor:.2})")))
                     .collect::<Vec<_>>()
                     .join("\n"))
             }
@@ -224,20 +290,26 @@ pub fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "remember",
-            "Store one turn of the conversation in the user's memory. Call it with what the user said (and, if useful, \
-             your reply with role \"assistant\"). mnemo keeps recent turns as short-term memory and turns them into \
-             long-term memories (events and the user's profile) in the background.",
+            "Store a turn of the conversation in the user's memory: what the user said (or, with role \"assistant\", \
+             your reply). Immediate by default: the turn (with any turns of this conversation still waiting) is \
+             extracted into long-term memory — events and the user's profile — before this call answers (up to a \
+             few seconds; the answer says if it is still running), so recall and search_memory find it in any later \
+             conversation of this user. With batched: true the turn waits as short-term memory until the \
+             conversation ends (end_conversation: true) or reaches the server's turn limit.",
             schema(json!({"type": "object", "properties": {
                 "content": {"type": "string", "description": "The text of the turn.", "minLength": 1, "maxLength": 200000},
                 "role": {"type": "string", "enum": ["user", "assistant"], "default": "user", "description": "Who said it."},
-                "conversation_id": {"type": "string", "description": "Optional: the conversation to add to (default: the configured one)."}
+                "conversation_id": {"type": "string", "description": "Optional: the conversation to add to (default: the configured one)."},
+                "batched": {"type": "boolean", "default": false, "description": "Keep the turn as short-term memory for now instead of extracting it at once (for agents that remember every turn)."},
+                "end_conversation": {"type": "boolean", "default": false, "description": "The conversation is over: turn all its waiting turns (this one included) into long-term memory now."}
             }, "required": ["content"], "additionalProperties": false})),
         ),
         Tool::new(
             "recall",
             "Get what you should know about the user before answering: their profile, the recent turns, and the \
-             memories most related to the query, as one prompt-ready text within a token budget. Call it at the start \
-             of a task or whenever the user refers to something from before.",
+             memories related to the query (weak matches below the relevance floor left out), as one prompt-ready \
+             text within a token budget. Call it at the start of a task or whenever the user refers to something \
+             from before.",
             schema(json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "What the user is asking about now (improves which memories come back)."},
                 "max_tokens": {"type": "integer", "minimum": 1, "maximum": 200000, "description": "Budget for the returned text (default 1200)."},
@@ -247,7 +319,9 @@ pub fn tools() -> Vec<Tool> {
         Tool::new(
             "search_memory",
             "Search the user's long-term memories by meaning (Chinese or English). Returns one line per memory: \
-             [memory_id] date (score) text. Use the memory_id with forget_memory.",
+             [memory_id] date (relevance) text, best first; memories below the relevance floor (shown on the last \
+             line) are left out, so an empty answer means nothing relevant is remembered. Use the memory_id with \
+             forget_memory.",
             schema(json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "What to look for.", "minLength": 1, "maxLength": 4000},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5}
@@ -284,6 +358,21 @@ impl ServerHandler for MemoryTools {
             )
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        tracing::debug!(
+            client = %request.client_info.name,
+            client_version = %request.client_info.version,
+            protocol = %request.protocol_version,
+            "MCP session set up"
+        );
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -305,6 +394,19 @@ impl ServerHandler for MemoryTools {
             Err(msg) => return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into()),
         };
         let args = request.arguments.unwrap_or_default();
+        // The schemas say `additionalProperties: false`; an argument the tool does not have is a
+        // mistake worth naming, not something to drop.
+        let tool = tools().into_iter().find(|t| t.name == request.name).expect("checked above");
+        let known: Vec<&str> = tool.input_schema["properties"]
+            .as_object()
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        if let Some(k) = args.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(McpError::invalid_params(
+                format!("{k}: unknown argument of {}; expected one of {}", request.name, known.join(", ")),
+                None,
+            ));
+        }
         Ok(match self.run(&request.name, &args, &scope).await {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             // Tool-level errors: the agent sees the message (which names the argument and the range).

@@ -23,6 +23,23 @@ pub struct Config {
     /// Who the MCP tools act for (`mnemo mcp` on stdio, and `/mcp` unless headers say otherwise).
     pub mcp: mnemo_mcp::McpScope,
     pub testing: TestingConfig,
+    pub log: LogConfig,
+}
+
+/// How the server logs (to standard error). The level comes from `MNEMO_LOG` (e.g.
+/// `info,mnemo_core=debug`); the default is `info` for `serve`, `warn` for one-shot commands.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (one line per event; colours only on a terminal) or `json` (one object per line,
+    /// for log shippers).
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: "text".into() }
+    }
 }
 
 /// Forgetting: temporary memories expire, unused ones are archived (seed 002 §4.2).

@@ -252,15 +252,18 @@ enum BenchCommand {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     // The server logs its work; one-shot commands only warnings, so their output stays readable.
-    let default_level = if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
+    // The server logs its work; one-shot commands only warnings, so their output stays readable.
+    // rmcp's per-session INFO lines are noise in a server log (mnemo logs the client at DEBUG).
+    let default_level = if matches!(cli.command, Command::Serve { .. }) { "info,rmcp=warn" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cfg.log.format.as_str() {
+        "json" => log.json().init(),
+        "text" => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        other => anyhow::bail!("log.format: must be text or json, got {other:?}"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Serve { bind, data } => {

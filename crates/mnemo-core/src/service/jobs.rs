@@ -71,6 +71,28 @@ impl Service {
         Ok(ids)
     }
 
+    /// Waits (polling, at most `timeout`) until the job of a closed session has ended; returns
+    /// its state then (`None`: the session has no job). The write path never waits for
+    /// extraction — this is for front ends that promise their caller more, like MCP's `remember`.
+    pub async fn wait_for_session(
+        &self,
+        t: &Target,
+        session_id: &str,
+        timeout: Duration,
+    ) -> CoreResult<Option<JobState>> {
+        let c = self.collection_for_read(t).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let filter = JobFilter { session_id: Some(session_id.to_string()), limit: 1, ..Default::default() };
+            let state = self.store.list_jobs(c.id, filter).await?.first().map(|j| j.state);
+            let ended = matches!(state, Some(JobState::Done | JobState::Failed) | None);
+            if ended || tokio::time::Instant::now() >= deadline {
+                return Ok(state);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Re-queues jobs that failed for a transient reason (each at most `max_requeues` times).
     /// Returns how many.
     pub async fn recover_failed_jobs(&self) -> CoreResult<usize> {

@@ -191,6 +191,9 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         ("vector only (baseline)", BTreeMap::new(), vec![]),
         ("mnemo hybrid", BTreeMap::new(), vec![]),
     ];
+    // Relevance-floor calibration: for each question, the relevance of its best evidence turn in
+    // its own conversation, and of the best turn in the other conversations (other people: noise).
+    let (mut evidence_scores, mut noise_scores): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
     for q in &questions {
         let user = user_of.get(q.conversation_id.as_str()).context("question of an unknown conversation")?.to_string();
         let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
@@ -228,17 +231,36 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
             .search_events(EventSearch::new(
                 target.clone(),
                 Some(q.question.clone()),
-                EventFilter { user_id: vec![user], ..Default::default() },
+                EventFilter { user_id: vec![user.clone()], ..Default::default() },
                 10,
             ))
             .await?;
         results[2].2.push(t.elapsed().as_secs_f64() * 1000.0);
+        if let Some(best) = found
+            .iter()
+            .filter(|r| turn_of.get(&r.event.id).is_some_and(|t| q.evidence_turn_ids.contains(t)))
+            .map(|r| r.scores.origin_score)
+            .reduce(f64::max)
+        {
+            evidence_scores.push(best);
+        }
+        let others: Vec<String> = user_of.values().filter(|u| **u != user).map(|u| u.to_string()).collect();
+        let noise = svc
+            .search_events(EventSearch::new(
+                target.clone(),
+                Some(q.question.clone()),
+                EventFilter { user_id: others, ..Default::default() },
+                1,
+            ))
+            .await?;
+        noise_scores.push(noise.first().map_or(0.0, |r| r.scores.origin_score));
         results[2]
             .1
             .entry(q.category.clone())
             .or_default()
             .add(&q.evidence_turn_ids, &to_turns(found.into_iter().map(|r| r.event.id).collect()));
     }
+    calibration(&mut evidence_scores, &mut noise_scores);
     for (name, tallies, lat) in results.iter_mut() {
         report(name, tallies, lat);
     }
@@ -246,6 +268,32 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         end_to_end(&svc, &store, &convs, &questions, &cfg).await?;
     }
     Ok(())
+}
+
+/// Prints how a relevance floor on `origin_score` would split evidence from noise: for each
+/// candidate floor, the share of questions whose best noise hit it removes and the share of found
+/// evidence it would lose.
+fn calibration(evidence: &mut [f64], noise: &mut [f64]) {
+    evidence.sort_by(f64::total_cmp);
+    noise.sort_by(f64::total_cmp);
+    let below = |v: &[f64], x: f64| v.partition_point(|s| *s < x) as f64 / v.len().max(1) as f64;
+    println!(
+        "\nrelevance floor calibration (origin_score; noise = best turn of another conversation, {} questions;",
+        noise.len()
+    );
+    println!("evidence = best evidence turn found in the top 10, {} questions)", evidence.len());
+    println!("| floor | noise removed | evidence lost |\n| --- | --- | --- |");
+    for floor in [0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5] {
+        println!("| {floor:.2} | {:.3} | {:.3} |", below(noise, floor), below(evidence, floor));
+    }
+    println!(
+        "noise p50 / p90 / p99: {:.3} / {:.3} / {:.3}; evidence p10 / p50: {:.3} / {:.3}",
+        percentile(noise, 0.5),
+        percentile(noise, 0.9),
+        percentile(noise, 0.99),
+        percentile(evidence, 0.1),
+        percentile(evidence, 0.5)
+    );
 }
 
 async fn end_to_end(
