@@ -5,6 +5,7 @@
 
 mod dto;
 mod error;
+pub mod guard;
 mod json;
 mod metrics;
 pub mod openapi;
@@ -48,6 +49,8 @@ pub struct HttpConfig {
     pub clock: Option<Arc<mnemo_core::clock::OffsetClock>>,
     /// Who the MCP endpoint (`/mcp`) acts for unless the request's headers say otherwise.
     pub mcp_scope: mnemo_mcp::McpScope,
+    /// Which hosts and (browser) origins may reach the server.
+    pub sites: guard::SitePolicy,
 }
 
 impl Default for HttpConfig {
@@ -58,6 +61,7 @@ impl Default for HttpConfig {
             max_in_flight: 2048,
             clock: None,
             mcp_scope: Default::default(),
+            sites: guard::SitePolicy::for_bind(std::net::Ipv4Addr::LOCALHOST.into(), &[], vec![]),
         }
     }
 }
@@ -110,13 +114,17 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         metrics: Arc::new(metrics::Metrics::default()),
         clock: config.clock,
     };
-    let api =
-        routes::api_routes().fallback(not_found).layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
+    let api = routes::api_routes()
+        .fallback(not_found)
+        .layer(middleware::from_fn(guard::json_only))
+        .layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     let mcp = Router::new()
         .route_service("/mcp", mnemo_mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty()))
         .route_layer(middleware::from_fn_with_state(state.clone(), jsonrpc_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
-    Router::new()
+    let cors = (!config.sites.cors_origins.is_empty()).then(|| cors_layer(&config.sites.cors_origins));
+    let sites = Arc::new(config.sites);
+    let router = Router::new()
         .merge(mcp)
         .route("/healthz", get(routes::healthz))
         .route("/openapi.json", get(|| async { axum::Json(openapi::document()) }))
@@ -125,8 +133,39 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         .nest("/api/memory", api)
         .fallback(not_found_plain)
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(middleware::from_fn_with_state(sites, guard::sites))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
-        .with_state(state)
+        .with_state(state);
+    match cors {
+        Some(c) => router.layer(c),
+        None => router,
+    }
+}
+
+/// CORS for the origins `server.cors_origins` names (a browser app on another site).
+fn cors_layer(origins: &[String]) -> tower_http::cors::CorsLayer {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([axum::http::Method::GET, axum::http::Method::POST, axum::http::Method::DELETE])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            axum::http::HeaderName::from_static("x-request-id"),
+            axum::http::HeaderName::from_static("x-mnemo-project"),
+            axum::http::HeaderName::from_static("x-mnemo-collection"),
+            axum::http::HeaderName::from_static("x-mnemo-user"),
+            axum::http::HeaderName::from_static("x-mnemo-conversation"),
+            axum::http::HeaderName::from_static("x-mnemo-min-score"),
+            axum::http::HeaderName::from_static("mcp-protocol-version"),
+            axum::http::HeaderName::from_static("mcp-session-id"),
+        ])
+        .expose_headers([axum::http::HeaderName::from_static("x-request-id")])
 }
 
 /// The dashboard: one self-contained page compiled into the binary (no separate build step).

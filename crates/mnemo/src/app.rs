@@ -322,6 +322,11 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
             max_in_flight: cfg.server.max_in_flight,
             clock: cfg.testing.clock_control.then_some(clock),
             mcp_scope: cfg.mcp.clone(),
+            sites: mnemo_http::guard::SitePolicy::for_bind(
+                bind.ip(),
+                &cfg.server.allowed_hosts,
+                cfg.server.cors_origins.clone(),
+            ),
         },
     );
     let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;

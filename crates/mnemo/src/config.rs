@@ -163,11 +163,24 @@ pub struct ServerConfig {
     pub api_keys: Vec<ApiKeyConfig>,
     pub max_body_bytes: usize,
     pub max_in_flight: usize,
+    /// Host names the server also answers to besides loopback and its bound address (behind a
+    /// proxy or a DNS name); any other `Host` is refused (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins of other sites allowed to call the API (CORS), e.g.
+    /// `https://app.example.org`; requests from any other site's page are refused.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { bind: "127.0.0.1:8600".into(), api_keys: vec![], max_body_bytes: 4 * 1024 * 1024, max_in_flight: 2048 }
+        Self {
+            bind: "127.0.0.1:8600".into(),
+            api_keys: vec![],
+            max_body_bytes: 4 * 1024 * 1024,
+            max_in_flight: 2048,
+            allowed_hosts: vec![],
+            cors_origins: vec![],
+        }
     }
 }
 

@@ -322,7 +322,14 @@ async fn bad_input_is_rejected_with_the_field_named_and_nothing_changes() {
     }
     // Malformed JSON and an empty body.
     for raw in ["{\"collection_name\": \"c\",", "", "not json"] {
-        let r = s.client.post(format!("{}/api/memory/session/streaming_write", s.base)).body(raw).send().await.unwrap();
+        let r = s
+            .client
+            .post(format!("{}/api/memory/session/streaming_write", s.base))
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .unwrap();
         let st = r.status().as_u16();
         let v: Value = r.json().await.unwrap();
         if st != 400 || !v["message"].as_str().unwrap().starts_with("body:") {

@@ -8,6 +8,7 @@ mod bad_input;
 mod cli;
 mod context;
 mod crash;
+mod cross_site;
 mod crud;
 mod extraction;
 mod faults;
