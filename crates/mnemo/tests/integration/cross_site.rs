@@ -5,6 +5,9 @@
 use crate::harness::*;
 use serde_json::json;
 
+/// Request headers, the status expected, and what the message must say.
+type Case<'a> = (Vec<(&'a str, &'a str)>, u16, &'a str);
+
 async fn raw(s: &Server, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     let mut req = s.client.post(format!("{}{path}", s.base)).body(body.to_string());
     for (k, v) in headers {
@@ -31,7 +34,7 @@ async fn forged_host_foreign_origin_and_simple_requests_are_refused() {
         .to_string();
     let path = "/api/memory/session/streaming_write";
     let json_ct = ("content-type", "application/json");
-    let cases: Vec<(Vec<(&str, &str)>, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         // A page's "simple request": text/plain needs no preflight.
         (vec![("content-type", "text/plain")], 415, "Content-Type: must be application/json"),
         (vec![], 415, "Content-Type: must be application/json"),
