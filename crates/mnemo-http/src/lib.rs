@@ -168,9 +168,23 @@ fn cors_layer(origins: &[String]) -> tower_http::cors::CorsLayer {
         .expose_headers([axum::http::HeaderName::from_static("x-request-id")])
 }
 
-/// The dashboard: one self-contained page compiled into the binary (no separate build step).
-async fn dashboard() -> axum::response::Html<&'static str> {
-    axum::response::Html(include_str!("dashboard/index.html"))
+/// The dashboard: one self-contained page compiled into the binary (no separate build step). It
+/// may talk to this server only, load nothing from elsewhere, and not be framed by another site.
+async fn dashboard() -> Response {
+    (
+        [
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; \
+                 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        axum::response::Html(include_str!("dashboard/index.html")),
+    )
+        .into_response()
 }
 
 /// A POST to `/mcp` whose body is not JSON gets JSON-RPC's own answer — a parse error (-32700,

@@ -89,4 +89,11 @@ async fn forged_host_foreign_origin_and_simple_requests_are_refused() {
         .unwrap();
     assert!(pre.status().is_success(), "{}", pre.status());
     assert_eq!(pre.headers()["access-control-allow-origin"], "https://app.example.org");
+
+    // The dashboard cannot be framed by another site and may only talk to this server.
+    let page = s.client.get(format!("{}/", s.base)).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("connect-src 'self'"), "{csp}");
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    assert!(!page.text().await.unwrap().contains("localStorage"), "the key is not kept in localStorage");
 }
