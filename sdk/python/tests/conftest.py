@@ -13,6 +13,16 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 KEY = "test-key-0123456789"
 
 
+def store_env(tag: str) -> dict:
+    """The environment that points a mnemo process at the test store: the embedded default, or
+    with MNEMO_TEST_STORE=postgres a PostgreSQL schema of its own (MNEMO_TEST_DATABASE_URL)."""
+    if os.environ.get("MNEMO_TEST_STORE") != "postgres":
+        return {}
+    url = os.environ["MNEMO_TEST_DATABASE_URL"]
+    schema = "py_" + "".join(c if c.isalnum() else "_" for c in tag)[-40:].lower()
+    return {"MNEMO_STORE__ENGINE": "postgres", "MNEMO_STORE__URL": url, "MNEMO_STORE__SCHEMA": schema, "MNEMO_STORE__POOL": "4"}
+
+
 def _binary() -> str:
     b = os.environ.get("MNEMO_BIN") or str(REPO / "target" / "debug" / "mnemo")
     if not os.path.exists(b):
@@ -28,7 +38,7 @@ class Server:
             "server:\n  api_keys:\n    - key_env: MNEMO_PYTEST_KEY\n      projects: [default, other]\n"
             "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 200\n" + extra_yaml
         )
-        env = dict(os.environ, MNEMO_PYTEST_KEY=KEY, MNEMO_LOG="warn")
+        env = dict(os.environ, MNEMO_PYTEST_KEY=KEY, MNEMO_LOG="warn", **store_env(self.dir.name))
         self.proc = subprocess.Popen(
             [_binary(), "serve", "--config", str(cfg), "--bind", "127.0.0.1:0", "--data", str(pathlib.Path(self.dir.name) / "data")],
             stdout=subprocess.PIPE,

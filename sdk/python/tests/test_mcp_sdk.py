@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 import httpx2  # noqa: E402  (the SDK's HTTP client)
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from conftest import _binary  # noqa: E402
+from conftest import _binary, store_env  # noqa: E402
 
 
 def text(result) -> str:
@@ -33,6 +33,11 @@ async def agent_session(client_factory):
         r = await c.call_tool("remember", {"content": "I am planning a trip to Kyoto next April"})
         assert not r.is_error, text(r)
         await c.call_tool("add_memory", {"summary": "Debugging a Rust borrow-checker error in the parser"})
+        # Batched turns wait as short-term memory until the conversation ends.
+        r = await c.call_tool("remember", {"content": "My sister lives in Lisbon", "batched": True})
+        assert "(1 turn waiting)" in text(r), text(r)
+        r = await c.call_tool("remember", {"content": "She is a nurse", "batched": True, "end_conversation": True})
+        assert "extracted into long-term memory (2 turns)" in text(r), text(r)
         # Unknown arguments are refused (JSON-RPC invalid params), not dropped.
         with pytest.raises(MCPError, match="limt: unknown argument"):
             await c.call_tool("search_memory", {"query": "x", "limt": 3})
@@ -55,7 +60,7 @@ def test_stdio_remember_then_recall_in_the_next_conversation():
             params = StdioServerParameters(
                 command=_binary(),
                 args=["mcp", "--data", str(pathlib.Path(d) / "data"), "--user", "lilei"],
-                env={"MNEMO_MCP__CONVERSATION_ID": conversation, "MNEMO_LOG": "warn"},
+                env={"MNEMO_MCP__CONVERSATION_ID": conversation, "MNEMO_LOG": "warn", **store_env(d)},
             )
             return Client(params)
 

@@ -194,6 +194,8 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
     // Relevance-floor calibration: for each question, the relevance of its best evidence turn in
     // its own conversation, and of the best turn in the other conversations (other people: noise).
     let (mut evidence_scores, mut noise_scores): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
+    // Fusion variants over the same candidates (both signals, 50 each), for calibrating `fuse`.
+    let mut fusions = fusion_variants();
     for q in &questions {
         let user = user_of.get(q.conversation_id.as_str()).context("question of an unknown conversation")?.to_string();
         let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
@@ -216,7 +218,11 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         let t = Instant::now();
         let qv = svc.embedder().embed(std::slice::from_ref(&q.question), mnemo_core::EmbedKind::Query).await?.remove(0);
         let mut c = store
-            .search_candidates(coll.id, filter.clone(), CandidateQuery { vector: Some(qv), terms: vec![], k: 10 })
+            .search_candidates(
+                coll.id,
+                filter.clone(),
+                CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10 },
+            )
             .await?;
         c.sort_by(|a, b| b.cosine.unwrap_or(-1.0).total_cmp(&a.cosine.unwrap_or(-1.0)));
         results[1].2.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -236,6 +242,19 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
             ))
             .await?;
         results[2].2.push(t.elapsed().as_secs_f64() * 1000.0);
+        let cands = store
+            .search_candidates(
+                coll.id,
+                filter.clone(),
+                CandidateQuery { vector: Some(qv.clone()), terms: mnemo_core::text::search_tokens(&q.question), k: 50 },
+            )
+            .await?;
+        for (_, fuse, tally) in fusions.iter_mut() {
+            let scores = fuse(&cands);
+            let mut order: Vec<usize> = (0..cands.len()).collect();
+            order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
+            tally.add(&q.evidence_turn_ids, &to_turns(order.iter().map(|i| cands[*i].event.id.clone()).collect()));
+        }
         if let Some(best) = found
             .iter()
             .filter(|r| turn_of.get(&r.event.id).is_some_and(|t| q.evidence_turn_ids.contains(t)))
@@ -261,6 +280,10 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
             .add(&q.evidence_turn_ids, &to_turns(found.into_iter().map(|r| r.event.id).collect()));
     }
     calibration(&mut evidence_scores, &mut noise_scores);
+    println!("\nfusion variants over the same 50+50 candidates (all@5 | all@10 | share@5 | share@10 | n):");
+    for (name, _, tally) in &fusions {
+        println!("| {name} | {} |", tally.row());
+    }
     for (name, tallies, lat) in results.iter_mut() {
         report(name, tallies, lat);
     }
@@ -268,6 +291,76 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         end_to_end(&svc, &store, &convs, &questions, &cfg).await?;
     }
     Ok(())
+}
+
+type Fusion = Box<dyn Fn(&[Candidate]) -> Vec<f64>>;
+
+/// Ways to fuse a candidate's cosine and BM25 into one score, measured side by side.
+fn fusion_variants() -> Vec<(String, Fusion, Tally)> {
+    let mut out: Vec<(String, Fusion, Tally)> = vec![(
+        "current (ranking::fuse)".into(),
+        Box::new(|c: &[Candidate]| c.iter().map(|x| mnemo_core::ranking::fuse(x.cosine, x.bm25)).collect()),
+        Tally::default(),
+    )];
+    // Reciprocal rank fusion of the two rankings.
+    for k in [10.0, 60.0] {
+        out.push((
+            format!("RRF k={k}"),
+            Box::new(move |c: &[Candidate]| {
+                let rank = |key: &dyn Fn(&Candidate) -> f64| {
+                    let mut idx: Vec<usize> = (0..c.len()).collect();
+                    idx.sort_by(|a, b| key(&c[*b]).total_cmp(&key(&c[*a])));
+                    let mut r = vec![0usize; c.len()];
+                    for (pos, i) in idx.into_iter().enumerate() {
+                        r[i] = pos;
+                    }
+                    r
+                };
+                let rv = rank(&|x| x.cosine.map_or(-1.0, f64::from));
+                let rb = rank(&|x| x.bm25.unwrap_or(0.0));
+                (0..c.len())
+                    .map(|i| {
+                        let b = if c[i].bm25.is_some_and(|b| b > 0.0) { 1.0 / (k + rb[i] as f64) } else { 0.0 };
+                        1.0 / (k + rv[i] as f64) + b
+                    })
+                    .collect()
+            }),
+            Tally::default(),
+        ));
+    }
+    // Convex combination of cosine and BM25 normalised by the best BM25 among the candidates.
+    for w in [0.5, 0.6, 0.7, 0.8, 0.9] {
+        out.push((
+            format!("convex text weight {w}"),
+            Box::new(move |c: &[Candidate]| {
+                let max = c.iter().filter_map(|x| x.bm25).fold(0.0f64, f64::max).max(1e-9);
+                c.iter()
+                    .map(|x| {
+                        w * x.bm25.unwrap_or(0.0) / max + (1.0 - w) * x.cosine.map_or(0.0, |v| f64::from(v).max(0.0))
+                    })
+                    .collect()
+            }),
+            Tally::default(),
+        ));
+    }
+    // The current shape with other constants.
+    for (tw, half) in [(0.8, 2.0), (0.8, 8.0), (0.9, 4.0), (0.7, 4.0)] {
+        out.push((
+            format!("max(v, {tw}·t + {:.1}·v), t = b/(b+{half})", 1.0 - tw),
+            Box::new(move |c: &[Candidate]| {
+                c.iter()
+                    .map(|x| {
+                        let v = x.cosine.map_or(0.0, |v| f64::from(v).clamp(0.0, 1.0));
+                        let b = x.bm25.unwrap_or(0.0).max(0.0);
+                        let t = b / (b + half);
+                        v.max(tw * t + (1.0 - tw) * v)
+                    })
+                    .collect()
+            }),
+            Tally::default(),
+        ));
+    }
+    out
 }
 
 /// Prints how a relevance floor on `origin_score` would split evidence from noise: for each
