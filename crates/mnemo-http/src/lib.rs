@@ -168,21 +168,36 @@ fn cors_layer(origins: &[String]) -> tower_http::cors::CorsLayer {
         .expose_headers([axum::http::HeaderName::from_static("x-request-id")])
 }
 
-/// The dashboard: one self-contained page compiled into the binary (no separate build step). It
-/// may talk to this server only, load nothing from elsewhere, and not be framed by another site.
+const DASHBOARD: &str = include_str!("dashboard/index.html");
+
+/// The dashboard's Content-Security-Policy: its one inline script is allowed by its SHA-256 (no
+/// other script runs, injected or not), it may talk to this server only, load nothing from
+/// elsewhere, and not be framed by another site. Inline styles stay allowed (no script in them).
+static DASHBOARD_CSP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use base64::Engine;
+    use sha2::Digest;
+    let script = DASHBOARD
+        .split_once("<script>")
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map(|(s, _)| s)
+        .expect("the dashboard has one inline script");
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(script.as_bytes()));
+    format!(
+        "default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; img-src 'self' data:; \
+         connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+});
+
+/// The dashboard: one self-contained page compiled into the binary (no separate build step).
 async fn dashboard() -> Response {
     (
         [
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; \
-                 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-            ),
+            (header::CONTENT_SECURITY_POLICY, DASHBOARD_CSP.as_str()),
             (header::X_FRAME_OPTIONS, "DENY"),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::REFERRER_POLICY, "no-referrer"),
         ],
-        axum::response::Html(include_str!("dashboard/index.html")),
+        axum::response::Html(DASHBOARD),
     )
         .into_response()
 }

@@ -94,6 +94,7 @@ async fn forged_host_foreign_origin_and_simple_requests_are_refused() {
     let page = s.client.get(format!("{}/", s.base)).send().await.unwrap();
     let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
     assert!(csp.contains("frame-ancestors 'none'") && csp.contains("connect-src 'self'"), "{csp}");
+    assert!(csp.contains("script-src 'sha256-") && !csp.contains("script-src 'unsafe-inline'"), "{csp}");
     assert_eq!(page.headers()["x-frame-options"], "DENY");
     assert!(!page.text().await.unwrap().contains("localStorage.setItem"), "the key is not kept in localStorage");
 }
