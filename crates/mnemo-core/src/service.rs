@@ -31,7 +31,7 @@ mod validate;
 mod write;
 
 pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE};
-pub use events::{AddEventRequest, EVENT_CLASSES};
+pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES};
 pub use jobs::ExtractionPolicy;
 pub use lifecycle::LifecycleConfig;
 pub use search::{EventSearch, GLOBAL_SCOPE, MAX_QUERY_CHARS, RetrievalConfig, ScoredEvent};

@@ -505,6 +505,19 @@ pub struct UserBody {
     pub user_id: String,
 }
 
+/// `user/forget`: everything about the user, for good — or, with `dry_run`, what that would be.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserForgetBody {
+    #[serde(default)]
+    pub collection_name: Option<String>,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub user_id: String,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MaintenanceBody {
@@ -529,6 +542,7 @@ scoped!(
     ClockBody,
     MaintenanceBody,
     UserBody,
+    UserForgetBody,
     StatsBody,
     GetContextBody,
     CollectionRef,

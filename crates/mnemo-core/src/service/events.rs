@@ -27,6 +27,21 @@ pub struct AddEventRequest {
 
 pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
 
+/// How `event/batch_delete` runs: for real or as a preview, and whether a filter that selects
+/// every event of a user may run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchDelete {
+    pub dry_run: bool,
+    pub confirm_all: bool,
+}
+
+/// What a batch delete removed — or, on a dry run, would remove (with up to 100 of the ids).
+#[derive(Clone, Debug)]
+pub struct BatchDeleted {
+    pub count: u64,
+    pub sample_ids: Vec<String>,
+}
+
 impl Service {
     /// When an event of `class` expires unless hit: `temporary` events after the collection's
     /// `temporary_ttl_days`, else the server's `lifecycle.temporary_ttl_days`; others never.
@@ -164,16 +179,33 @@ impl Service {
         }
     }
 
-    pub async fn batch_delete_events(&self, t: &Target, filter: EventFilter) -> CoreResult<u64> {
+    pub async fn batch_delete_events(
+        &self,
+        t: &Target,
+        filter: EventFilter,
+        mode: BatchDelete,
+    ) -> CoreResult<BatchDeleted> {
         if filter.is_empty() {
             return Err(CoreError::invalid(
                 "filter",
                 "must name at least one of user_id, assistant_id, group_id, event_type, session_id, start_time, end_time (an empty filter would delete the whole collection; use collection/delete for that)",
             ));
         }
+        let whole_subject = EventFilter { user_id: vec![], assistant_id: vec![], ..filter.clone() }.is_empty();
+        if whole_subject && !mode.confirm_all && !mode.dry_run {
+            return Err(CoreError::invalid(
+                "confirm",
+                "the filter selects every event of its user(s)/assistant(s); narrow it (event_type, group_id, session_id, time…), preview with \"dry_run\": true, or confirm with \"confirm\": \"all\"",
+            ));
+        }
         validate_time_range(&filter)?;
         let c = self.collection_for_read(t).await?;
-        Ok(self.store.batch_delete_events(c.id, filter).await?)
+        if mode.dry_run {
+            let found = self.store.list_events(c.id, filter, u32::MAX).await?;
+            let sample_ids = found.iter().take(100).map(|e| e.id.clone()).collect();
+            return Ok(BatchDeleted { count: found.len() as u64, sample_ids });
+        }
+        Ok(BatchDeleted { count: self.store.batch_delete_events(c.id, filter).await?, sample_ids: vec![] })
     }
 
     /// Events matching the filter, newest first (the no-query form of `event/search`).

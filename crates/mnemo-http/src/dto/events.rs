@@ -157,6 +157,12 @@ pub struct BatchDeleteBody {
     pub filter: EventFilterDto,
     #[serde(default)]
     pub delete_type: Option<String>,
+    /// Answer what would be deleted (count and the first ids) without deleting.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// `"all"`: the filter may select every event of its user(s) (otherwise refused).
+    #[serde(default)]
+    pub confirm: Option<String>,
 }
 
 /// Scores attached to an event in a search result.

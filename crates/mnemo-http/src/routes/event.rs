@@ -104,7 +104,20 @@ pub async fn batch_delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJ
         }
     }
     let t = Target { project: body.project_name, collection: body.collection_name };
+    let confirm_all = match body.confirm.as_deref() {
+        None => false,
+        Some("all") => true,
+        Some(other) => return Err(ApiError::bad_request(rid, format!("confirm: must be \"all\", got {other:?}"))),
+    };
     let filter = body.filter.into_filter().map_err(|e| ApiError::from_core(rid, e))?;
-    let n = s.service.batch_delete_events(&t, filter).await.map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(rid, json!({"deleted": n})))
+    let mode = mnemo_core::service::BatchDelete { dry_run: body.dry_run, confirm_all };
+    let out = s.service.batch_delete_events(&t, filter, mode).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(
+        rid,
+        if body.dry_run {
+            json!({"would_delete": out.count, "event_ids": out.sample_ids, "dry_run": true})
+        } else {
+            json!({"deleted": out.count})
+        },
+    ))
 }

@@ -87,7 +87,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         ep::<EventIdBody, _, _>("/event/delete", "Delete one event.", event::delete),
         ep::<BatchDeleteBody, _, _>(
             "/event/batch_delete",
-            "Delete the events matching a (non-empty) filter.",
+            "Delete the events matching a (non-empty) filter; a filter of only user_id/assistant_id needs confirm: \"all\"; dry_run answers what would be deleted.",
             event::batch_delete,
         ),
         ep::<ProfileSearchBody, _, _>(
@@ -134,7 +134,11 @@ pub fn endpoints() -> Vec<Endpoint> {
             maintenance::advance_clock,
         ),
         ep::<UserBody, _, _>("/user/export", "Everything stored about a user, as JSON lines.", user::export),
-        ep::<UserBody, _, _>("/user/forget", "Delete everything stored about a user, for good.", user::forget),
+        ep::<UserForgetBody, _, _>(
+            "/user/forget",
+            "Delete everything stored about a user, for good (dry_run: only say what that would be).",
+            user::forget,
+        ),
     ]
 }
 

@@ -52,8 +52,30 @@ pub async fn export(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Us
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson; charset=utf-8")], out).into_response())
 }
 
-pub async fn forget(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<UserBody>) -> ApiResult {
+pub async fn forget(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<UserForgetBody>) -> ApiResult {
     let rid = &ctx.request_id;
+    if body.dry_run {
+        // What forgetting would remove: the user's conversations with their messages, sessions
+        // and jobs, the events about the user (an event shared with another user only loses this
+        // user), and the user's profiles.
+        let data = s
+            .service
+            .export_user(&body.project_name, body.collection_name.as_deref(), &body.user_id)
+            .await
+            .map_err(|e| ApiError::from_core(rid, e))?;
+        let per: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(c, d)| {
+                (
+                    c.clone(),
+                    json!({"conversations": d.conversations.len(), "messages": d.messages.len(),
+                           "sessions": d.sessions.len(), "jobs": d.jobs.len(), "events": d.events.len(),
+                           "profiles": d.profiles.len()}),
+                )
+            })
+            .collect();
+        return Ok(ApiOk::new(rid, json!({"user_id": body.user_id, "dry_run": true, "would_delete": per})));
+    }
     let done = s
         .service
         .forget_user(&body.project_name, body.collection_name.as_deref(), &body.user_id)

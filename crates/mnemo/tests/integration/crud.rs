@@ -84,9 +84,19 @@ async fn batch_delete_by_filter_touches_only_matches() {
         .ok("event/batch_delete", json!({"collection_name": "c", "filter": {"user_id": "u1", "event_type": "event_v1", "end_time": 1_200}, "delete_type": "full"}))
         .await;
     assert_eq!(d["deleted"], 1);
-    let d = s
-        .ok("event/batch_delete", json!({"collection_name": "c", "filter": {"user_id": "u1"}, "delete_type": "full"}))
-        .await;
+    // A filter of only the user selects all of the user's events: previewed, refused, confirmed.
+    let all_of_u1 = json!({"collection_name": "c", "filter": {"user_id": "u1"}, "delete_type": "full"});
+    let mut dry = all_of_u1.clone();
+    dry["dry_run"] = json!(true);
+    let d = s.ok("event/batch_delete", dry).await;
+    assert_eq!((d["would_delete"].as_u64(), d["event_ids"].as_array().map(Vec::len)), (Some(1), Some(1)), "{d}");
+    assert_eq!(s.events("u1").await.len(), 1, "a dry run deletes nothing");
+    let (st, v) = s.post("event/batch_delete", all_of_u1.clone()).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("confirm:"), "{v}");
+    let mut confirmed = all_of_u1;
+    confirmed["confirm"] = json!("all");
+    let d = s.ok("event/batch_delete", confirmed).await;
     assert_eq!(d["deleted"], 1);
     assert!(s.events("u1").await.is_empty());
     assert_eq!(s.events("u2").await.len(), 1, "another user's events are untouched");

@@ -111,6 +111,13 @@ async fn export_then_forget_leaves_nothing_and_spares_other_users() {
     assert!(all.contains("quokka-zebra-5519") && !all.contains("otter-lynx-8822"), "export is alice's alone");
     assert!(lines.iter().any(|l| l["collection_name"] == "other"), "without collection_name: every collection");
 
+    // A dry run says what forgetting would remove, and removes nothing.
+    let dry = s.ok("user/forget", json!({"user_id": "alice", "dry_run": true})).await;
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["would_delete"]["c"]["profiles"], 1, "{dry}");
+    assert!(dry["would_delete"]["c"]["messages"].as_u64().unwrap() >= 3, "{dry}");
+    assert_eq!(export_lines(&s, json!({"user_id": "alice"})).await.len(), lines.len(), "nothing removed");
+
     let d = s.ok("user/forget", json!({"user_id": "alice"})).await;
     let n = &d["deleted"];
     assert_eq!((n["conversations"].clone(), n["profiles"].clone()), (json!(2), json!(1)), "{d}");

@@ -349,8 +349,20 @@ class Collection:
     def delete_event(self, event_id: str) -> Dict[str, Any]:
         return self._call("event/delete", {"event_id": event_id})
 
-    def batch_delete_event(self, filter: Dict[str, Any], delete_type: Optional[str] = None, headers=None, timeout=None):
-        return self._call("event/batch_delete", {"filter": filter, "delete_type": delete_type}, headers, timeout)
+    def batch_delete_event(
+        self,
+        filter: Dict[str, Any],
+        delete_type: Optional[str] = None,
+        headers=None,
+        timeout=None,
+        dry_run: Optional[bool] = None,
+        confirm: Optional[str] = None,
+    ):
+        """Deletes the events matching ``filter``. A filter of only user_id/assistant_id selects all
+        of that user's events and needs ``confirm="all"``; ``dry_run=True`` answers what would be
+        deleted (``would_delete``, ``event_ids``) without deleting."""
+        body = {"filter": filter, "delete_type": delete_type, "dry_run": dry_run, "confirm": confirm}
+        return self._call("event/batch_delete", body, headers, timeout)
 
     # ------------------------------------------------------------------ profiles
 
@@ -383,9 +395,10 @@ class Collection:
         ``{"header", "conversations", "messages", "sessions", "jobs", "events", "profiles"}``."""
         return self._call("user/export", {"user_id": user_id})
 
-    def forget_user(self, user_id: str) -> Dict[str, Any]:
-        """Deletes everything stored about the user in this collection, for good."""
-        return self._call("user/forget", {"user_id": user_id})
+    def forget_user(self, user_id: str, dry_run: Optional[bool] = None) -> Dict[str, Any]:
+        """Deletes everything stored about the user in this collection, for good (``dry_run=True``:
+        only counts what that would be)."""
+        return self._call("user/forget", {"user_id": user_id, "dry_run": dry_run})
 
     def list_jobs(self, state: Optional[str] = None, conversation_id: Optional[str] = None, limit: Optional[int] = None):
         return self._call("job/list", {"state": state, "conversation_id": conversation_id, "limit": limit})["jobs"]
