@@ -30,6 +30,8 @@ pub use error::{ApiError, ApiOk};
 pub struct ApiKey {
     pub key: String,
     pub projects: Vec<String>,
+    /// What the key may do: `read`, `write`, `admin` (each granted on its own).
+    pub scopes: Vec<mnemo_core::access::Scope>,
 }
 
 /// Per-request context the middleware puts in the request's extensions.
@@ -51,6 +53,8 @@ pub struct HttpConfig {
     pub mcp_scope: mnemo_mcp::McpScope,
     /// Which hosts and (browser) origins may reach the server.
     pub sites: guard::SitePolicy,
+    /// A bearer token that may read `/metrics` (a scraper's, separate from the API keys).
+    pub metrics_key: Option<String>,
 }
 
 impl Default for HttpConfig {
@@ -62,6 +66,7 @@ impl Default for HttpConfig {
             clock: None,
             mcp_scope: Default::default(),
             sites: guard::SitePolicy::for_bind(std::net::Ipv4Addr::LOCALHOST.into(), &[], vec![]),
+            metrics_key: None,
         }
     }
 }
@@ -70,6 +75,7 @@ impl Default for HttpConfig {
 pub struct AppState {
     pub service: Arc<Service>,
     keys: Arc<Vec<ApiKey>>,
+    metrics_key: Option<Arc<String>>,
     max_body_bytes: usize,
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
@@ -78,6 +84,15 @@ pub struct AppState {
 }
 
 impl AppState {
+    fn metrics_key_matches(&self, headers: &axum::http::HeaderMap) -> bool {
+        let Some(want) = &self.metrics_key else { return false };
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|got| constant_time_eq(got.trim().as_bytes(), want.as_bytes()))
+    }
+
     /// Who is calling: open without configured keys, else the holder of a valid bearer key.
     fn authenticate(&self, headers: &axum::http::HeaderMap, request_id: &str) -> Result<Principal, ApiError> {
         if self.keys.is_empty() {
@@ -98,7 +113,10 @@ impl AppState {
         self.keys
             .iter()
             .find(|key| constant_time_eq(key.key.as_bytes(), bearer.as_bytes()))
-            .map(|key| Principal::Key { projects: Arc::new(key.projects.clone()) })
+            .map(|key| Principal::Key {
+                projects: Arc::new(key.projects.clone()),
+                scopes: Arc::new(key.scopes.clone()),
+            })
             .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, request_id, "Authorization: unknown API key"))
     }
 }
@@ -108,6 +126,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
     let state = AppState {
         service,
         keys: Arc::new(config.api_keys),
+        metrics_key: config.metrics_key.map(Arc::new),
         max_body_bytes: config.max_body_bytes,
         max_in_flight: config.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),

@@ -96,8 +96,22 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
 }
 
 pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = state.authenticate(&headers, "metrics") {
-        return e.into_response();
+    // The figures are every tenant's: open (loopback without keys), `server.metrics_key`, or an
+    // admin key for every project. A project's key sees its own figures through `stats`.
+    if !state.metrics_key_matches(&headers) {
+        match state.authenticate(&headers, "metrics") {
+            Ok(p) if p.sees_every_tenant() => {}
+            Ok(_) => {
+                return crate::error::ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "metrics",
+                    "Authorization: /metrics shows every tenant's figures; use server.metrics_key or an admin key \
+                     for all projects (a project's own figures: POST /api/memory/stats)",
+                )
+                .into_response();
+            }
+            Err(e) => return e.into_response(),
+        }
     }
     let svc = &state.service;
     let m = &state.metrics;

@@ -7,7 +7,7 @@
 //! over HTTP, from `X-Mnemo-Project` / `X-Mnemo-Collection` / `X-Mnemo-User` headers; the API key
 //! must allow the project. Agents never pass tenant ids in tool arguments.
 
-use mnemo_core::access::Principal;
+use mnemo_core::access::{Principal, Scope};
 use mnemo_core::context::Locale;
 use mnemo_core::model::{EventFilter, ProfileFilter, Role};
 use mnemo_core::service::{
@@ -69,7 +69,7 @@ impl MemoryTools {
     }
 
     /// The scope of one call: the configured one, narrowed by HTTP headers, checked against the key.
-    fn scope_for(&self, ctx: &RequestContext<RoleServer>) -> Result<McpScope, String> {
+    fn scope_for(&self, ctx: &RequestContext<RoleServer>, tool: &str) -> Result<McpScope, String> {
         let mut scope = self.scope.clone();
         let Some(parts) = ctx.extensions.get::<http::request::Parts>() else {
             return Ok(scope); // stdio: the local user's own configuration
@@ -93,6 +93,9 @@ impl MemoryTools {
         }
         let principal = parts.extensions.get::<Principal>().cloned().unwrap_or(Principal::Open);
         principal.check_project(&scope.project)?;
+        // Reading tools need `read`; the others change memory and need `write`.
+        let need = if matches!(tool, "recall" | "search_memory") { Scope::Read } else { Scope::Write };
+        principal.check_scope(need)?;
         match header("x-mnemo-user") {
             Some(u) => scope.user_id = u,
             // A shared endpoint must not file one agent's memories under a default user.
@@ -389,7 +392,7 @@ impl ServerHandler for MemoryTools {
         if !tools().iter().any(|t| t.name == request.name) {
             return Err(McpError::invalid_params(format!("no tool named {:?}", request.name), None));
         }
-        let scope = match self.scope_for(&context) {
+        let scope = match self.scope_for(&context, &request.name) {
             Ok(s) => s,
             Err(msg) => return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into()),
         };

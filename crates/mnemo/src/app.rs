@@ -327,6 +327,13 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
                 &cfg.server.allowed_hosts,
                 cfg.server.cors_origins.clone(),
             ),
+            metrics_key: match &cfg.server.metrics_key_env {
+                Some(var) => Some(
+                    std::env::var(var)
+                        .with_context(|| format!("server.metrics_key_env: environment variable {var} is not set"))?,
+                ),
+                None => None,
+            },
         },
     );
     let listener = TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;

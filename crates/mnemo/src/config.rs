@@ -169,6 +169,9 @@ pub struct ServerConfig {
     /// Browser origins of other sites allowed to call the API (CORS), e.g.
     /// `https://app.example.org`; requests from any other site's page are refused.
     pub cors_origins: Vec<String>,
+    /// The environment variable holding a bearer token for `/metrics` (a scraper's; with keys
+    /// configured, `/metrics` otherwise needs an admin key for every project).
+    pub metrics_key_env: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -180,6 +183,7 @@ impl Default for ServerConfig {
             max_in_flight: 2048,
             allowed_hosts: vec![],
             cors_origins: vec![],
+            metrics_key_env: None,
         }
     }
 }
@@ -193,10 +197,20 @@ pub struct ApiKeyConfig {
     pub key: Option<String>,
     #[serde(default = "all_projects")]
     pub projects: Vec<String>,
+    /// What the key may do: `read` (search, context, listings, export), `write` (messages, events,
+    /// profiles, flush, job retry, new collections), `admin` (delete collections, forget users,
+    /// maintenance, `/metrics` of every tenant). Default: all three.
+    #[serde(default = "all_scopes")]
+    pub scopes: Vec<mnemo_core::access::Scope>,
 }
 
 fn all_projects() -> Vec<String> {
     vec!["*".into()]
+}
+
+fn all_scopes() -> Vec<mnemo_core::access::Scope> {
+    use mnemo_core::access::Scope;
+    vec![Scope::Read, Scope::Write, Scope::Admin]
 }
 
 #[derive(Debug, Deserialize)]
@@ -409,7 +423,10 @@ impl Config {
             if key.len() < 16 {
                 bail!("server.api_keys[{i}]: a key must be at least 16 characters");
             }
-            out.push(mnemo_http::ApiKey { key, projects: k.projects.clone() });
+            if k.scopes.is_empty() {
+                bail!("server.api_keys[{i}].scopes: give at least one of read, write, admin");
+            }
+            out.push(mnemo_http::ApiKey { key, projects: k.projects.clone(), scopes: k.scopes.clone() });
         }
         Ok(out)
     }

@@ -14,6 +14,7 @@ use crate::{AppState, p};
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
+use mnemo_core::access::Scope;
 use serde_json::{Value, json};
 
 /// One API endpoint: what the router serves and what the OpenAPI document says about it, from
@@ -142,8 +143,34 @@ pub fn endpoints() -> Vec<Endpoint> {
     ]
 }
 
+/// The scope a key needs for each endpoint (least privilege: a read-only key cannot write, only
+/// an admin key deletes collections, forgets users or runs maintenance).
+pub fn scope_of(path: &str) -> Scope {
+    match path {
+        "/collection/list" | "/collection/info" | "/session/info" | "/event/search" | "/profile/search"
+        | "/job/list" | "/get_context" | "/stats" | "/user/export" => Scope::Read,
+        "/collection/delete" | "/user/forget" | "/maintenance/run" | "/maintenance/list" | "/admin/clock" => {
+            Scope::Admin
+        }
+        _ => Scope::Write,
+    }
+}
+
 pub fn api_routes() -> Router<AppState> {
-    endpoints().into_iter().fold(Router::new(), |r, e| r.route(e.path, e.handler))
+    endpoints().into_iter().fold(Router::new(), |r, e| {
+        let need = scope_of(e.path);
+        r.route(e.path, e.handler.route_layer(axum::middleware::from_fn(move |req, next| require(need, req, next))))
+    })
+}
+
+/// Refuses (403) a caller whose key lacks the endpoint's scope.
+async fn require(need: Scope, req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let ctx = req.extensions().get::<crate::Ctx>().cloned().expect("the auth layer runs first");
+    match ctx.principal.check_scope(need) {
+        Ok(()) => next.run(req).await,
+        Err(m) => crate::error::ApiError::new(axum::http::StatusCode::FORBIDDEN, &ctx.request_id, m).into_response(),
+    }
 }
 
 pub async fn healthz(State(state): State<AppState>) -> Json<Value> {

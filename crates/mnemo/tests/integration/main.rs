@@ -22,5 +22,6 @@ mod real_llm;
 mod recovery;
 mod replicas;
 mod retrieval;
+mod scopes;
 mod strict_input;
 mod write_path;

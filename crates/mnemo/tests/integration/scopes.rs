@@ -1,0 +1,104 @@
+//! Least-privilege keys: a key carries the scopes it was given — `read`, `write`, `admin` — and
+//! each endpoint and MCP tool needs one; `/metrics` (every tenant's figures) needs the metrics
+//! key or an admin key for every project.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+
+const CONFIG: &str = "server:\n  metrics_key_env: SC_METRICS\n  api_keys:\n    \
+    - {key_env: SC_READ, projects: [p], scopes: [read]}\n    \
+    - {key_env: SC_WRITE, projects: [p], scopes: [read, write]}\n    \
+    - {key_env: SC_ADMIN_P, projects: [p], scopes: [read, write, admin]}\n    \
+    - {key_env: SC_ADMIN_ALL, projects: [\"*\"], scopes: [admin]}\n";
+
+const KEYS: [(&str, &str); 5] = [
+    ("SC_READ", "read-key-0123456789"),
+    ("SC_WRITE", "write-key-0123456789"),
+    ("SC_ADMIN_P", "admin-p-key-0123456789"),
+    ("SC_ADMIN_ALL", "admin-all-key-0123456789"),
+    ("SC_METRICS", "metrics-key-0123456789"),
+];
+
+async fn call(s: &Server, key: &str, path: &str, body: Value) -> (u16, Value) {
+    let r = s.client.post(format!("{}/api/memory/{path}", s.base)).bearer_auth(key).json(&body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn each_scope_allows_its_calls_and_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mnemo.yaml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    let s = Server::spawn(&cfg, &dir.path().join("data"), "127.0.0.1:0", &KEYS).unwrap();
+    let [read, write, admin_p, admin_all, metrics] = KEYS.map(|(_, k)| k);
+    let c = |extra: Value| {
+        let mut b = json!({"project_name": "p", "collection_name": "c"});
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let write_body = c(json!({"conversation_id": "x", "messages": [{"role": "user", "content": "I like tea"}],
+                              "extract_trigger": {"message_count": 1}, "metadata": {"user_id": "u"}}));
+    // read: reads only.
+    let (st, v) = call(&s, read, "session/streaming_write", write_body.clone()).await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("lacks the write scope"), "{v}");
+    // write: writes and reads, nothing irreversible.
+    let (st, v) = call(&s, write, "session/streaming_write", write_body).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(&s, read, "event/search", c(json!({"filter": {"user_id": "u"}}))).await;
+    assert_eq!(st, 200, "{v}");
+    for (path, body) in [
+        ("user/forget", c(json!({"user_id": "u"}))),
+        ("collection/delete", c(json!({}))),
+        ("maintenance/run", json!({"project_name": "p", "collection_name": "c"})),
+    ] {
+        let (st, v) = call(&s, write, path, body).await;
+        assert_eq!(st, 403, "{path}: {v}");
+        assert!(v["message"].as_str().unwrap().contains("lacks the admin scope"), "{v}");
+    }
+    // admin (of the project): the irreversible calls.
+    let (st, v) = call(&s, admin_p, "user/forget", c(json!({"user_id": "u", "dry_run": true}))).await;
+    assert_eq!(st, 200, "{v}");
+    // An admin-only key has no read scope (each scope is granted on its own).
+    let (st, _) = call(&s, admin_all, "event/search", c(json!({"filter": {"user_id": "u"}}))).await;
+    assert_eq!(st, 403);
+
+    // /metrics: every tenant's figures.
+    let scrape = |key: &'static str| {
+        let client = s.client.clone();
+        let url = format!("{}/metrics", s.base);
+        async move { client.get(url).bearer_auth(key).send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(scrape(read).await, 403);
+    assert_eq!(scrape(admin_p).await, 403, "an admin of one project sees only its own figures (stats)");
+    assert_eq!(scrape(admin_all).await, 200);
+    assert_eq!(scrape(metrics).await, 200);
+
+    // MCP tools: reading tools need read, the others write.
+    let mcp = |key: &'static str, tool: &'static str, args: Value| {
+        let client = s.client.clone();
+        let url = format!("{}/mcp", s.base);
+        async move {
+            let body =
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}});
+            let r = client
+                .post(url)
+                .bearer_auth(key)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("x-mnemo-project", "p")
+                .header("x-mnemo-collection", "c")
+                .header("x-mnemo-user", "u")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let v = mcp(read, "remember", json!({"content": "x"})).await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    assert!(v["result"]["content"][0]["text"].as_str().unwrap().contains("lacks the write scope"), "{v}");
+    let v = mcp(read, "search_memory", json!({"query": "tea"})).await;
+    assert_eq!(v["result"]["isError"], false, "{v}");
+}
