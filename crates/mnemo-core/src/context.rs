@@ -203,14 +203,32 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
             l,
         )
     };
-    let fits = |s: &str| TokenCounter::count(s) <= max_tokens;
+    // Admission is decided on an upper-bound estimate (the last exact count plus each admitted
+    // line's own tokens and a margin for the separator and a section title); the whole string is
+    // counted exactly only when the estimate comes within that margin of the budget. A context of
+    // thousands of candidates costs a count per line, not a count of the whole string per line.
+    let budget = std::cell::Cell::new(Budget { exact: 0, pending: 0 });
+    let fits = |whole: &dyn Fn() -> String, line: Option<&String>| {
+        let mut b = budget.get();
+        let est = b.exact + b.pending + TokenCounter::count(line.map_or("", String::as_str)) + LINE_MARGIN;
+        if est <= max_tokens {
+            b.pending = est - b.exact;
+            budget.set(b);
+            return true;
+        }
+        let n = TokenCounter::count(&whole());
+        if n <= max_tokens {
+            budget.set(Budget { exact: n, pending: 0 });
+        }
+        n <= max_tokens
+    };
 
     for p in &c.profiles {
         let lines = profile_lines(p, locale);
         let mut any = false;
         for line in lines {
             profile.push(line);
-            if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+            if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), profile.last()) {
                 any = true;
             } else {
                 profile.pop();
@@ -223,7 +241,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     }
     if let Some(r) = &c.recap {
         recap.push(event_line(r, l));
-        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), recap.last()) {
             included.recap = Some(r.clone());
         } else {
             recap.clear();
@@ -237,7 +255,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
             continue;
         }
         recent_rev.push(message_line(m));
-        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), recent_rev.last()) {
             included.short_term.push(m.clone());
             continue;
         }
@@ -250,7 +268,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
                 let mut cut = m.clone();
                 cut.content = format!("{}…", TokenCounter::truncate(&m.content, room));
                 recent_rev.push(message_line(&cut));
-                if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+                if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), recent_rev.last()) {
                     included.short_term.push(cut);
                     short_full = true;
                     continue;
@@ -265,7 +283,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     included.short_term.reverse();
     for e in &c.intra_events {
         intra.push(event_line(e, l));
-        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), intra.last()) {
             included.intra_events.push(e.clone());
         } else {
             intra.pop();
@@ -274,17 +292,47 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     }
     for e in &c.cross_events {
         cross.push(event_line(e, l));
-        if fits(&build(&recap, &profile, &recent_rev, &intra, &cross)) {
+        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), cross.last()) {
             included.cross_events.push(e.clone());
         } else {
             cross.pop();
             dropped += 1;
         }
     }
-    let context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
-    let token_count = TokenCounter::count(&context_str);
-    debug_assert!(token_count <= max_tokens);
+    let mut context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
+    let mut token_count = TokenCounter::count(&context_str);
+    // The estimate is an upper bound in practice; should a string still come out over the budget,
+    // the lowest-priority lines go until it fits (never more than max_tokens).
+    while token_count > max_tokens {
+        if cross.pop().is_some() {
+            included.cross_events.pop();
+        } else if intra.pop().is_some() {
+            included.intra_events.pop();
+        } else if !recent_rev.is_empty() {
+            recent_rev.pop();
+            included.short_term.remove(0);
+        } else if recap.pop().is_some() {
+            included.recap = None;
+        } else if profile.pop().is_none() {
+            break;
+        }
+        dropped += 1;
+        context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
+        token_count = TokenCounter::count(&context_str);
+    }
     Assembled { context_str, token_count, included, dropped }
+}
+
+/// Tokens reserved per admitted line beyond its own: the newline, and a section title when the
+/// line opens a section.
+const LINE_MARGIN: usize = 16;
+
+#[derive(Clone, Copy)]
+struct Budget {
+    /// Exact tokens of the string at the last exact count.
+    exact: usize,
+    /// Estimated tokens admitted since (each line's own plus `LINE_MARGIN`).
+    pending: usize,
 }
 
 #[cfg(test)]
@@ -370,6 +418,32 @@ mod tests {
                 ev("e2", "用户反馈折线图的颜色主题不适合深色模式，已提交反馈单。", T0 - 86_000_000),
             ],
         }
+    }
+
+    /// Many candidates: the budget holds at every size, a bigger budget never shows less, and
+    /// what is shown is the best-first prefix that fits (admission decided without recounting
+    /// the whole string for every line).
+    #[test]
+    fn hundreds_of_candidates_stay_within_every_budget() {
+        let words = ["coffee", "hike", "Kyoto", "piano", "奶粉", "宝宝", "上海", "garden", "novel", "jazz"];
+        let events: Vec<ScoredEvent> = (0..800)
+            .map(|i| {
+                let text: Vec<&str> = (0..(3 + i % 17)).map(|j| words[(i * 7 + j * 3) % words.len()]).collect();
+                ev(&format!("e{i}"), &text.join(" "), T0 + i as i64)
+            })
+            .collect();
+        let mut shown = 0;
+        for max in [40, 600, 5000, 20_000] {
+            let c = Candidates { cross_events: events.clone(), ..Default::default() };
+            let a = assemble(c, Locale::En, max);
+            assert!(a.token_count <= max, "{} > {max}", a.token_count);
+            assert_eq!(a.token_count, TokenCounter::count(&a.context_str));
+            let n = a.included.cross_events.len();
+            assert!(n >= shown, "budget {max} shows {n} < {shown}");
+            assert_eq!(n + a.dropped, events.len());
+            shown = n;
+        }
+        assert!(shown > 300, "a 20k budget holds hundreds of short events: {shown}");
     }
 
     #[test]

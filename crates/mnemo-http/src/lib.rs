@@ -55,6 +55,8 @@ pub struct HttpConfig {
     pub sites: guard::SitePolicy,
     /// A bearer token that may read `/metrics` (a scraper's, separate from the API keys).
     pub metrics_key: Option<String>,
+    /// Reads (search, context) running longer are stopped with 503.
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for HttpConfig {
@@ -67,6 +69,7 @@ impl Default for HttpConfig {
             mcp_scope: Default::default(),
             sites: guard::SitePolicy::for_bind(std::net::Ipv4Addr::LOCALHOST.into(), &[], vec![]),
             metrics_key: None,
+            request_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -76,6 +79,7 @@ pub struct AppState {
     pub service: Arc<Service>,
     keys: Arc<Vec<ApiKey>>,
     metrics_key: Option<Arc<String>>,
+    request_timeout: std::time::Duration,
     max_body_bytes: usize,
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
@@ -127,13 +131,14 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         service,
         keys: Arc::new(config.api_keys),
         metrics_key: config.metrics_key.map(Arc::new),
+        request_timeout: config.request_timeout,
         max_body_bytes: config.max_body_bytes,
         max_in_flight: config.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),
         metrics: Arc::new(metrics::Metrics::default()),
         clock: config.clock,
     };
-    let api = routes::api_routes()
+    let api = routes::api_routes(&state)
         .fallback(not_found)
         .layer(middleware::from_fn(guard::json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth_and_context));

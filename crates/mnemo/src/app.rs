@@ -327,6 +327,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
                 &cfg.server.allowed_hosts,
                 cfg.server.cors_origins.clone(),
             ),
+            request_timeout: Duration::from_millis(cfg.server.request_timeout_ms.clamp(100, 3_600_000)),
             metrics_key: match &cfg.server.metrics_key_env {
                 Some(var) => Some(
                     std::env::var(var)

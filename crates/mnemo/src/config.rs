@@ -172,6 +172,8 @@ pub struct ServerConfig {
     /// The environment variable holding a bearer token for `/metrics` (a scraper's; with keys
     /// configured, `/metrics` otherwise needs an admin key for every project).
     pub metrics_key_env: Option<String>,
+    /// Reads (search, get_context, listings) running longer than this are stopped with 503.
+    pub request_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -184,6 +186,7 @@ impl Default for ServerConfig {
             allowed_hosts: vec![],
             cors_origins: vec![],
             metrics_key_env: None,
+            request_timeout_ms: 30_000,
         }
     }
 }

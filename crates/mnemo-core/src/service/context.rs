@@ -24,6 +24,9 @@ impl Default for Include {
     }
 }
 
+/// At most this many events per `get_context` section are ranked and offered to the budget.
+pub const MAX_CONTEXT_EVENTS: u32 = 200;
+
 #[derive(Clone, Debug)]
 pub struct ContextRequest {
     pub target: Target,
@@ -64,6 +67,10 @@ impl Service {
         {
             return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters")));
         }
+        // A section can show at most what the budget holds (an event line is never under ~8
+        // tokens): ranking more candidates than that only costs time.
+        let mut req = req;
+        req.event_limit = req.event_limit.min((req.max_tokens / 8).max(1)).min(MAX_CONTEXT_EVENTS);
         let c = self.collection_for_read(&req.target).await?;
         let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();

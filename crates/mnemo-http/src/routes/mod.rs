@@ -156,11 +156,40 @@ pub fn scope_of(path: &str) -> Scope {
     }
 }
 
-pub fn api_routes() -> Router<AppState> {
+pub fn api_routes(state: &AppState) -> Router<AppState> {
     endpoints().into_iter().fold(Router::new(), |r, e| {
         let need = scope_of(e.path);
-        r.route(e.path, e.handler.route_layer(axum::middleware::from_fn(move |req, next| require(need, req, next))))
+        let handler = e.handler.route_layer(axum::middleware::from_fn(move |req, next| require(need, req, next)));
+        // Reads (search, context) have a deadline; writes are short and must not be cut midway.
+        let handler = if need == Scope::Read {
+            handler.route_layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
+        } else {
+            handler
+        };
+        r.route(e.path, handler)
     })
+}
+
+/// Answers 503 when a read runs past `server.request_timeout_ms`, and stops its work.
+async fn deadline(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let rid = req.extensions().get::<crate::Ctx>().map(|c| c.request_id.clone()).unwrap_or_default();
+    match tokio::time::timeout(state.request_timeout, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => crate::error::ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            &rid,
+            format!(
+                "request_timeout: the request ran past {} ms and was stopped; narrow it (limit, max_tokens) or retry",
+                state.request_timeout.as_millis()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 /// Refuses (403) a caller whose key lacks the endpoint's scope.

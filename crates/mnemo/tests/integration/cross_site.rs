@@ -98,3 +98,36 @@ async fn forged_host_foreign_origin_and_simple_requests_are_refused() {
     assert_eq!(page.headers()["x-frame-options"], "DENY");
     assert!(!page.text().await.unwrap().contains("localStorage.setItem"), "the key is not kept in localStorage");
 }
+
+/// A read that runs past `server.request_timeout_ms` is stopped with 503 and a clear message;
+/// the server keeps answering. (The query embedding hangs here: an embedding endpoint that never
+/// answers.)
+#[tokio::test]
+async fn a_read_past_its_deadline_is_stopped_with_503() {
+    use axum::{Router, routing::post};
+    let app = Router::new().route(
+        "/v1/embeddings",
+        post(|| async {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            "never"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let s = Server::start(&format!(
+        "server:\n  request_timeout_ms: 500\nembedding:\n  provider: openai\n  base_url: {url}\n  model: hang\n  dimension: 8\n  timeout_secs: 20\n"
+    ));
+    s.ok("collection/create", json!({"collection_name": "c"})).await;
+    let t = std::time::Instant::now();
+    let (st, v) =
+        s.post("event/search", json!({"collection_name": "c", "query": "anything", "filter": {"user_id": "u"}})).await;
+    assert_eq!(st, 503, "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("request_timeout: the request ran past 500 ms"), "{v}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "answered at the deadline, not at the embedder's timeout"
+    );
+    let (st, _) = s.post("collection/list", json!({})).await;
+    assert_eq!(st, 200, "the server keeps answering");
+}
