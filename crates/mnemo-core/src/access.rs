@@ -33,6 +33,8 @@ pub enum Principal {
         projects: Arc<Vec<String>>,
         /// What the key may do (each scope is granted on its own).
         scopes: Arc<Vec<Scope>>,
+        /// An end-user token: every call is confined to this user, whatever the body says.
+        user: Option<Arc<str>>,
     },
 }
 
@@ -61,12 +63,22 @@ impl Principal {
         }
     }
 
+    /// The user an end-user token is confined to.
+    pub fn user(&self) -> Option<&str> {
+        match self {
+            Principal::Key { user: Some(u), .. } => Some(u),
+            _ => None,
+        }
+    }
+
     /// Whether the caller may see every project's figures (`/metrics`): open, or an admin key
     /// for every project.
     pub fn sees_every_tenant(&self) -> bool {
         match self {
             Principal::Open => true,
-            Principal::Key { projects, scopes } => scopes.contains(&Scope::Admin) && projects.iter().any(|p| p == "*"),
+            Principal::Key { projects, scopes, user } => {
+                user.is_none() && scopes.contains(&Scope::Admin) && projects.iter().any(|p| p == "*")
+            }
         }
     }
 }

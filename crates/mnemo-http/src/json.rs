@@ -2,6 +2,7 @@
 //! the error (`messages[3].role: unknown variant …`), and checks that the caller's key may use the
 //! request's project. Every `/api/memory` handler takes its input through it.
 
+use crate::confine::confine;
 use crate::error::ApiError;
 use crate::{AppState, Ctx};
 use axum::extract::{FromRequest, Request};
@@ -41,6 +42,7 @@ where
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let ctx = req.extensions().get::<Ctx>().cloned().expect("the auth layer runs first");
         let rid = ctx.request_id.clone();
+        let path = req.uri().path().to_string();
         let limit = state.max_body_bytes;
         let bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, &rid, format!("body: must be at most {limit} bytes"))
@@ -48,6 +50,36 @@ where
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ApiError::bad_request(&rid, "body: must be a JSON object"));
         }
+        // An end-user token: the fields naming a user are forced to it before the body is read.
+        let bytes = match ctx.principal.user() {
+            None => bytes,
+            Some(user) => {
+                let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
+                    .map_err(|e| ApiError::bad_request(&rid, format!("body: malformed JSON: {e}")))?;
+                let conversation =
+                    confine(&path, &mut v, user).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
+                if let Some(conv) = conversation {
+                    let t = mnemo_core::service::Target {
+                        project: v.get("project_name").and_then(|p| p.as_str()).unwrap_or("default").into(),
+                        collection: v.get("collection_name").and_then(|c| c.as_str()).unwrap_or_default().into(),
+                    };
+                    // A new conversation becomes the user's; an existing one must already be.
+                    match state.service.conversation_owner(&t, &conv).await {
+                        Ok(None) => {}
+                        Ok(Some(owner)) if owner.as_deref() == Some(user) => {}
+                        Ok(Some(_)) => {
+                            return Err(ApiError::new(
+                                StatusCode::FORBIDDEN,
+                                &rid,
+                                format!("conversation_id: \"{conv}\" is not a conversation of user \"{user}\""),
+                            ));
+                        }
+                        Err(e) => return Err(ApiError::from_core(&rid, e)),
+                    }
+                }
+                serde_json::to_vec(&v).expect("a JSON object serializes").into()
+            }
+        };
         let de = &mut serde_json::Deserializer::from_slice(&bytes);
         let body: T = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();

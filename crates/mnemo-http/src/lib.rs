@@ -3,6 +3,7 @@
 //! and the error → status mapping. Handlers only translate; all behaviour lives in
 //! `mnemo_core::Service`. This crate must not know SQL or any concrete store or provider.
 
+mod confine;
 mod dto;
 mod error;
 pub mod guard;
@@ -32,6 +33,8 @@ pub struct ApiKey {
     pub projects: Vec<String>,
     /// What the key may do: `read`, `write`, `admin` (each granted on its own).
     pub scopes: Vec<mnemo_core::access::Scope>,
+    /// An end-user token: every call is confined to this user.
+    pub user_id: Option<String>,
 }
 
 /// Per-request context the middleware puts in the request's extensions.
@@ -120,6 +123,7 @@ impl AppState {
             .map(|key| Principal::Key {
                 projects: Arc::new(key.projects.clone()),
                 scopes: Arc::new(key.scopes.clone()),
+                user: key.user_id.as_deref().map(Arc::from),
             })
             .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, request_id, "Authorization: unknown API key"))
     }

@@ -96,6 +96,14 @@ impl MemoryTools {
         // Reading tools need `read`; the others change memory and need `write`.
         let need = if matches!(tool, "recall" | "search_memory") { Scope::Read } else { Scope::Write };
         principal.check_scope(need)?;
+        // An end-user token acts for its user only.
+        if let Some(user) = principal.user() {
+            if header("x-mnemo-user").is_some_and(|u| u != user) {
+                return Err(format!("X-Mnemo-User: this token may only act for user \"{user}\""));
+            }
+            scope.user_id = user.to_string();
+            return Ok(scope);
+        }
         match header("x-mnemo-user") {
             Some(u) => scope.user_id = u,
             // A shared endpoint must not file one agent's memories under a default user.

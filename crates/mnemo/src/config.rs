@@ -205,6 +205,9 @@ pub struct ApiKeyConfig {
     /// maintenance, `/metrics` of every tenant). Default: all three.
     #[serde(default = "all_scopes")]
     pub scopes: Vec<mnemo_core::access::Scope>,
+    /// An end-user token: every call made with this key is confined to this user — it reads,
+    /// writes and forgets only this user's memories, whatever the body or MCP headers say.
+    pub user_id: Option<String>,
 }
 
 fn all_projects() -> Vec<String> {
@@ -429,7 +432,12 @@ impl Config {
             if k.scopes.is_empty() {
                 bail!("server.api_keys[{i}].scopes: give at least one of read, write, admin");
             }
-            out.push(mnemo_http::ApiKey { key, projects: k.projects.clone(), scopes: k.scopes.clone() });
+            out.push(mnemo_http::ApiKey {
+                key,
+                projects: k.projects.clone(),
+                scopes: k.scopes.clone(),
+                user_id: k.user_id.clone(),
+            });
         }
         Ok(out)
     }

@@ -26,6 +26,17 @@ pub struct WriteRequest {
 }
 
 impl Service {
+    /// Whose a conversation is: `None` when it (or its collection) does not exist yet, else the
+    /// user its metadata names (if any).
+    pub async fn conversation_owner(&self, t: &Target, conversation_id: &str) -> CoreResult<Option<Option<String>>> {
+        let c = match self.collection_for_read(t).await {
+            Ok(c) => c,
+            Err(CoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(self.store.conversation_info(c.id, conversation_id).await?.map(|i| i.meta.user_id))
+    }
+
     pub async fn streaming_write(&self, req: WriteRequest) -> CoreResult<AppendOutcome> {
         let append = self.prepare_append(req).await?;
         let out = self.store.append_messages(append).await?;

@@ -102,3 +102,110 @@ async fn each_scope_allows_its_calls_and_no_more() {
     let v = mcp(read, "search_memory", json!({"query": "tea"})).await;
     assert_eq!(v["result"]["isError"], false, "{v}");
 }
+
+/// An end-user token (a key with `user_id`) reads and writes its user's memories only, whatever
+/// the body or the MCP headers say.
+#[tokio::test]
+async fn an_end_user_token_is_confined_to_its_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mnemo.yaml");
+    std::fs::write(
+        &cfg,
+        "server:\n  api_keys:\n    - {key_env: EU_PROJECT, projects: [p]}\n    \
+         - {key_env: EU_ALICE, projects: [p], scopes: [read, write], user_id: alice}\n",
+    )
+    .unwrap();
+    let (project, alice) = ("project-key-0123456789", "alice-token-0123456789");
+    let s =
+        Server::spawn(&cfg, &dir.path().join("data"), "127.0.0.1:0", &[("EU_PROJECT", project), ("EU_ALICE", alice)])
+            .unwrap();
+    let c = |extra: Value| {
+        let mut b = json!({"project_name": "p", "collection_name": "c"});
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let turn = |conv: &str, text: &str| {
+        c(
+            json!({"conversation_id": conv, "messages": [{"role": "user", "content": text}], "extract_trigger": {"message_count": 1}}),
+        )
+    };
+    // The project key writes bob's memory; alice's token writes hers without naming herself.
+    let mut bobs = turn("bob-chat", "Bob's secret: the safe code is 4711");
+    bobs["metadata"] = json!({"user_id": "bob"});
+    assert_eq!(call(&s, project, "session/streaming_write", bobs).await.0, 200);
+    let (st, v) = call(&s, alice, "session/streaming_write", turn("alice-chat", "I like green tea")).await;
+    assert_eq!(st, 200, "{v}");
+    eventually(20, "both extracted", || async {
+        let (_, v) = call(&s, project, "event/search", c(json!({"filter": {"user_id": ["alice", "bob"]}}))).await;
+        (v["data"]["count"] == 2).then_some(())
+    })
+    .await;
+
+    // Her searches see her memories only — with no filter, or her own.
+    let (_, v) = call(&s, alice, "event/search", c(json!({"query": "safe code tea"}))).await;
+    let texts = v["data"]["result_list"].to_string();
+    assert!(texts.contains("green tea") && !texts.contains("4711"), "{v}");
+    // Naming another user, in a filter or in metadata, is refused.
+    for (path, body) in [
+        ("event/search", c(json!({"filter": {"user_id": "bob"}}))),
+        ("event/search", c(json!({"filter": {"user_id": ["alice", "bob"]}}))),
+        ("session/streaming_write", {
+            let mut b = turn("x", "hi");
+            b["metadata"] = json!({"user_id": "bob"});
+            b
+        }),
+        (
+            "get_context",
+            c(json!({"conversation_id": "alice-chat", "event_search_config": {"filter": {"user_id": "bob"}}})),
+        ),
+        ("user/export", c(json!({"user_id": "bob"}))),
+    ] {
+        let (st, v) = call(&s, alice, path, body).await;
+        assert_eq!(st, 403, "{path}: {v}");
+        assert!(v["message"].as_str().unwrap().contains("may only act for user \"alice\""), "{v}");
+    }
+    // Someone else's conversation is off limits, by reading or by writing into it.
+    for (path, body) in [
+        ("get_context", c(json!({"conversation_id": "bob-chat", "query": "code"}))),
+        ("session/info", c(json!({"conversation_id": "bob-chat"}))),
+        ("session/streaming_write", turn("bob-chat", "I am bob now")),
+    ] {
+        let (st, v) = call(&s, alice, path, body).await;
+        assert_eq!(st, 403, "{path}: {v}");
+        assert!(v["message"].as_str().unwrap().contains("is not a conversation of user \"alice\""), "{v}");
+    }
+    // Calls by id could reach anyone's data: refused for end-user tokens.
+    let (st, _) = call(&s, alice, "event/delete", c(json!({"event_id": "evt_x"}))).await;
+    assert_eq!(st, 403);
+    // Her own context works.
+    let (st, v) = call(&s, alice, "get_context", c(json!({"conversation_id": "alice-chat", "query": "tea"}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert!(!v["data"]["context_str"].as_str().unwrap().contains("4711"));
+
+    // Over MCP the token is the user: another X-Mnemo-User is refused.
+    let mcp = |user: &'static str| {
+        let client = s.client.clone();
+        let url = format!("{}/mcp", s.base);
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": "search_memory", "arguments": {"query": "safe code"}}});
+            let r = client
+                .post(url)
+                .bearer_auth(alice)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("x-mnemo-project", "p")
+                .header("x-mnemo-collection", "c")
+                .header("x-mnemo-user", user)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let v = mcp("bob").await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let v = mcp("alice").await;
+    assert!(!v["result"]["content"][0]["text"].as_str().unwrap().contains("4711"), "{v}");
+}
