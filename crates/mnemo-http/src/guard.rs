@@ -77,9 +77,11 @@ fn host_name(host: &str) -> String {
     }
 }
 
-fn refuse(status: StatusCode, message: String) -> Response {
-    let body = serde_json::json!({"code": status.as_u16() as u32 * 100, "message": message, "data": null});
-    (status, axum::Json(body)).into_response()
+/// mnemo's error envelope, with the request id (`rid`, or a new one for a request refused before
+/// it was given one).
+fn refuse(status: StatusCode, rid: Option<&str>, message: String) -> Response {
+    let rid = rid.map_or_else(crate::new_request_id, str::to_string);
+    crate::error::ApiError::new(status, &rid, message).into_response()
 }
 
 /// Host and Origin checks on every route.
@@ -91,6 +93,7 @@ pub async fn sites(State(policy): State<Arc<SitePolicy>>, req: Request, next: Ne
         Some(h) => {
             return refuse(
                 StatusCode::FORBIDDEN,
+                None,
                 format!(
                     "Host: {h:?} is not a name of this server (a page on another site cannot reach it); \
                      behind a proxy, list the name in server.allowed_hosts"
@@ -98,13 +101,14 @@ pub async fn sites(State(policy): State<Arc<SitePolicy>>, req: Request, next: Ne
             );
         }
         None if policy.hosts.is_none() => {}
-        None => return refuse(StatusCode::BAD_REQUEST, "Host: the header is required".into()),
+        None => return refuse(StatusCode::BAD_REQUEST, None, "Host: the header is required".into()),
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok())
         && !policy.origin_allowed(origin, host)
     {
         return refuse(
             StatusCode::FORBIDDEN,
+            None,
             format!("Origin: requests from {origin:?} are refused (another site); allow it in server.cors_origins"),
         );
     }
@@ -116,8 +120,10 @@ pub async fn sites(State(policy): State<Arc<SitePolicy>>, req: Request, next: Ne
 pub async fn json_only(req: Request, next: Next) -> Response {
     if req.method() == Method::POST && !is_json(req.headers()) {
         let got = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("none");
+        let rid = req.extensions().get::<crate::Ctx>().map(|c| c.request_id.clone());
         return refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            rid.as_deref(),
             format!("Content-Type: must be application/json, got {got:?}"),
         );
     }

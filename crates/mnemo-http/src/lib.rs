@@ -252,7 +252,7 @@ fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
 

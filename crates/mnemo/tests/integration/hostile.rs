@@ -128,14 +128,27 @@ fn templates() -> Vec<(&'static str, Value)> {
 }
 
 async fn send_raw(s: &Server, path: &str, body: Vec<u8>) -> (u16, Value) {
-    let r = s
-        .client
-        .post(format!("{}/api/memory/{path}", s.base))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{path}: connection failed: {e}"));
+    send_with(s, path, body, &[("content-type", "application/json")]).await
+}
+
+/// Headers a hostile page or client may send instead of the real ones.
+const FORGED: &[(&str, &str)] = &[
+    ("content-type", "text/plain"),
+    ("content-type", "application/x-www-form-urlencoded"),
+    ("content-type", "multipart/form-data; boundary=x"),
+    ("content-type", "application/jsonp"),
+    ("host", "evil.example.com"),
+    ("host", "127.0.0.1.nip.io:8600"),
+    ("origin", "https://evil.example.com"),
+    ("origin", "null"),
+];
+
+async fn send_with(s: &Server, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut req = s.client.post(format!("{}/api/memory/{path}", s.base)).body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap_or_else(|e| panic!("{path}: connection failed: {e}"));
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
     let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: not the JSON envelope: {text:?}"));
@@ -159,6 +172,16 @@ async fn mutated_bodies_never_cause_a_server_error() {
         let mut body = template.clone();
         for _ in 0..1 + rng.below(3) {
             mutate(&mut rng, &mut body);
+        }
+        // Every fifth body is also sent with a forged header: refused (4xx, the envelope), never
+        // a server error or a write.
+        if i % 5 == 4 {
+            let (k, v) = FORGED[rng.below(FORGED.len())];
+            let headers =
+                if k == "content-type" { vec![(k, v)] } else { vec![("content-type", "application/json"), (k, v)] };
+            let (status, r) = send_with(&s, path, serde_json::to_vec(&body).unwrap(), &headers).await;
+            assert!((400..500).contains(&status), "case {i} {path} with forged {k}: {status} {r}");
+            assert!(r["request_id"].is_string() && r["code"].as_u64() == Some(status as u64 * 100), "{r}");
         }
         let (status, v) = send_raw(&s, path, serde_json::to_vec(&body).unwrap()).await;
         assert!(
