@@ -120,6 +120,29 @@ pub struct AppendRequest {
     pub max_job_attempts: u32,
 }
 
+/// What one batch of messages added to a conversation: stored and duplicate counts, the tokens
+/// stored, and the largest stored message (the trigger's inputs). Every store tallies alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageTally {
+    pub stored: u64,
+    pub duplicates: u64,
+    pub tokens: u64,
+    pub largest: u64,
+}
+
+impl MessageTally {
+    /// Counts one message: stored (with its tokens), or a duplicate (a known idempotency key).
+    pub fn add(&mut self, stored: bool, tokens: u64) {
+        if stored {
+            self.stored += 1;
+            self.tokens += tokens;
+            self.largest = self.largest.max(tokens);
+        } else {
+            self.duplicates += 1;
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct AppendOutcome {
     /// Messages stored by this call (retries with a known idempotency key are not stored again).

@@ -64,8 +64,8 @@ pub(crate) async fn insert_messages(
     tx: &Tx<'_>,
     req: &AppendRequest,
     session_id: Option<&str>,
-) -> StoreResult<(u64, u64, u64, u64)> {
-    let (mut stored, mut dup, mut tokens, mut largest) = (0, 0, 0, 0);
+) -> StoreResult<MessageTally> {
+    let mut tally = MessageTally::default();
     for m in &req.messages {
         let n = execute(
             tx,
@@ -86,15 +86,9 @@ pub(crate) async fn insert_messages(
             ],
         )
         .await?;
-        if n == 1 {
-            stored += 1;
-            tokens += m.tokens;
-            largest = largest.max(m.tokens);
-        } else {
-            dup += 1;
-        }
+        tally.add(n == 1, m.tokens);
     }
-    Ok((stored, dup, tokens, largest))
+    Ok(tally)
 }
 
 pub(crate) struct SessionCounts {
@@ -194,7 +188,7 @@ impl PgStore {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let row = upsert_conversation(&tx, &req).await?;
-        let (stored, dup, tokens, largest) = insert_messages(&tx, &req, None).await?;
+        let MessageTally { stored, duplicates: dup, tokens, largest } = insert_messages(&tx, &req, None).await?;
         let open_messages = row.open_messages + stored;
         let open_tokens = row.open_tokens + tokens;
         let deadline = (open_messages > 0).then(|| req.now + req.trigger.wait_timeout_ms());
@@ -222,7 +216,7 @@ impl PgStore {
         let tx = begin(&mut conn).await?;
         let row = upsert_conversation(&tx, &req).await?;
         let placeholder = format!("pending-{}", new_id("ses"));
-        let (stored, _dup, tokens, _) = insert_messages(&tx, &req, Some(&placeholder)).await?;
+        let MessageTally { stored, tokens, .. } = insert_messages(&tx, &req, Some(&placeholder)).await?;
         let counts = SessionCounts { reason: TriggerReason::SessionAdd, messages: stored, tokens };
         let closed = insert_session_and_job(
             &tx,

@@ -62,14 +62,14 @@ pub(crate) fn insert_messages(
     conn: &Connection,
     req: &AppendRequest,
     session_id: Option<&str>,
-) -> StoreResult<(u64, u64, u64, u64)> {
+) -> StoreResult<MessageTally> {
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO messages(collection_id, conversation_id, session_id, role, name, content, time, tokens, idempotency_key, created_at)
              VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10) ON CONFLICT DO NOTHING",
         )
         .map_err(backend)?;
-    let (mut stored, mut dup, mut tokens, mut largest) = (0, 0, 0, 0);
+    let mut tally = MessageTally::default();
     for m in &req.messages {
         let n = stmt
             .execute(params![
@@ -85,15 +85,9 @@ pub(crate) fn insert_messages(
                 req.now
             ])
             .map_err(backend)?;
-        if n == 1 {
-            stored += 1;
-            tokens += m.tokens;
-            largest = largest.max(m.tokens);
-        } else {
-            dup += 1;
-        }
+        tally.add(n == 1, m.tokens);
     }
-    Ok((stored, dup, tokens, largest))
+    Ok(tally)
 }
 
 #[allow(clippy::too_many_arguments)] // one row's worth of columns; a struct would only rename them
@@ -188,7 +182,7 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 let row = upsert_conversation(conn, &req)?;
-                let (stored, dup, tokens, largest) = insert_messages(conn, &req, None)?;
+                let MessageTally { stored, duplicates: dup, tokens, largest } = insert_messages(conn, &req, None)?;
                 let open_messages = row.open_messages + stored;
                 let open_tokens = row.open_tokens + tokens;
                 let deadline = (open_messages > 0).then(|| req.now + req.trigger.wait_timeout_ms());
@@ -215,7 +209,7 @@ impl SqliteStore {
                 let row = upsert_conversation(conn, &req)?;
                 // Insert first under a placeholder session id, then create the session with the counts.
                 let placeholder = format!("pending-{}", new_id("ses"));
-                let (stored, _dup, tokens, _) = insert_messages(conn, &req, Some(&placeholder))?;
+                let MessageTally { stored, tokens, .. } = insert_messages(conn, &req, Some(&placeholder))?;
                 let closed = insert_session_and_job(
                     conn,
                     req.collection_id,

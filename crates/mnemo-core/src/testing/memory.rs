@@ -173,9 +173,9 @@ impl State {
         c
     }
 
-    /// Stores the messages (a known idempotency key is a duplicate); (stored, dup, tokens, largest).
-    fn insert_messages(&mut self, req: &AppendRequest, session_id: Option<&str>) -> (u64, u64, u64, u64) {
-        let (mut stored, mut dup, mut tokens, mut largest) = (0, 0, 0, 0);
+    /// Stores the messages (a known idempotency key is a duplicate).
+    fn insert_messages(&mut self, req: &AppendRequest, session_id: Option<&str>) -> MessageTally {
+        let mut tally = MessageTally::default();
         for m in &req.messages {
             let seen = m.idempotency_key.as_ref().is_some_and(|k| {
                 self.messages.iter().any(|x| {
@@ -185,7 +185,7 @@ impl State {
                 })
             });
             if seen {
-                dup += 1;
+                tally.add(false, m.tokens);
                 continue;
             }
             self.next_message += 1;
@@ -203,11 +203,9 @@ impl State {
                     tokens: m.tokens,
                 },
             });
-            stored += 1;
-            tokens += m.tokens;
-            largest = largest.max(m.tokens);
+            tally.add(true, m.tokens);
         }
-        (stored, dup, tokens, largest)
+        tally
     }
 
     #[allow(clippy::too_many_arguments)] // the SQLite store's insert_session_and_job, field for field
@@ -562,7 +560,7 @@ impl Store for MemoryStore {
             let c = s.upsert_conversation(&req);
             (c.open_messages, c.open_tokens)
         };
-        let (stored, dup, tokens, largest) = s.insert_messages(&req, None);
+        let MessageTally { stored, duplicates: dup, tokens, largest } = s.insert_messages(&req, None);
         let (open_messages, open_tokens) = (open_messages + stored, open_tokens + tokens);
         {
             let c = s.conversations.get_mut(&(req.collection_id, req.conversation_id.clone())).expect("conversation");
@@ -582,7 +580,7 @@ impl Store for MemoryStore {
         let mut s = self.lock();
         let meta = s.upsert_conversation(&req).meta.clone();
         let placeholder = format!("pending-{}", new_id("ses"));
-        let (stored, _, tokens, _) = s.insert_messages(&req, Some(&placeholder));
+        let MessageTally { stored, tokens, .. } = s.insert_messages(&req, Some(&placeholder));
         let closed = s.insert_session_and_job(
             req.collection_id,
             &req.conversation_id,
