@@ -210,3 +210,17 @@ impl ExtractedEvent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failed jobs are recognised as transient by the stored message's prefix: the two must agree.
+    #[test]
+    fn a_transient_error_is_stored_with_the_prefix_recovery_looks_for() {
+        let e = ExtractError::Transient("HTTP 503".into()).to_string();
+        assert!(e.starts_with(crate::model::TRANSIENT_PREFIX), "{e}");
+        let e = ExtractError::Permanent("HTTP 400".into()).to_string();
+        assert!(!e.starts_with(crate::model::TRANSIENT_PREFIX), "{e}");
+    }
+}
