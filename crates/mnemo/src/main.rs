@@ -149,6 +149,14 @@ enum SelftestCommand {
         key_b: String,
         #[arg(long)]
         project_b: String,
+        /// Optional: a key of project A with only the `read` scope; every write and admin call
+        /// made with it must be refused.
+        #[arg(long)]
+        read_key_a: Option<String>,
+        /// Optional: an end-user token of project A (a key with `user_id`); nothing of the other
+        /// users may reach it.
+        #[arg(long)]
+        user_token_a: Option<String>,
     },
 }
 
@@ -306,9 +314,17 @@ fn main() -> Result<()> {
         Command::Forget { remote, user, yes } => rt.block_on(cli::forget(&remote, user, yes)),
         Command::Retry { remote, job } => rt.block_on(cli::retry(&remote, job)),
         Command::Import { remote, file, restart } => rt.block_on(cli::import(&remote, file, restart)),
-        Command::Selftest { which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b } } => {
-            rt.block_on(selftest::run(selftest::Isolation { url, key_a, project_a, key_b, project_b }))
-        }
+        Command::Selftest {
+            which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b, read_key_a, user_token_a },
+        } => rt.block_on(selftest::run(selftest::Isolation {
+            url,
+            key_a,
+            project_a,
+            key_b,
+            project_b,
+            read_key_a,
+            user_token_a,
+        })),
         Command::Bench { which: BenchCommand::Crash { cycles, writers, max_cycle_ms, seed } } => {
             rt.block_on(bench::crash::run(bench::crash::CrashBench {
                 cycles: cycles.max(1),

@@ -2,7 +2,8 @@
 //! keys for two projects, it plants marked memories as tenant A (two users) and tenant B, then
 //! tries every read path with the other tenant's key and ids — search, context, profiles, session
 //! info, jobs, export, stats, collection info, update/delete by id, and the MCP tools at `/mcp` —
-//! and, inside tenant A, one user's reads against the other user's ids. Any response carrying the other side's marker, or
+//! and, inside tenant A, one user's reads against the other user's ids; optionally, that a
+//! read-only key of A writes nothing and that an end-user token of A sees no other user's data. Any response carrying the other side's marker, or
 //! any cross-tenant call that is not refused, is a leak. Exits non-zero on a leak.
 
 use anyhow::{Result, bail};
@@ -14,6 +15,10 @@ pub struct Isolation {
     pub project_a: String,
     pub key_b: String,
     pub project_b: String,
+    /// A read-only key of project A (optional): its writes and admin calls must be refused.
+    pub read_key_a: Option<String>,
+    /// An end-user token of project A (optional): nothing of a1 or a2 may reach it.
+    pub user_token_a: Option<String>,
 }
 
 struct Tenant<'a> {
@@ -201,6 +206,48 @@ pub async fn run(cfg: Isolation) -> Result<()> {
     for (tool, args) in mcp_probes(&ids[0].1) {
         let (st, text) = a.mcp(&cfg.project_a, &coll, &ua2, tool, args).await?;
         check(format!("a2→a1 mcp {tool}"), st, &text, &[&mark_a1], false);
+    }
+    // 6. Least privilege inside tenant A: a read-only key writes and deletes nothing.
+    if let Some(key) = &cfg.read_key_a {
+        let r = Tenant { client: &client, url: &cfg.url, key, project: &cfg.project_a };
+        let (conv, event, profile) = &ids[0];
+        let writes = probes(conv, event, profile, &ua1)
+            .into_iter()
+            .filter(|(p, _)| {
+                matches!(*p, "event/update" | "event/delete" | "profile/update" | "profile/delete" | "user/forget")
+            })
+            .chain([(
+                "session/streaming_write",
+                json!({"collection_name": coll, "conversation_id": conv, "metadata": {"user_id": ua1},
+                       "messages": [{"role": "user", "content": "overwritten"}]}),
+            )]);
+        for (path, body) in writes {
+            let (st, text) = r.call(path, &cfg.project_a, body).await?;
+            check(format!("read-only key {path}"), st, &text, &[], true);
+        }
+        let (st, text) = r.mcp(&cfg.project_a, &coll, &ua1, "forget_memory", json!({"memory_id": ids[0].1})).await?;
+        check("read-only key mcp forget_memory".into(), st, &text, &[], true);
+    }
+    // 7. An end-user token of tenant A: a1's and a2's memories never reach it, whatever it asks.
+    if let Some(key) = &cfg.user_token_a {
+        let u = Tenant { client: &client, url: &cfg.url, key, project: &cfg.project_a };
+        for (i, user) in [&ua1, &ua2].iter().enumerate() {
+            let (conv, event, profile) = &ids[i];
+            for (path, mut body) in probes(conv, event, profile, user) {
+                let (st, text) = u.call(path, &cfg.project_a, body.clone()).await?;
+                check(format!("user token→{user} {path}"), st, &text, &marks_a, false);
+                // The same call without naming anyone: confined to the token's own user.
+                for k in ["user_id", "filter", "event_search_config", "profile_search_config"] {
+                    body.as_object_mut().map(|m| m.remove(k));
+                }
+                let (st, text) = u.call(path, &cfg.project_a, body).await?;
+                check(format!("user token (no user named) {path}"), st, &text, &marks_a, false);
+            }
+            for (tool, args) in mcp_probes(event) {
+                let (st, text) = u.mcp(&cfg.project_a, &coll, user, tool, args).await?;
+                check(format!("user token→{user} mcp {tool}"), st, &text, &marks_a, false);
+            }
+        }
     }
     // Everything planted is still there for its owner.
     for (t, user, mark) in [(&a, &ua1, &mark_a1), (&a, &ua2, &mark_a2), (&b, &ub, &mark_b)] {

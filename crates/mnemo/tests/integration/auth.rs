@@ -95,7 +95,7 @@ fn the_isolation_selftest_finds_no_leak() {
     let cfg = dir.path().join("m.yaml");
     std::fs::write(
         &cfg,
-        "session:\n  poll_interval_ms: 50\nserver:\n  api_keys:\n    - {key: aaaaaaaaaaaaaaaaaaaaaaaa, projects: [alpha]}\n    - {key: bbbbbbbbbbbbbbbbbbbbbbbb, projects: [beta]}\n",
+        "session:\n  poll_interval_ms: 50\nserver:\n  api_keys:\n    - {key: aaaaaaaaaaaaaaaaaaaaaaaa, projects: [alpha]}\n    - {key: bbbbbbbbbbbbbbbbbbbbbbbb, projects: [beta]}\n    - {key: rrrrrrrrrrrrrrrrrrrrrrrr, projects: [alpha], scopes: [read]}\n    - {key: uuuuuuuuuuuuuuuuuuuuuuuu, projects: [alpha], scopes: [read, write], user_id: carol}\n",
     )
     .unwrap();
     let s = Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &[]).unwrap();
@@ -110,6 +110,10 @@ fn the_isolation_selftest_finds_no_leak() {
             "bbbbbbbbbbbbbbbbbbbbbbbb",
             "--project-b",
             "beta",
+            "--read-key-a",
+            "rrrrrrrrrrrrrrrrrrrrrrrr",
+            "--user-token-a",
+            "uuuuuuuuuuuuuuuuuuuuuuuu",
         ])
         .output()
         .unwrap();
