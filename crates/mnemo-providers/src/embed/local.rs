@@ -27,6 +27,10 @@ static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, String>> = On
 pub struct LocalUseEmbedder {
     sessions: Arc<Mutex<Vec<Session>>>,
     available: Arc<tokio::sync::Semaphore>,
+    /// Query embeddings (searches) may hold all sessions but one, so writes always find a
+    /// session; past a bounded number of waiting queries, a query is refused at once and the
+    /// search degrades to full text instead of queueing without end.
+    queries: Arc<QueryGate>,
     tokenizer: Arc<Tokenizer>,
 }
 
@@ -94,6 +98,7 @@ impl LocalUseEmbedder {
         Ok(Self {
             sessions: Arc::new(Mutex::new(pool)),
             available: Arc::new(tokio::sync::Semaphore::new(n)),
+            queries: Arc::new(QueryGate::new(n, MAX_WAITING_QUERIES)),
             tokenizer: Arc::new(tokenizer),
         })
     }
@@ -147,7 +152,11 @@ impl Embedder for LocalUseEmbedder {
         DIMENSION
     }
 
-    async fn embed(&self, texts: &[String], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let _query = match kind {
+            EmbedKind::Query => Some(self.queries.enter().await?),
+            EmbedKind::Document => None,
+        };
         let _permit = self.available.acquire().await.map_err(|_| EmbedError::Permanent("embedder closed".into()))?;
         let (sessions, tokenizer, texts) = (self.sessions.clone(), self.tokenizer.clone(), texts.to_vec());
         tokio::task::spawn_blocking(move || {
@@ -164,9 +173,69 @@ impl Embedder for LocalUseEmbedder {
     }
 }
 
+/// Queries waiting for a session at most; more are refused at once (the search then runs on full
+/// text alone).
+const MAX_WAITING_QUERIES: usize = 64;
+
+/// Admission of query embeddings: at most `sessions − 1` at a time (all of them with one
+/// session), at most `max_waiting` waiting.
+pub struct QueryGate {
+    running: tokio::sync::Semaphore,
+    waiting: std::sync::atomic::AtomicUsize,
+    max_waiting: usize,
+}
+
+impl QueryGate {
+    pub fn new(sessions: usize, max_waiting: usize) -> Self {
+        Self {
+            running: tokio::sync::Semaphore::new(sessions.saturating_sub(1).max(1)),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            max_waiting,
+        }
+    }
+
+    /// Waits for a query slot, or refuses at once when too many queries are waiting already.
+    pub async fn enter(&self) -> Result<tokio::sync::SemaphorePermit<'_>, EmbedError> {
+        use std::sync::atomic::Ordering;
+        if let Ok(p) = self.running.try_acquire() {
+            return Ok(p);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(EmbedError::Transient(format!(
+                "query embedding: {} queries already waiting; searching full text only",
+                self.max_waiting
+            )));
+        }
+        let p = self.running.acquire().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        p.map_err(|_| EmbedError::Permanent("embedder closed".into()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn queries_leave_a_session_to_writes_and_wait_in_a_bounded_queue() {
+        let gate = Arc::new(QueryGate::new(2, 2));
+        let first = gate.enter().await.unwrap(); // of 2 sessions, queries may hold 1
+        assert!(gate.running.try_acquire().is_err(), "the second session stays for documents");
+        // Two queries may wait; the third is refused at once.
+        let (g1, g2) = (gate.clone(), gate.clone());
+        let w1 = tokio::spawn(async move { g1.enter().await.map(drop) });
+        let w2 = tokio::spawn(async move { g2.enter().await.map(drop) });
+        while gate.waiting.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert!(matches!(gate.enter().await, Err(EmbedError::Transient(_))));
+        drop(first);
+        assert!(w1.await.unwrap().is_ok() && w2.await.unwrap().is_ok(), "waiting queries run when a slot frees");
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // One session: queries may use it (documents then wait their turn like before).
+        assert!(QueryGate::new(1, 4).enter().await.is_ok());
+    }
 
     fn embedder() -> LocalUseEmbedder {
         let dir = find_model_dir(None).expect("run ./scripts/setup-model first (./scripts/test does)");
