@@ -164,7 +164,16 @@ impl Service {
         let qv = match self.embed_one(query, EmbedKind::Query).await {
             Ok(v) => Some(v),
             Err(e) => {
-                tracing::warn!(error = %e, "query embedding failed; searching full text only");
+                // Expected under overload (the embedder's query queue is full) as well as in an
+                // outage: say so at most every 10 s, not once per search.
+                static LAST_WARN: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
+                let last = LAST_WARN.load(std::sync::atomic::Ordering::Relaxed);
+                if now.saturating_sub(last) >= 10_000 {
+                    LAST_WARN.store(now, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(error = %e, "query embedding failed; searching full text only (repeats muted for 10 s)");
+                } else {
+                    tracing::debug!(error = %e, "query embedding failed; searching full text only");
+                }
                 None
             }
         };
