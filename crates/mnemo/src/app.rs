@@ -27,7 +27,14 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
                     find_model_dir(e.model_dir.as_deref()).map_err(anyhow::Error::msg)?
                 }
             };
-            Arc::new(LocalUseEmbedder::open(&dir, e.sessions.max(1)).map_err(anyhow::Error::msg)?)
+            Arc::new(
+                LocalUseEmbedder::open(&dir, e.sessions.max(1)).map_err(anyhow::Error::msg)?.with_max_waiting_queries(
+                    match e.max_waiting_queries {
+                        0 => usize::MAX,
+                        n => n,
+                    },
+                ),
+            )
         }
         "openai" => {
             let need = |v: &Option<String>, k: &str| {

@@ -100,6 +100,9 @@ pub struct EmbeddingConfig {
     pub model_dir: Option<PathBuf>,
     /// local: parallel inference sessions (one thread each).
     pub sessions: usize,
+    /// local: searches waiting for the model at most; past it a search runs on full text alone
+    /// instead of queueing (0: never fall back — searches always wait for their embedding).
+    pub max_waiting_queries: usize,
     /// openai: e.g. http://127.0.0.1:11434/v1
     pub base_url: Option<String>,
     pub model: Option<String>,
@@ -114,6 +117,7 @@ impl Default for EmbeddingConfig {
             provider: "local".into(),
             model_dir: None,
             sessions: 2,
+            max_waiting_queries: mnemo_providers::embed::local::MAX_WAITING_QUERIES,
             base_url: None,
             model: None,
             dimension: None,

@@ -103,6 +103,14 @@ impl LocalUseEmbedder {
         })
     }
 
+    /// How many query embeddings may wait for a session before a search falls back to full text
+    /// alone (`usize::MAX`: they always wait).
+    pub fn with_max_waiting_queries(mut self, max_waiting: usize) -> Self {
+        let n = self.sessions.lock().expect("session pool").len();
+        self.queries = Arc::new(QueryGate::new(n, max_waiting));
+        self
+    }
+
     fn token_ids(tokenizer: &Tokenizer, text: &str) -> Result<Vec<i32>, EmbedError> {
         let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let enc = tokenizer.encode(collapsed, false).map_err(|e| EmbedError::Permanent(format!("tokenizing: {e}")))?;
@@ -173,9 +181,9 @@ impl Embedder for LocalUseEmbedder {
     }
 }
 
-/// Queries waiting for a session at most; more are refused at once (the search then runs on full
-/// text alone).
-const MAX_WAITING_QUERIES: usize = 64;
+/// Queries waiting for a session at most by default; more are refused at once (the search then
+/// runs on full text alone). `with_max_waiting_queries` changes it.
+pub const MAX_WAITING_QUERIES: usize = 64;
 
 /// Admission of query embeddings: at most `sessions − 1` at a time (all of them with one
 /// session), at most `max_waiting` waiting.
