@@ -93,11 +93,7 @@ pub struct AppState {
 impl AppState {
     fn metrics_key_matches(&self, headers: &axum::http::HeaderMap) -> bool {
         let Some(want) = &self.metrics_key else { return false };
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|got| constant_time_eq(got.trim().as_bytes(), want.as_bytes()))
+        bearer(headers).is_some_and(|got| constant_time_eq(got.as_bytes(), want.as_bytes()))
     }
 
     /// Who is calling: open without configured keys, else the holder of a valid bearer key.
@@ -105,18 +101,9 @@ impl AppState {
         if self.keys.is_empty() {
             return Ok(Principal::Open);
         }
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    request_id,
-                    "Authorization: a `Bearer <key>` header is required",
-                )
-            })?;
+        let bearer = bearer(headers).ok_or_else(|| {
+            ApiError::new(StatusCode::UNAUTHORIZED, request_id, "Authorization: a `Bearer <key>` header is required")
+        })?;
         self.keys
             .iter()
             .find(|key| constant_time_eq(key.key.as_bytes(), bearer.as_bytes()))
@@ -312,6 +299,15 @@ fn with_id(mut resp: Response, request_id: &str) -> Response {
         resp.headers_mut().insert("x-request-id", v);
     }
     resp
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
