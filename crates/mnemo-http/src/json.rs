@@ -63,6 +63,11 @@ where
                         project: v.get("project_name").and_then(|p| p.as_str()).unwrap_or("default").into(),
                         collection: v.get("collection_name").and_then(|c| c.as_str()).unwrap_or_default().into(),
                     };
+                    // The project first: a conversation of a project the key may not use is not
+                    // looked up at all (its existence would show in the answer).
+                    ctx.principal
+                        .check_project(&t.project)
+                        .map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
                     // A new conversation becomes the user's; an existing one must already be.
                     match state.service.conversation_owner(&t, &conv).await {
                         Ok(None) => {}

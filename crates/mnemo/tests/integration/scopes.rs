@@ -209,3 +209,33 @@ async fn an_end_user_token_is_confined_to_its_user() {
     let v = mcp("alice").await;
     assert!(!v["result"]["content"][0]["text"].as_str().unwrap().contains("4711"), "{v}");
 }
+
+/// An end-user token asking about a conversation in a project its key may not use is refused for
+/// the project, before any lookup (the answer says nothing about that conversation).
+#[tokio::test]
+async fn an_end_user_token_learns_nothing_about_other_projects() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mnemo.yaml");
+    std::fs::write(
+        &cfg,
+        "server:\n  api_keys:\n    - {key_env: EP_ALL}\n    - {key_env: EP_ALICE, projects: [p], user_id: alice}\n",
+    )
+    .unwrap();
+    let (all, alice) = ("all-projects-key-0123456789", "alice-token-0123456789");
+    let s =
+        Server::spawn(&cfg, &dir.path().join("data"), "127.0.0.1:0", &[("EP_ALL", all), ("EP_ALICE", alice)]).unwrap();
+    let body = json!({"project_name": "q", "collection_name": "c", "conversation_id": "bob-chat",
+                      "messages": [{"role": "user", "content": "hi"}], "metadata": {"user_id": "bob"}});
+    assert_eq!(call(&s, all, "session/streaming_write", body).await.0, 200);
+    for conv in ["bob-chat", "no-such-chat"] {
+        let (st, v) = call(
+            &s,
+            alice,
+            "get_context",
+            json!({"project_name": "q", "collection_name": "c", "conversation_id": conv}),
+        )
+        .await;
+        assert_eq!(st, 403, "{v}");
+        assert!(v["message"].as_str().unwrap().starts_with("project_name:"), "the same refusal either way: {v}");
+    }
+}
