@@ -26,7 +26,14 @@ pub trait Embedder: Send + Sync + 'static {
     /// Identifies the model and its preprocessing, e.g. `use-multilingual-v3-int8`.
     fn model_id(&self) -> &str;
     fn dimension(&self) -> usize;
-    /// One unit-length vector per text, in order.
+    /// Added to a query's dot product with a stored vector to make the cosine the search fuses
+    /// and thresholds (a model whose cosines are compressed maps them onto [0,1] this way; the
+    /// scale is in the query vector). 0 for a plain cosine.
+    fn query_offset(&self, _query: &str) -> f32 {
+        0.0
+    }
+    /// One vector per text, in order: stored vectors (`Document`) have unit length; a query's
+    /// dot product with them, plus `query_offset`, is its similarity.
     async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError>;
 }
 

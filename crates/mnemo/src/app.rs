@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{ExtractionPolicy, RetrievalConfig, ServiceConfig};
 use mnemo_core::{Clock, Embedder, Extractor, Extractors, Service, Store};
-use mnemo_providers::embed::{LocalUseEmbedder, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
+use mnemo_providers::embed::{LocalEmbedder, LocalModel, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
 use mnemo_providers::{FaultInjectingExtractor, JsonMode, LlmConfig, LlmExtractor, RulesConfig, RulesExtractor};
 use mnemo_store::{Durability, SqliteOptions, SqliteStore};
 use std::net::SocketAddr;
@@ -19,16 +19,17 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
     let e = &cfg.embedding;
     Ok(match e.provider.as_str() {
         "local" => {
-            let dir = match find_model_dir(e.model_dir.as_deref()) {
+            let model = LocalModel::parse(&e.local_model).map_err(anyhow::Error::msg)?;
+            let dir = match find_model_dir(e.model_dir.as_deref(), model) {
                 Ok(d) => d,
                 Err(missing) => {
                     install_model_from_checkout(e.model_dir.is_none())
                         .map_err(|_| anyhow::Error::msg(missing.clone()))?;
-                    find_model_dir(e.model_dir.as_deref()).map_err(anyhow::Error::msg)?
+                    find_model_dir(e.model_dir.as_deref(), model).map_err(anyhow::Error::msg)?
                 }
             };
             Arc::new(
-                LocalUseEmbedder::open(&dir, e.sessions.max(1)).map_err(anyhow::Error::msg)?.with_max_waiting_queries(
+                LocalEmbedder::open(&dir, model, e.sessions.max(1)).map_err(anyhow::Error::msg)?.with_max_waiting_queries(
                     match e.max_waiting_queries {
                         0 => usize::MAX,
                         n => n,

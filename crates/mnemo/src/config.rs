@@ -98,6 +98,10 @@ pub struct EmbeddingConfig {
     pub provider: String,
     /// local: where the model is (default: $MNEMO_MODEL_DIR, then ./models/use-m3 or beside the binary).
     pub model_dir: Option<PathBuf>,
+    /// local: `use-m3+e5-small` (the default: both models in one vector, mixed per query by
+    /// language) or `use-m3` (USE alone, the default before 0.5; `mnemo reindex` moves a data
+    /// directory from one to the other).
+    pub local_model: String,
     /// local: parallel inference sessions (one thread each).
     pub sessions: usize,
     /// local: searches waiting for the model at most; past it a search runs on full text alone
@@ -116,6 +120,7 @@ impl Default for EmbeddingConfig {
         Self {
             provider: "local".into(),
             model_dir: None,
+            local_model: "use-m3+e5-small".into(),
             sessions: 2,
             max_waiting_queries: mnemo_providers::embed::local::MAX_WAITING_QUERIES,
             base_url: None,

@@ -178,12 +178,13 @@ impl Service {
             }
         };
         let terms = crate::text::search_tokens(query);
+        let offset = self.embedder.query_offset(query);
         let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
         let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
             let mut out: Vec<ScoredEvent> = cands
                 .into_iter()
                 .filter_map(|cand| {
-                    let origin = ranking::fuse(cand.cosine, cand.bm25);
+                    let origin = ranking::fuse(cand.cosine.map(|c| c + offset), cand.bm25);
                     (origin >= threshold).then(|| {
                         let scores = ranking::score(origin, &cand.event, &c.schema, now, &req.decay, req.custom_weight);
                         let layer = layer.map(str::to_string).or_else(|| cand.event.scope.clone());

@@ -4,5 +4,5 @@
 pub mod local;
 pub mod openai;
 
-pub use local::{LocalUseEmbedder, find_model_dir};
+pub use local::{LocalEmbedder, LocalModel, find_model_dir};
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};

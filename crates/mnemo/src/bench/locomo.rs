@@ -242,13 +242,16 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
             ))
             .await?;
         results[2].2.push(t.elapsed().as_secs_f64() * 1000.0);
-        let cands = store
+        let mut cands = store
             .search_candidates(
                 coll.id,
                 filter.clone(),
                 CandidateQuery { vector: Some(qv.clone()), terms: mnemo_core::text::search_tokens(&q.question), k: 50 },
             )
             .await?;
+        // The similarity the search fuses: the dot product plus the model's query offset.
+        let offset = svc.embedder().query_offset(&q.question);
+        cands.iter_mut().for_each(|c| c.cosine = c.cosine.map(|v| v + offset));
         for (_, fuse, tally) in fusions.iter_mut() {
             let scores = fuse(&cands);
             let mut order: Vec<usize> = (0..cands.len()).collect();
@@ -329,7 +332,7 @@ fn fusion_variants() -> Vec<(String, Fusion, Tally)> {
         ));
     }
     // Convex combination of cosine and BM25 normalised by the best BM25 among the candidates.
-    for w in [0.5, 0.6, 0.7, 0.8, 0.9] {
+    for w in [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9] {
         out.push((
             format!("convex text weight {w}"),
             Box::new(move |c: &[Candidate]| {
@@ -344,7 +347,7 @@ fn fusion_variants() -> Vec<(String, Fusion, Tally)> {
         ));
     }
     // The current shape with other constants.
-    for (tw, half) in [(0.8, 2.0), (0.8, 8.0), (0.9, 4.0), (0.7, 4.0)] {
+    for (tw, half) in [(0.8, 2.0), (0.8, 8.0), (0.9, 4.0), (0.7, 4.0), (0.6, 4.0), (0.5, 4.0), (0.5, 2.0), (0.4, 4.0)] {
         out.push((
             format!("max(v, {tw}·t + {:.1}·v), t = b/(b+{half})", 1.0 - tw),
             Box::new(move |c: &[Candidate]| {
@@ -354,6 +357,22 @@ fn fusion_variants() -> Vec<(String, Fusion, Tally)> {
                         let b = x.bm25.unwrap_or(0.0).max(0.0);
                         let t = b / (b + half);
                         v.max(tw * t + (1.0 - tw) * v)
+                    })
+                    .collect()
+            }),
+            Tally::default(),
+        ));
+    }
+    // Convex with the saturating BM25 (no per-query normalisation, no cosine floor).
+    for (tw, half) in [(0.5, 4.0), (0.6, 4.0), (0.5, 8.0)] {
+        out.push((
+            format!("{tw}·t + {:.1}·v, t = b/(b+{half})", 1.0 - tw),
+            Box::new(move |c: &[Candidate]| {
+                c.iter()
+                    .map(|x| {
+                        let v = x.cosine.map_or(0.0, |v| f64::from(v).clamp(0.0, 1.0));
+                        let b = x.bm25.unwrap_or(0.0).max(0.0);
+                        tw * b / (b + half) + (1.0 - tw) * v
                     })
                     .collect()
             }),

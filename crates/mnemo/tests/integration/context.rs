@@ -191,7 +191,7 @@ async fn a_server_with_another_embedding_model_refuses_existing_data() {
     )
     .unwrap();
     let err = Server::spawn(&cfg, &s.data, "127.0.0.1:0", &[]).err().expect("must refuse");
-    assert!(err.contains("use-multilingual-v3-int8") && err.contains("openai:tiny-test"), "{err}");
+    assert!(err.contains("use-m3+e5-small-int8") && err.contains("openai:tiny-test"), "{err}");
     // The same OpenAI-compatible model on a fresh directory works end to end.
     let fresh = Server::spawn(&cfg, &dir.path().join("fresh"), "127.0.0.1:0", &[]).unwrap();
     fresh.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "hello"}})).await;
