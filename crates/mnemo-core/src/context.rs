@@ -281,7 +281,24 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
         dropped += 1;
     }
     included.short_term.reverse();
+    // Once less room is left than the shortest event line takes (counted exactly: the running
+    // figure is an upper bound), the rest is left out without counting each line.
+    let no_room = std::cell::Cell::new(false);
+    let full = |whole: &dyn Fn() -> String| {
+        let b = budget.get();
+        if no_room.get() || max_tokens.saturating_sub(b.exact + b.pending) >= MIN_EVENT_LINE {
+            return no_room.get();
+        }
+        let n = TokenCounter::count(&whole());
+        budget.set(Budget { exact: n, pending: 0 });
+        no_room.set(max_tokens.saturating_sub(n) < MIN_EVENT_LINE);
+        no_room.get()
+    };
     for e in &c.intra_events {
+        if full(&|| build(&recap, &profile, &recent_rev, &intra, &cross)) {
+            dropped += 1;
+            continue;
+        }
         intra.push(event_line(e, l));
         if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), intra.last()) {
             included.intra_events.push(e.clone());
@@ -291,6 +308,10 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
         }
     }
     for e in &c.cross_events {
+        if full(&|| build(&recap, &profile, &recent_rev, &intra, &cross)) {
+            dropped += 1;
+            continue;
+        }
         cross.push(event_line(e, l));
         if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), cross.last()) {
             included.cross_events.push(e.clone());
@@ -326,6 +347,8 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
 /// Tokens reserved per admitted line beyond its own: the newline, and a section title when the
 /// line opens a section.
 const LINE_MARGIN: usize = 16;
+/// The fewest tokens an event line takes: its time and labels, a few words, the margin.
+const MIN_EVENT_LINE: usize = 24 + LINE_MARGIN;
 
 #[derive(Clone, Copy)]
 struct Budget {

@@ -47,7 +47,11 @@ pub trait Store: Send + Sync + 'static {
     async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection>;
     /// Every collection of every project (start-up checks).
     async fn all_collections(&self) -> StoreResult<Vec<Collection>>;
-    /// Records the embedding model a collection's vectors come from.
+    /// Records the embedding model a collection's vectors come from. When the collection had
+    /// another model recorded, its vectors are deleted in the same transaction (they are not
+    /// comparable with the new model's): `events_missing_vectors` then lists every event, and a
+    /// re-index refills them — a crash midway leaves a collection that search still serves (full
+    /// text for the events not yet re-embedded) and that the next re-index finishes.
     async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()>;
     async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>>;
     /// Deletes the collection and everything in it. Returns whether it existed.

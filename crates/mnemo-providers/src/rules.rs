@@ -5,8 +5,8 @@
 //! 2. **Chunk** by topic: user turns open exchanges; exchanges join a chunk until it would pass
 //!    `max_chunk_chars`, or until it has `min_chunk_chars` and the next exchange shares almost no
 //!    vocabulary with it (a topic shift).
-//! 3. **One event per chunk** (`event_v1`): an extractive summary of what the user said (plus the
-//!    assistant's first sentence when room is left), at most `summary_chars` characters;
+//! 3. **One event per chunk** (`event_v1`): the chunk's turns as "who: what" (speaker names kept,
+//!    a long turn cut to half the room), at most `summary_chars` (600) characters;
 //!    `original_messages` and the source message ids as provenance; the time of its first message.
 //! 4. **Profile** from first-person statements of the user in Chinese and English (我叫/我是/我住在/
 //!    我家宝宝…/我喜欢/我不喜欢…, "my name is", "I live in", "I like", "I don't like", "I prefer"…),
@@ -34,7 +34,7 @@ pub struct RulesConfig {
 
 impl Default for RulesConfig {
     fn default() -> Self {
-        Self { ignore_system: true, ignore_tools: true, min_chunk_chars: 200, max_chunk_chars: 500, summary_chars: 200 }
+        Self { ignore_system: true, ignore_tools: true, min_chunk_chars: 200, max_chunk_chars: 500, summary_chars: 600 }
     }
 }
 
@@ -233,41 +233,31 @@ fn mostly_chinese(text: &str) -> bool {
 
 // --------------------------------------------------------------------------------- summaries
 
+/// The event's text: every turn of the chunk as "who: what", in order. Names are kept (questions
+/// ask about people: "what did Caroline…"), nothing is paraphrased, and what a question may ask
+/// about — names, dates, objects — stays in the text that is shown, embedded and indexed. A long
+/// turn keeps its first half of `max_chars`; the whole stays within `max_chars`.
 fn summarize(chunk: &[Clean], max_chars: usize) -> Option<String> {
     let all = chunk.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join(" ");
     let zh = mostly_chinese(&all);
-    let user: Vec<&str> = chunk.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect();
-    let other = chunk.iter().find(|m| m.role != Role::User).map(|m| first_sentence(&m.content));
-    let (user_label, other_label, sep) =
-        if zh { ("用户：", "助手：", "；") } else { ("User: ", "Assistant: ", "; ") };
-    let mut s = String::new();
-    if !user.is_empty() {
-        s.push_str(user_label);
-        s.push_str(&user.join(" "));
-    }
-    if let Some(o) = other {
-        let room = max_chars.saturating_sub(s.chars().count());
-        if s.is_empty() || room > 20 {
-            if !s.is_empty() {
-                s.push_str(sep);
-            }
-            s.push_str(other_label);
-            s.push_str(o);
-        }
-    }
+    let (user_label, other_label, colon) = if zh { ("用户", "助手", "：") } else { ("User", "Assistant", ": ") };
+    let per_turn = (max_chars / 2).max(80);
+    let s = chunk
+        .iter()
+        .map(|m| {
+            let who = match m.name.filter(|n| !n.trim().is_empty()) {
+                Some(n) => n,
+                None if m.role == Role::User => user_label,
+                None => other_label,
+            };
+            format!("{who}{colon}{}", truncate_chars(&m.content, per_turn))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     if s.trim().is_empty() {
         return None;
     }
     Some(truncate_chars(&s, max_chars))
-}
-
-fn first_sentence(text: &str) -> &str {
-    let end = text
-        .char_indices()
-        .find(|&(i, c)| matches!(c, '。' | '！' | '？' | '!' | '?') || (c == '.' && text[i + 1..].starts_with(' ')))
-        .map(|(i, c)| i + c.len_utf8())
-        .unwrap_or(text.len());
-    &text[..end]
 }
 
 pub(crate) fn truncate_chars(s: &str, max: usize) -> String {

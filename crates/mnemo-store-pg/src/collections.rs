@@ -90,6 +90,13 @@ impl PgStore {
     pub(crate) async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
+        // Vectors of another model recorded before are not comparable: they go.
+        execute(
+            &tx,
+            "DELETE FROM event_vectors WHERE collection_id=$1 AND EXISTS (SELECT 1 FROM collections WHERE id=$1 AND embedding_model IS NOT NULL AND (embedding_model<>$2 OR embedding_dim IS DISTINCT FROM $3))",
+            &[&id, &model, &(dim as i64)],
+        )
+        .await?;
         execute(
             &tx,
             "UPDATE collections SET embedding_model=$2, embedding_dim=$3 WHERE id=$1",

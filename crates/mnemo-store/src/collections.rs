@@ -79,6 +79,12 @@ impl SqliteStore {
         let model = model.to_string();
         self.writer
             .write(move |conn| {
+                // Vectors of another model recorded before are not comparable: they go.
+                conn.execute(
+                    "DELETE FROM event_vectors WHERE collection_id=?1 AND EXISTS (SELECT 1 FROM collections WHERE id=?1 AND embedding_model IS NOT NULL AND (embedding_model<>?2 OR embedding_dim IS NOT ?3))",
+                    params![id, model, dim],
+                )
+                .map_err(backend)?;
                 conn.execute(
                     "UPDATE collections SET embedding_model=?2, embedding_dim=?3 WHERE id=?1",
                     params![id, model, dim],

@@ -282,6 +282,43 @@ pub async fn prepare(service: &Service) -> Result<()> {
     Ok(())
 }
 
+/// `mnemo reindex`: moves every collection indexed with another model to the configured one.
+pub async fn reindex(cfg: Config) -> Result<()> {
+    let service = build_service(&cfg, Arc::new(mnemo_core::SystemClock)).await?;
+    let model = service.embedder().model_id().to_string();
+    let todo = service.collections_to_reindex().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    if todo.is_empty() {
+        // A previous run may have stopped midway: its collections already name the new model.
+        let n = service.reindex_missing().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("every collection is indexed with {model}{}", if n > 0 { format!(" ({n} events embedded that had no vector)") } else { String::new() });
+        return Ok(());
+    }
+    for c in todo {
+        eprintln!(
+            "{}/{}: {} → {model}",
+            c.project_name,
+            c.collection_name,
+            c.embedding_model.as_deref().unwrap_or("?")
+        );
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  eta {eta}")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        let n = service
+            .reindex_collection(&c, |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e} (run `mnemo reindex` again to resume)"))?;
+        bar.finish_and_clear();
+        println!("{}/{}: {n} events re-embedded with {model}", c.project_name, c.collection_name);
+    }
+    Ok(())
+}
+
 /// Refuses a non-loopback bind without API keys (secure by default).
 pub fn check_bind_security(addr: &SocketAddr, keys: &[mnemo_http::ApiKey]) -> Result<()> {
     if !addr.ip().is_loopback() && keys.is_empty() {

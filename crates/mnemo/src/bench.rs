@@ -8,6 +8,7 @@ pub mod crash;
 pub mod extraction;
 pub mod load;
 pub mod locomo;
+pub mod locomo_e2e;
 pub mod scale;
 pub mod scope;
 

@@ -38,6 +38,14 @@ enum Command {
     Demo,
     /// Print the OpenAPI 3 document of the HTTP API (committed as docs/openapi.json).
     Openapi,
+    /// Re-embed every collection indexed with another embedding model than the configured one
+    /// (e.g. after an upgrade changed the default), with progress; resumable. Stop the server
+    /// first when the store is SQLite.
+    Reindex {
+        /// Data directory (default: store.path of the config).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// An MCP server on stdio over the same store (for Claude Code, Cursor, Codex…).
     Mcp {
         /// Data directory (default ./mnemo-data).
@@ -284,6 +292,12 @@ fn main() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
+        Command::Reindex { data } => {
+            if let Some(d) = data {
+                cfg.store.path = d;
+            }
+            rt.block_on(app::reindex(cfg))
+        }
         Command::Openapi => {
             println!("{}", serde_json::to_string_pretty(&mnemo_http::openapi::document())?);
             Ok(())

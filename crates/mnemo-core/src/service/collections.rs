@@ -16,7 +16,7 @@ impl Service {
                 (None, _) => self.store.set_collection_embedding(c.id, model, dim).await?,
                 (m, d) => {
                     return Err(CoreError::Conflict(format!(
-                        "collection \"{}\" in project \"{}\" was indexed with embedding model {} ({} dims), but this server is configured with {model} ({dim} dims); vectors of different models are not comparable. Start with the collection's model, or use a new data directory.",
+                        "collection \"{}\" in project \"{}\" was indexed with embedding model {} ({} dims), but this server is configured with {model} ({dim} dims); vectors of different models are not comparable. Run `mnemo reindex` (same config) to re-embed it with {model}, or start with the collection's model (the previous local default: embedding.local_model: use-m3).",
                         c.collection_name,
                         c.project_name,
                         m.as_deref().unwrap_or("?"),
@@ -26,6 +26,45 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Collections whose vectors come from another model than this server's (`mnemo reindex`).
+    pub async fn collections_to_reindex(&self) -> CoreResult<Vec<Collection>> {
+        let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
+        Ok(self
+            .store
+            .all_collections()
+            .await?
+            .into_iter()
+            .filter(|c| c.embedding_model.as_deref().is_some_and(|m| m != model) || c.embedding_dim.is_some_and(|d| d != dim))
+            .collect())
+    }
+
+    /// Moves a collection to this server's model: records the model (which drops the old
+    /// vectors), then embeds every event, calling `progress(done, total)` after each batch.
+    /// Resumable: run again (or start the server, whose re-index loop does the same) and it
+    /// embeds what is still missing. Returns how many events were embedded.
+    pub async fn reindex_collection(&self, c: &Collection, mut progress: impl FnMut(usize, usize)) -> CoreResult<usize> {
+        let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
+        if c.embedding_model.as_deref() != Some(model) || c.embedding_dim != Some(dim) {
+            self.store.set_collection_embedding(c.id, model, dim).await?;
+        }
+        self.forget_collection(&Target { project: c.project_name.clone(), collection: c.collection_name.clone() });
+        let total = self.store.memory_stats(c.id, None, 1, self.now()).await?.total_events as usize;
+        let mut done = 0;
+        loop {
+            let events = self.store.events_missing_vectors(c.id, 64).await?;
+            if events.is_empty() {
+                break;
+            }
+            for e in &events {
+                let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
+                self.store.set_event_vector(c.id, &e.id, v).await?;
+                done += 1;
+            }
+            progress(done, total.max(done));
+        }
+        Ok(done)
     }
 
     /// Embeds events that have no vector yet (e.g. written by an older version). Returns how many.

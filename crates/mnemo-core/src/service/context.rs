@@ -67,10 +67,10 @@ impl Service {
         {
             return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters")));
         }
-        // A section can show at most what the budget holds (an event line is never under ~8
-        // tokens): ranking more candidates than that only costs time.
+        // A section can show at most what the budget holds (an event line, with its time and
+        // labels, is never under ~24 tokens): ranking more candidates than that only costs time.
         let mut req = req;
-        req.event_limit = req.event_limit.min((req.max_tokens / 8).max(1)).min(MAX_CONTEXT_EVENTS);
+        req.event_limit = req.event_limit.min((req.max_tokens / 24).max(1)).min(MAX_CONTEXT_EVENTS);
         let c = self.collection_for_read(&req.target).await?;
         let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();

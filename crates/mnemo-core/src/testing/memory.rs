@@ -524,9 +524,13 @@ impl Store for MemoryStore {
     }
 
     async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
-        if let Some(c) = self.lock().collections.get_mut(&id) {
-            c.embedding_model = Some(model.to_string());
-            c.embedding_dim = Some(dim);
+        let mut g = self.lock();
+        let Some(c) = g.collections.get_mut(&id) else { return Ok(()) };
+        let changed = c.embedding_model.as_ref().is_some_and(|m| m != model || c.embedding_dim != Some(dim));
+        c.embedding_model = Some(model.to_string());
+        c.embedding_dim = Some(dim);
+        if changed {
+            g.events.values_mut().filter(|r| r.collection_id == id).for_each(|r| r.vector = None);
         }
         Ok(())
     }

@@ -14,11 +14,10 @@ use crate::bench::percentile;
 use crate::config::Config;
 use anyhow::{Context, Result};
 use mnemo_core::model::*;
-use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{
-    AddEventRequest, ContextRequest, EventSearch, Include, IncomingMessage, Service, Target, WriteRequest,
+    AddEventRequest, EventSearch, Target,
 };
-use mnemo_core::{ExtractTrigger, SystemClock};
+use mnemo_core::SystemClock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -27,33 +26,35 @@ use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Deserialize)]
-struct Conversation {
-    conversation_id: String,
-    user_id: String,
-    sessions: Vec<Session>,
+pub(super) struct Conversation {
+    pub(super) conversation_id: String,
+    pub(super) user_id: String,
+    pub(super) sessions: Vec<Session>,
 }
 
 #[derive(Deserialize)]
-struct Session {
-    session_id: String,
-    time: String,
-    messages: Vec<Turn>,
+pub(super) struct Session {
+    pub(super) session_id: String,
+    pub(super) time: String,
+    pub(super) messages: Vec<Turn>,
 }
 
 #[derive(Deserialize)]
-struct Turn {
-    role: String,
-    speaker: String,
-    content: String,
-    turn_id: String,
+pub(super) struct Turn {
+    pub(super) role: String,
+    pub(super) speaker: String,
+    pub(super) content: String,
+    pub(super) turn_id: String,
 }
 
 #[derive(Deserialize)]
-struct Question {
-    conversation_id: String,
-    question: String,
-    category: String,
-    evidence_turn_ids: Vec<String>,
+pub(super) struct Question {
+    pub(super) conversation_id: String,
+    pub(super) question: String,
+    pub(super) category: String,
+    pub(super) evidence_turn_ids: Vec<String>,
+    #[serde(default)]
+    pub(super) answer: Option<String>,
 }
 
 fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
@@ -61,7 +62,7 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).context("parsing a line")).collect()
 }
 
-fn parse_time(s: &str) -> Result<i64> {
+pub(super) fn parse_time(s: &str) -> Result<i64> {
     let t = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").with_context(|| format!("time {s:?}"))?;
     Ok(t.and_utc().timestamp_millis())
 }
@@ -196,6 +197,12 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
     let (mut evidence_scores, mut noise_scores): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
     // Fusion variants over the same candidates (both signals, 50 each), for calibrating `fuse`.
     let mut fusions = fusion_variants();
+    // MNEMO_BENCH_DUMP=FILE: every question's candidates (turn, similarity, BM25) as JSON lines,
+    // for trying ranking ideas offline.
+    let mut dump = match std::env::var_os("MNEMO_BENCH_DUMP") {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
+        None => None,
+    };
     for q in &questions {
         let user = user_of.get(q.conversation_id.as_str()).context("question of an unknown conversation")?.to_string();
         let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
@@ -252,6 +259,15 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         // The similarity the search fuses: the dot product plus the model's query offset.
         let offset = svc.embedder().query_offset(&q.question);
         cands.iter_mut().for_each(|c| c.cosine = c.cosine.map(|v| v + offset));
+        if let Some(out) = dump.as_mut() {
+            use std::io::Write;
+            let rows: Vec<Value> = cands
+                .iter()
+                .map(|c| serde_json::json!([turn_of.get(&c.event.id), c.cosine, c.bm25]))
+                .collect();
+            let line = serde_json::json!({"q": q.question, "cat": q.category, "conv": q.conversation_id, "evidence": q.evidence_turn_ids, "cands": rows});
+            writeln!(out, "{line}")?;
+        }
         for (_, fuse, tally) in fusions.iter_mut() {
             let scores = fuse(&cands);
             let mut order: Vec<usize> = (0..cands.len()).collect();
@@ -267,15 +283,17 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
             evidence_scores.push(best);
         }
         let others: Vec<String> = user_of.values().filter(|u| **u != user).map(|u| u.to_string()).collect();
-        let noise = svc
-            .search_events(EventSearch::new(
-                target.clone(),
-                Some(q.question.clone()),
-                EventFilter { user_id: others, ..Default::default() },
-                1,
-            ))
-            .await?;
-        noise_scores.push(noise.first().map_or(0.0, |r| r.scores.origin_score));
+        if !others.is_empty() {
+            let noise = svc
+                .search_events(EventSearch::new(
+                    target.clone(),
+                    Some(q.question.clone()),
+                    EventFilter { user_id: others, ..Default::default() },
+                    1,
+                ))
+                .await?;
+            noise_scores.push(noise.first().map_or(0.0, |r| r.scores.origin_score));
+        }
         results[2]
             .1
             .entry(q.category.clone())
@@ -291,7 +309,7 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         report(name, tallies, lat);
     }
     if e2e {
-        end_to_end(&svc, &store, &convs, &questions, &cfg).await?;
+        super::locomo_e2e::run(&svc, &store, &convs, &questions).await?;
     }
     Ok(())
 }
@@ -406,108 +424,4 @@ fn calibration(evidence: &mut [f64], noise: &mut [f64]) {
         percentile(evidence, 0.1),
         percentile(evidence, 0.5)
     );
-}
-
-async fn end_to_end(
-    svc: &Arc<Service>,
-    store: &Arc<dyn mnemo_core::store::Store>,
-    convs: &[Conversation],
-    questions: &[Question],
-    _cfg: &Config,
-) -> Result<()> {
-    let target = Target { project: "default".into(), collection: "locomo_e2e".into() };
-    let t0 = Instant::now();
-    let mut msgs = 0usize;
-    for c in convs {
-        for s in &c.sessions {
-            let base = parse_time(&s.time)?;
-            let conv = format!("{}/{}", c.conversation_id, s.session_id);
-            for (i, m) in s.messages.iter().enumerate() {
-                let role = if m.role == "user" { Role::User } else { Role::Assistant };
-                svc.streaming_write(WriteRequest {
-                    project: target.project.clone(),
-                    collection: target.collection.clone(),
-                    conversation_id: conv.clone(),
-                    messages: vec![IncomingMessage {
-                        role,
-                        content: m.content.clone(),
-                        name: Some(m.speaker.clone()),
-                        time: Some(base + i as i64 * 1000),
-                        idempotency_key: Some(m.turn_id.clone()),
-                    }],
-                    trigger: ExtractTrigger::default(),
-                    meta: ConversationMeta { user_id: Some(c.user_id.clone()), ..Default::default() },
-                })
-                .await?;
-                msgs += 1;
-            }
-            // The session ends: close what is pending (what an idle timeout would do later).
-            svc.flush(&target, &conv).await?;
-        }
-    }
-    while svc.try_run_one().await? {}
-    println!("\nend to end: {msgs} turns written and extracted in {:.1} s", t0.elapsed().as_secs_f64());
-    // message id → turn id, from each conversation's sessions.
-    let coll = svc.collection_for_read(&target).await?;
-    let mut turn_of_msg: HashMap<i64, String> = HashMap::new();
-    let mut events = 0usize;
-    for c in convs {
-        for s in &c.sessions {
-            let conv = format!("{}/{}", c.conversation_id, s.session_id);
-            let info = store.conversation_info(coll.id, &conv).await?.context("conversation")?;
-            let mut stored = Vec::new();
-            for sess in &info.sessions {
-                let d = store.session_info(coll.id, &sess.session_id).await?.context("session")?;
-                events += d.events.len();
-                stored.extend(d.messages);
-            }
-            stored.sort_by_key(|m| m.message_id);
-            for (m, t) in stored.iter().zip(&s.messages) {
-                turn_of_msg.insert(m.message_id, t.turn_id.clone());
-            }
-        }
-    }
-    println!("rules extraction produced {events} events from {msgs} turns");
-    let user_of: HashMap<&str, &str> = convs.iter().map(|c| (c.conversation_id.as_str(), c.user_id.as_str())).collect();
-    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut lat = Vec::new();
-    let mut tokens = Vec::new();
-    for (i, q) in questions.iter().enumerate() {
-        let user = user_of[q.conversation_id.as_str()].to_string();
-        let t = Instant::now();
-        let out = svc
-            .get_context(ContextRequest {
-                target: target.clone(),
-                conversation_id: format!("question-{i}"),
-                query: Some(q.question.clone()),
-                event_filter: EventFilter { user_id: vec![user], ..Default::default() },
-                event_limit: 10,
-                decay: TimeDecay::NONE,
-                similarity_threshold: None,
-                profile_filter: ProfileFilter::default(),
-                profile_limit: 1,
-                max_tokens: 1200,
-                include: Include::default(),
-                locale: Some(mnemo_core::context::Locale::En),
-            })
-            .await?;
-        lat.push(t.elapsed().as_secs_f64() * 1000.0);
-        tokens.push(out.assembled.token_count as f64);
-        let ranked: Vec<HashSet<String>> = out
-            .assembled
-            .included
-            .cross_events
-            .iter()
-            .map(|e| e.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m).cloned()).collect())
-            .collect();
-        tallies.entry(q.category.clone()).or_default().add(&q.evidence_turn_ids, &ranked);
-    }
-    tokens.sort_by(|a, b| a.total_cmp(b));
-    println!("get_context: median {:.0} tokens of 1200", percentile(&tokens, 0.5));
-    report(
-        "end to end (streaming_write → rules → get_context, evidence in the provenance of the top 5 / 10 context events)",
-        &tallies,
-        &mut lat,
-    );
-    Ok(())
 }

@@ -199,3 +199,48 @@ async fn a_server_with_another_embedding_model_refuses_existing_data() {
         fresh.ok("event/search", json!({"collection_name": "c", "query": "hello", "filter": {"user_id": "u"}})).await;
     assert_eq!(r["count"], 1);
 }
+
+/// A data directory indexed with the previous default model (USE alone, `local_model: use-m3`,
+/// the same vectors and model id the previous release wrote) is refused by the new default with
+/// a pointer to `mnemo reindex`; `mnemo reindex` moves it over, and the server then answers
+/// from it with the new model.
+#[tokio::test]
+async fn a_data_directory_of_the_previous_model_is_reindexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_cfg, new_cfg, data) = (dir.path().join("old.yaml"), dir.path().join("new.yaml"), dir.path().join("data"));
+    std::fs::write(&old_cfg, "embedding:\n  local_model: use-m3\n").unwrap();
+    std::fs::write(&new_cfg, "").unwrap();
+    let mut old = Server::spawn(&old_cfg, &data, "127.0.0.1:0", &[]).unwrap();
+    for (u, s) in [("u", "用户对花生过敏"), ("u", "The user's daughter is learning to play the piano"), ("u", "Caroline went camping with her family in the mountains")] {
+        old.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": u, "memory_info": {"summary": s}})).await;
+    }
+    old.kill9();
+
+    let err = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).err().expect("the new default refuses the old vectors");
+    assert!(err.contains("use-multilingual-v3-int8") && err.contains("mnemo reindex"), "{err}");
+
+    let run = || {
+        std::process::Command::new(BIN)
+            .args(["reindex", "--config"])
+            .arg(&new_cfg)
+            .arg("--data")
+            .arg(&data)
+            .envs(store_env(&data))
+            .env("MNEMO_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("3 events re-embedded with use-m3+e5-small-int8"), "{stdout}");
+    let again = run();
+    assert!(String::from_utf8_lossy(&again.stdout).contains("every collection is indexed with"), "a second run has nothing to do");
+
+    let new = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
+    // Semantic matches (no shared words) in both directions need the new vectors.
+    let r = new.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
+    assert_eq!(r["event_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
+    let r = new.ok("event/search", json!({"collection_name": "c", "query": "她们去哪里露营了？", "filter": {"user_id": "u"}, "limit": 1})).await;
+    assert!(r["event_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
+}

@@ -1,0 +1,300 @@
+//! `mnemo bench locomo --e2e`: what a user's LLM would actually see. The turns go through
+//! `streaming_write` (default trigger) → rules extraction → `get_context` (a fresh conversation,
+//! query = the question, the conversation's user) at 600, 1,200 and 2,400 tokens with the event
+//! limit left to the budget (200: `min(limit, max_tokens/8)` events are ranked), and at 1,200
+//! tokens with limit 10 (the setting of the figures before 2026-12-01).
+//!
+//! - **present**: every evidence turn of the question is in the context — an event in it cites
+//!   the turn (provenance) *and* most (> 50 %) of the turn's words of 3+ letters appear in
+//!   `context_str`. A cited turn that the summary or the budget cut away does not count.
+//! - **cited**: provenance alone (what earlier versions reported), for comparison.
+//! - **answer**: the gold answer, normalised (case, punctuation, number words; dates as the
+//!   context writes them, `2023-05-07`; a list answer needs every item), appears in
+//!   `context_str`. Questions without an answer (adversarial) are left out of this column.
+
+use super::locomo::{Conversation, Question, parse_time};
+use crate::bench::percentile;
+use anyhow::{Context, Result};
+use mnemo_core::model::*;
+use mnemo_core::ranking::TimeDecay;
+use mnemo_core::service::{ContextRequest, Include, IncomingMessage, Service, Target, WriteRequest};
+use mnemo_core::ExtractTrigger;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// (max_tokens, event limit) per run.
+pub const RUNS: [(u32, u32); 4] = [(600, 200), (1200, 200), (2400, 200), (1200, 10)];
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    present: usize,
+    cited: usize,
+    answer: usize,
+    answerable: usize,
+    n: usize,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        self.present += o.present;
+        self.cited += o.cited;
+        self.answer += o.answer;
+        self.answerable += o.answerable;
+        self.n += o.n;
+    }
+
+    fn row(&self) -> String {
+        let r = |a: usize, n: usize| if n == 0 { "—".to_string() } else { format!("{:.3}", a as f64 / n as f64) };
+        format!("{} | {} | {} | {} | {}", r(self.present, self.n), r(self.cited, self.n), r(self.answer, self.answerable), self.n, self.answerable)
+    }
+}
+
+/// Lowercase words of letters and digits.
+pub fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+/// Whether most of a turn's words (those of 3+ letters, or all when it has none) are in `shown`.
+pub fn mostly_shown(turn: &str, shown: &HashSet<String>) -> bool {
+    let all = words(turn);
+    let long: Vec<&String> = all.iter().filter(|w| w.chars().count() >= 3).collect();
+    let ws: Vec<&String> = if long.is_empty() { all.iter().collect() } else { long };
+    if ws.is_empty() {
+        return true;
+    }
+    ws.iter().filter(|w| shown.contains(w.as_str())).count() * 2 > ws.len()
+}
+
+const MONTHS: [&str; 12] =
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
+const NUMBERS: [&str; 21] = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen",
+    "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
+];
+
+/// Words with number words as digits and dates as the context writes them (`2023 05 07`,
+/// `2023 05` for a month): "7 May 2023", "May 7, 2023" and "May 2023" all become ISO order.
+pub fn normalize(text: &str) -> String {
+    let ws: Vec<String> = words(text)
+        .into_iter()
+        .map(|w| NUMBERS.iter().position(|n| *n == w).map_or(w, |i| i.to_string()))
+        .collect();
+    let month = |w: &str| MONTHS.iter().position(|m| *m == w || (w.len() >= 3 && w.len() < m.len() && m.starts_with(w)));
+    let day = |w: &str| w.parse::<u32>().ok().filter(|d| (1..=31).contains(d));
+    let year = |w: &str| w.parse::<u32>().ok().filter(|y| (1900..=2100).contains(y));
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ws.len() {
+        let w = |k: usize| ws.get(i + k).map(String::as_str).unwrap_or("");
+        // 7 May 2023
+        if let (Some(d), Some(m), Some(y)) = (day(w(0)), month(w(1)), year(w(2))) {
+            out.push(format!("{y} {:02} {d:02}", m + 1));
+            i += 3;
+        // May 7 2023
+        } else if let (Some(m), Some(d), Some(y)) = (month(w(0)), day(w(1)), year(w(2))) {
+            out.push(format!("{y} {:02} {d:02}", m + 1));
+            i += 3;
+        // May 2023
+        } else if let (Some(m), Some(y)) = (month(w(0)), year(w(1))) {
+            out.push(format!("{y} {:02}", m + 1));
+            i += 2;
+        } else {
+            out.push(ws[i].clone());
+            i += 1;
+        }
+    }
+    out.join(" ")
+}
+
+/// Whether the gold answer is in the (normalised) context: the whole answer, or every item of a
+/// list answer ("pottery, camping, painting"), or — for a date relative to another date ("the
+/// week before 9 June 2023") — the dates it names.
+pub fn answer_in(answer: &str, context_norm: &str) -> bool {
+    let padded = format!(" {context_norm} ");
+    let has = |a: &str| {
+        let a = normalize(a);
+        !a.is_empty() && padded.contains(&format!(" {a} "))
+    };
+    if has(answer) {
+        return true;
+    }
+    let items: Vec<&str> =
+        answer.split([',', ';']).flat_map(|p| p.split(" and ")).map(str::trim).filter(|p| !p.is_empty()).collect();
+    if items.len() > 1 && items.iter().all(|i| has(i)) {
+        return true;
+    }
+    let dates: Vec<String> =
+        normalize(answer).split(' ').collect::<Vec<_>>().windows(3).filter(|w| w[0].len() == 4 && w[1].len() == 2 && w[2].len() == 2 && w.iter().all(|p| p.chars().all(|c| c.is_ascii_digit()))).map(|w| w.join(" ")).collect();
+    let relative = ["before", "after", "week", "weekend", "of"].iter().any(|r| words(answer).iter().any(|w| w == r));
+    relative && !dates.is_empty() && dates.iter().all(|d| padded.contains(&format!(" {d} ")))
+}
+
+pub(super) async fn run(
+    svc: &Arc<Service>,
+    store: &Arc<dyn mnemo_core::store::Store>,
+    convs: &[Conversation],
+    questions: &[Question],
+) -> Result<()> {
+    let target = Target { project: "default".into(), collection: "locomo_e2e".into() };
+    let t0 = Instant::now();
+    let mut msgs = 0usize;
+    for c in convs {
+        for s in &c.sessions {
+            let base = parse_time(&s.time)?;
+            let conv = format!("{}/{}", c.conversation_id, s.session_id);
+            for (i, m) in s.messages.iter().enumerate() {
+                let role = if m.role == "user" { Role::User } else { Role::Assistant };
+                svc.streaming_write(WriteRequest {
+                    project: target.project.clone(),
+                    collection: target.collection.clone(),
+                    conversation_id: conv.clone(),
+                    messages: vec![IncomingMessage {
+                        role,
+                        content: m.content.clone(),
+                        name: Some(m.speaker.clone()),
+                        time: Some(base + i as i64 * 1000),
+                        idempotency_key: Some(m.turn_id.clone()),
+                    }],
+                    trigger: ExtractTrigger::default(),
+                    meta: ConversationMeta { user_id: Some(c.user_id.clone()), ..Default::default() },
+                })
+                .await?;
+                msgs += 1;
+            }
+            // The session ends: close what is pending (what an idle timeout would do later).
+            svc.flush(&target, &conv).await?;
+        }
+    }
+    while svc.try_run_one().await? {}
+    println!("\nend to end: {msgs} turns written and extracted in {:.1} s", t0.elapsed().as_secs_f64());
+    // message id → turn id, from each conversation's sessions; turn id → its text.
+    let coll = svc.collection_for_read(&target).await?;
+    let mut turn_of_msg: HashMap<i64, String> = HashMap::new();
+    let mut text_of_turn: HashMap<String, String> = HashMap::new();
+    let mut events = 0usize;
+    for c in convs {
+        for s in &c.sessions {
+            let conv = format!("{}/{}", c.conversation_id, s.session_id);
+            let info = store.conversation_info(coll.id, &conv).await?.context("conversation")?;
+            let mut stored = Vec::new();
+            for sess in &info.sessions {
+                let d = store.session_info(coll.id, &sess.session_id).await?.context("session")?;
+                events += d.events.len();
+                stored.extend(d.messages);
+            }
+            stored.sort_by_key(|m| m.message_id);
+            for (m, t) in stored.iter().zip(&s.messages) {
+                turn_of_msg.insert(m.message_id, t.turn_id.clone());
+                // Turn ids repeat across conversations ("D1:3"): the text is keyed by both.
+                text_of_turn.insert(format!("{}/{}", c.conversation_id, t.turn_id), t.content.clone());
+            }
+        }
+    }
+    println!("rules extraction produced {events} events from {msgs} turns");
+    let user_of: HashMap<&str, &str> = convs.iter().map(|c| (c.conversation_id.as_str(), c.user_id.as_str())).collect();
+    for (max_tokens, event_limit) in RUNS {
+        let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+        let (mut lat, mut tokens) = (Vec::new(), Vec::new());
+        for (i, q) in questions.iter().enumerate() {
+            let user = user_of[q.conversation_id.as_str()].to_string();
+            let t = Instant::now();
+            let out = svc
+                .get_context(ContextRequest {
+                    target: target.clone(),
+                    conversation_id: format!("question-{i}"),
+                    query: Some(q.question.clone()),
+                    event_filter: EventFilter { user_id: vec![user], ..Default::default() },
+                    event_limit,
+                    decay: TimeDecay::NONE,
+                    similarity_threshold: None,
+                    profile_filter: ProfileFilter::default(),
+                    profile_limit: 1,
+                    max_tokens,
+                    include: Include::default(),
+                    locale: Some(mnemo_core::context::Locale::En),
+                })
+                .await?;
+            lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            tokens.push(out.assembled.token_count as f64);
+            // The turns cited by the events in the context, and the words the context shows.
+            let inc = &out.assembled.included;
+            let cited: HashSet<&str> = inc
+                .cross_events
+                .iter()
+                .chain(&inc.intra_events)
+                .flat_map(|e| e.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m).map(String::as_str)))
+                .collect();
+            let shown: HashSet<String> = words(&out.assembled.context_str).into_iter().collect();
+            let tally = tallies.entry(q.category.clone()).or_default();
+            if q.evidence_turn_ids.is_empty() {
+                continue;
+            }
+            tally.n += 1;
+            tally.cited += q.evidence_turn_ids.iter().all(|t| cited.contains(t.as_str())) as usize;
+            tally.present += q.evidence_turn_ids.iter().all(|t| {
+                cited.contains(t.as_str()) && text_of_turn.get(&format!("{}/{t}", q.conversation_id)).is_some_and(|text| mostly_shown(text, &shown))
+            }) as usize;
+            if std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
+                for t in q.evidence_turn_ids.iter().filter(|t| cited.contains(t.as_str())) {
+                    let text = text_of_turn.get(&format!("{}/{t}", q.conversation_id)).map(String::as_str).unwrap_or("");
+                    if !mostly_shown(text, &shown) {
+                        let ev: Vec<String> = inc
+                            .cross_events
+                            .iter()
+                            .filter(|e| e.event.source_message_ids.iter().any(|m| turn_of_msg.get(m) == Some(t)))
+                            .map(|e| e.event.text())
+                            .collect();
+                        println!("NOT SHOWN {t}: {text}\n  IN: {ev:?}");
+                    }
+                }
+            }
+            if let Some(a) = q.answer.as_deref().filter(|a| !a.trim().is_empty()) {
+                tally.answerable += 1;
+                tally.answer += answer_in(a, &normalize(&out.assembled.context_str)) as usize;
+            }
+        }
+        tokens.sort_by(|a, b| a.total_cmp(b));
+        lat.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "\nend to end at max_tokens {max_tokens}, event limit {event_limit}: get_context p50 {:.2} ms, p95 {:.2} ms; median {:.0} tokens used",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.95),
+            percentile(&tokens, 0.5)
+        );
+        println!("| category | present (cited + shown) | cited | answer in context | questions | with an answer |");
+        println!("| --- | --- | --- | --- | --- | --- |");
+        let mut total = Tally::default();
+        for (cat, t) in &tallies {
+            println!("| {cat} | {} |", t.row());
+            total.add(t);
+        }
+        println!("| **overall** | {} |", total.row());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_found_in_the_forms_the_context_writes() {
+        let ctx = normalize("- [created]2023-05-08 13:56:00 [content]Caroline: I went to two LGBTQ support groups; pottery and camping!");
+        assert!(answer_in("2 groups", &ctx) || answer_in("two", &ctx));
+        assert!(answer_in("pottery, camping", &ctx));
+        assert!(!answer_in("pottery, swimming", &ctx));
+        assert!(answer_in("The week before 8 May 2023", &ctx), "a relative date needs its anchor date");
+        assert!(!answer_in("7 May 2023", &ctx));
+        assert!(answer_in("May 8, 2023", &normalize("on 2023-05-08")));
+        assert_eq!(normalize("7 May 2023"), "2023 05 07");
+        assert_eq!(normalize("June 2023"), "2023 06");
+    }
+
+    #[test]
+    fn a_turn_is_shown_when_most_of_its_words_are() {
+        let shown: HashSet<String> = words("Caroline: I went to a LGBTQ support group yesterday").into_iter().collect();
+        assert!(mostly_shown("I went to a LGBTQ support group yesterday and it was so powerful", &shown));
+        assert!(!mostly_shown("The transgender stories were inspiring and I felt accepted by everyone there", &shown));
+    }
+}
