@@ -196,6 +196,9 @@ enum BenchCommand {
         /// Also run the end-to-end figure (streaming_write → rules extraction → get_context).
         #[arg(long)]
         e2e: bool,
+        /// Only the end-to-end figure (implies --e2e).
+        #[arg(long)]
+        e2e_only: bool,
     },
     /// Extraction quality on a labelled zh + en set: the rules baseline, and a real model with --llm-url.
     Extraction {
@@ -374,7 +377,9 @@ fn main() -> Result<()> {
             rt.block_on(bench::scale::run(&sizes, users.max(1), stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
-        Command::Bench { which: BenchCommand::Locomo { dir, e2e } } => rt.block_on(bench::locomo::run(&dir, e2e, cfg)),
+        Command::Bench { which: BenchCommand::Locomo { dir, e2e, e2e_only } } => {
+            rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, cfg))
+        }
         Command::Bench {
             which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count, stores },
         } => rt.block_on(bench::run(

@@ -132,7 +132,7 @@ fn report(name: &str, tallies: &BTreeMap<String, Tally>, lat: &mut [f64]) {
     println!("| **overall** | {} |", total.row());
 }
 
-pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
+pub async fn run(dir: &Path, e2e: bool, e2e_only: bool, mut cfg: Config) -> Result<()> {
     let convs: Vec<Conversation> = read_jsonl(&dir.join("conversations.jsonl"))?;
     let questions: Vec<Question> = read_jsonl(&dir.join("questions.jsonl"))?;
     let tmp = tempfile::tempdir()?;
@@ -150,6 +150,9 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
         svc.embedder().model_id()
     );
 
+    if e2e_only {
+        return super::locomo_e2e::run(&svc, &store, &convs, &questions).await;
+    }
     // ---- ingest every turn as an event
     let t0 = Instant::now();
     let mut turn_of: HashMap<String, String> = HashMap::new();
@@ -299,6 +302,10 @@ pub async fn run(dir: &Path, e2e: bool, mut cfg: Config) -> Result<()> {
             .entry(q.category.clone())
             .or_default()
             .add(&q.evidence_turn_ids, &to_turns(found.into_iter().map(|r| r.event.id).collect()));
+    }
+    if let Some(mut out) = dump.take() {
+        use std::io::Write;
+        out.flush()?;
     }
     calibration(&mut evidence_scores, &mut noise_scores);
     println!("\nfusion variants over the same 50+50 candidates (all@5 | all@10 | share@5 | share@10 | n):");

@@ -112,15 +112,25 @@ pub fn normalize(text: &str) -> String {
 /// week before 9 June 2023") — the dates it names.
 pub fn answer_in(answer: &str, context_norm: &str) -> bool {
     let padded = format!(" {context_norm} ");
+    // Chinese has no spaces between words: there a normalised answer only has to be a substring.
+    let cjk = |s: &str| s.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+    let unspaced = context_norm.replace(' ', "");
     let has = |a: &str| {
         let a = normalize(a);
+        if cjk(&a) {
+            return unspaced.contains(&a.replace(' ', ""));
+        }
         !a.is_empty() && padded.contains(&format!(" {a} "))
     };
     if has(answer) {
         return true;
     }
-    let items: Vec<&str> =
-        answer.split([',', ';']).flat_map(|p| p.split(" and ")).map(str::trim).filter(|p| !p.is_empty()).collect();
+    let items: Vec<&str> = answer
+        .split([',', ';', '，', '、', '；', '（', '）', '(', ')'])
+        .flat_map(|p| p.split(" and "))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     if items.len() > 1 && items.iter().all(|i| has(i)) {
         return true;
     }
@@ -235,6 +245,9 @@ pub(super) async fn run(
             tally.present += q.evidence_turn_ids.iter().all(|t| {
                 cited.contains(t.as_str()) && text_of_turn.get(&format!("{}/{t}", q.conversation_id)).is_some_and(|text| mostly_shown(text, &shown))
             }) as usize;
+            if i == 3 && std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
+                println!("CONTEXT for {:?}:\n{}", q.question, out.assembled.context_str);
+            }
             if std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
                 for t in q.evidence_turn_ids.iter().filter(|t| cited.contains(t.as_str())) {
                     let text = text_of_turn.get(&format!("{}/{t}", q.conversation_id)).map(String::as_str).unwrap_or("");
@@ -289,6 +302,8 @@ mod tests {
         assert!(answer_in("May 8, 2023", &normalize("on 2023-05-08")));
         assert_eq!(normalize("7 May 2023"), "2023 05 07");
         assert_eq!(normalize("June 2023"), "2023 06");
+        let zh = normalize("- [创建时间]2025-03-16 21:00:00 [内容]王芳：上次说的奶粉，我们换成了羊奶粉，朵朵胀气好多了。");
+        assert!(answer_in("羊奶粉", &zh) && answer_in("羊奶粉，胀气", &zh) && !answer_in("牛奶粉", &zh));
     }
 
     #[test]
