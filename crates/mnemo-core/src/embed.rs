@@ -32,6 +32,11 @@ pub trait Embedder: Send + Sync + 'static {
     fn query_offset(&self, _query: &str) -> f32 {
         0.0
     }
+    /// The similarity of two stored vectors at or above which their texts are the same memory
+    /// (extraction's dedup), unless configured.
+    fn duplicate_similarity(&self) -> f32 {
+        0.9
+    }
     /// One vector per text, in order: stored vectors (`Document`) have unit length; a query's
     /// dot product with them, plus `query_offset`, is its similarity.
     async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError>;

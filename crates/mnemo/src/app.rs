@@ -180,7 +180,9 @@ pub fn service_on(
             secrets: cfg.redaction.secrets,
         },
         extraction: ExtractionPolicy {
-            dedup_similarity: (e.dedup_similarity > 0.0).then_some(e.dedup_similarity.min(1.0)),
+            dedup_similarity: Some(e.dedup_similarity.unwrap_or_else(|| embedder.duplicate_similarity()))
+                .filter(|t| *t > 0.0)
+                .map(|t| t.min(1.0)),
             utc_offset: mnemo_core::dates::parse_offset(&e.utc_offset).with_context(|| {
                 format!("extraction.utc_offset: must look like +08:00, -05:30 or UTC, got {:?}", e.utc_offset)
             })?,

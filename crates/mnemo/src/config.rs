@@ -302,8 +302,9 @@ pub struct ExtractionConfig {
     pub max_requeues: u32,
     /// A new event whose embedding is at least this similar to one of the user's events of the
     /// same type refreshes it instead of being added; 0 turns similarity dedup off (exact text
-    /// duplicates still merge).
-    pub dedup_similarity: f32,
+    /// duplicates still merge). Unset: the embedding model's own figure (0.93 for the local
+    /// pair, whose stored vectors are closer for like texts; 0.9 otherwise).
+    pub dedup_similarity: Option<f32>,
     /// The users' UTC offset (e.g. "+08:00"), for resolving "yesterday" / 昨天.
     pub utc_offset: String,
     /// Tokens a project's LLM extraction may spend per UTC day; 0: no limit. Jobs over budget
@@ -336,7 +337,7 @@ impl Default for ExtractionConfig {
             breaker_open_secs: 30,
             recover_interval_secs: 300,
             max_requeues: 3,
-            dedup_similarity: 0.9,
+            dedup_similarity: None,
             utc_offset: "+00:00".into(),
             daily_token_budget: 0,
             project_token_budgets: Default::default(),

@@ -321,6 +321,17 @@ impl Embedder for LocalEmbedder {
         }
     }
 
+    /// Stored pair vectors of like texts are closer than USE's alone (e5 puts texts that share a
+    /// template at ≈ 0.98): measured pairs — "…bees number 3" / "…bees number 5" 0.914 (USE
+    /// alone 0.843), "allergic to peanuts" / "has a peanut allergy" 0.936 (0.891), 绿茶 / 乌龙茶
+    /// 0.888 (0.805).
+    fn duplicate_similarity(&self) -> f32 {
+        match self.model {
+            LocalModel::Use => 0.9,
+            LocalModel::UseE5 => 0.93,
+        }
+    }
+
     fn query_offset(&self, query: &str) -> f32 {
         match self.model {
             LocalModel::Use => 0.0,

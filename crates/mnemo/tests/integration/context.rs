@@ -240,7 +240,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
     let new = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
     // Semantic matches (no shared words) in both directions need the new vectors.
     let r = new.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
-    assert_eq!(r["event_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
+    assert_eq!(r["result_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
     let r = new.ok("event/search", json!({"collection_name": "c", "query": "她们去哪里露营了？", "filter": {"user_id": "u"}, "limit": 1})).await;
-    assert!(r["event_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
+    assert!(r["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
 }

@@ -20,9 +20,11 @@ async fn replicas_share_the_work_and_survive_a_sigkill_mid_job() {
     let dir = tempfile::tempdir().unwrap();
     let (cfg, data) = (dir.path().join("m.yaml"), dir.path().join("data"));
     // A slow extractor (1.5 s per job), short leases renewed by each replica's heartbeat.
+    // Similarity dedup is off: the sessions' texts differ only in a number ("…bees number 3"),
+    // which the embedding model rightly finds near-identical; exact-text dedup stays on.
     std::fs::write(
         &cfg,
-        "session:\n  poll_interval_ms: 50\nextraction:\n  workers: 2\n  retry_base_ms: 200\n  job_lease_secs: 3\n  fault_injection:\n    delay_ms: 1500\n",
+        "session:\n  poll_interval_ms: 50\nextraction:\n  workers: 2\n  retry_base_ms: 200\n  job_lease_secs: 3\n  dedup_similarity: 0\n  fault_injection:\n    delay_ms: 1500\n",
     )
     .unwrap();
     // Same data path: the same database schema for all three.
