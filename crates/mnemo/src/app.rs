@@ -29,12 +29,12 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
                 }
             };
             Arc::new(
-                LocalEmbedder::open(&dir, model, e.sessions.max(1)).map_err(anyhow::Error::msg)?.with_max_waiting_queries(
-                    match e.max_waiting_queries {
+                LocalEmbedder::open(&dir, model, e.sessions.max(1))
+                    .map_err(anyhow::Error::msg)?
+                    .with_max_waiting_queries(match e.max_waiting_queries {
                         0 => usize::MAX,
                         n => n,
-                    },
-                ),
+                    }),
             )
         }
         "openai" => {
@@ -292,7 +292,10 @@ pub async fn reindex(cfg: Config) -> Result<()> {
     if todo.is_empty() {
         // A previous run may have stopped midway: its collections already name the new model.
         let n = service.reindex_missing().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!("every collection is indexed with {model}{}", if n > 0 { format!(" ({n} events embedded that had no vector)") } else { String::new() });
+        println!(
+            "every collection is indexed with {model}{}",
+            if n > 0 { format!(" ({n} events embedded that had no vector)") } else { String::new() }
+        );
         return Ok(());
     }
     for c in todo {

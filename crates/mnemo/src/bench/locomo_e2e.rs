@@ -15,10 +15,10 @@
 use super::locomo::{Conversation, Question, parse_time};
 use crate::bench::percentile;
 use anyhow::{Context, Result};
+use mnemo_core::ExtractTrigger;
 use mnemo_core::model::*;
 use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{ContextRequest, Include, IncomingMessage, Service, Target, WriteRequest};
-use mnemo_core::ExtractTrigger;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,7 +46,14 @@ impl Tally {
 
     fn row(&self) -> String {
         let r = |a: usize, n: usize| if n == 0 { "—".to_string() } else { format!("{:.3}", a as f64 / n as f64) };
-        format!("{} | {} | {} | {} | {}", r(self.present, self.n), r(self.cited, self.n), r(self.answer, self.answerable), self.n, self.answerable)
+        format!(
+            "{} | {} | {} | {} | {}",
+            r(self.present, self.n),
+            r(self.cited, self.n),
+            r(self.answer, self.answerable),
+            self.n,
+            self.answerable
+        )
     }
 }
 
@@ -66,21 +73,51 @@ pub fn mostly_shown(turn: &str, shown: &HashSet<String>) -> bool {
     ws.iter().filter(|w| shown.contains(w.as_str())).count() * 2 > ws.len()
 }
 
-const MONTHS: [&str; 12] =
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
 const NUMBERS: [&str; 21] = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen",
-    "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
 ];
 
 /// Words with number words as digits and dates as the context writes them (`2023 05 07`,
 /// `2023 05` for a month): "7 May 2023", "May 7, 2023" and "May 2023" all become ISO order.
 pub fn normalize(text: &str) -> String {
-    let ws: Vec<String> = words(text)
-        .into_iter()
-        .map(|w| NUMBERS.iter().position(|n| *n == w).map_or(w, |i| i.to_string()))
-        .collect();
-    let month = |w: &str| MONTHS.iter().position(|m| *m == w || (w.len() >= 3 && w.len() < m.len() && m.starts_with(w)));
+    let ws: Vec<String> =
+        words(text).into_iter().map(|w| NUMBERS.iter().position(|n| *n == w).map_or(w, |i| i.to_string())).collect();
+    let month =
+        |w: &str| MONTHS.iter().position(|m| *m == w || (w.len() >= 3 && w.len() < m.len() && m.starts_with(w)));
     let day = |w: &str| w.parse::<u32>().ok().filter(|d| (1..=31).contains(d));
     let year = |w: &str| w.parse::<u32>().ok().filter(|y| (1900..=2100).contains(y));
     let mut out: Vec<String> = Vec::new();
@@ -134,8 +171,18 @@ pub fn answer_in(answer: &str, context_norm: &str) -> bool {
     if items.len() > 1 && items.iter().all(|i| has(i)) {
         return true;
     }
-    let dates: Vec<String> =
-        normalize(answer).split(' ').collect::<Vec<_>>().windows(3).filter(|w| w[0].len() == 4 && w[1].len() == 2 && w[2].len() == 2 && w.iter().all(|p| p.chars().all(|c| c.is_ascii_digit()))).map(|w| w.join(" ")).collect();
+    let dates: Vec<String> = normalize(answer)
+        .split(' ')
+        .collect::<Vec<_>>()
+        .windows(3)
+        .filter(|w| {
+            w[0].len() == 4
+                && w[1].len() == 2
+                && w[2].len() == 2
+                && w.iter().all(|p| p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(|w| w.join(" "))
+        .collect();
     let relative = ["before", "after", "week", "weekend", "of"].iter().any(|r| words(answer).iter().any(|w| w == r));
     relative && !dates.is_empty() && dates.iter().all(|d| padded.contains(&format!(" {d} ")))
 }
@@ -243,14 +290,18 @@ pub(super) async fn run(
             tally.n += 1;
             tally.cited += q.evidence_turn_ids.iter().all(|t| cited.contains(t.as_str())) as usize;
             tally.present += q.evidence_turn_ids.iter().all(|t| {
-                cited.contains(t.as_str()) && text_of_turn.get(&format!("{}/{t}", q.conversation_id)).is_some_and(|text| mostly_shown(text, &shown))
+                cited.contains(t.as_str())
+                    && text_of_turn
+                        .get(&format!("{}/{t}", q.conversation_id))
+                        .is_some_and(|text| mostly_shown(text, &shown))
             }) as usize;
             if i == 3 && std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
                 println!("CONTEXT for {:?}:\n{}", q.question, out.assembled.context_str);
             }
             if std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
                 for t in q.evidence_turn_ids.iter().filter(|t| cited.contains(t.as_str())) {
-                    let text = text_of_turn.get(&format!("{}/{t}", q.conversation_id)).map(String::as_str).unwrap_or("");
+                    let text =
+                        text_of_turn.get(&format!("{}/{t}", q.conversation_id)).map(String::as_str).unwrap_or("");
                     if !mostly_shown(text, &shown) {
                         let ev: Vec<String> = inc
                             .cross_events
@@ -293,7 +344,9 @@ mod tests {
 
     #[test]
     fn answers_are_found_in_the_forms_the_context_writes() {
-        let ctx = normalize("- [created]2023-05-08 13:56:00 [content]Caroline: I went to two LGBTQ support groups; pottery and camping!");
+        let ctx = normalize(
+            "- [created]2023-05-08 13:56:00 [content]Caroline: I went to two LGBTQ support groups; pottery and camping!",
+        );
         assert!(answer_in("2 groups", &ctx) || answer_in("two", &ctx));
         assert!(answer_in("pottery, camping", &ctx));
         assert!(!answer_in("pottery, swimming", &ctx));
@@ -302,7 +355,8 @@ mod tests {
         assert!(answer_in("May 8, 2023", &normalize("on 2023-05-08")));
         assert_eq!(normalize("7 May 2023"), "2023 05 07");
         assert_eq!(normalize("June 2023"), "2023 06");
-        let zh = normalize("- [创建时间]2025-03-16 21:00:00 [内容]王芳：上次说的奶粉，我们换成了羊奶粉，朵朵胀气好多了。");
+        let zh =
+            normalize("- [创建时间]2025-03-16 21:00:00 [内容]王芳：上次说的奶粉，我们换成了羊奶粉，朵朵胀气好多了。");
         assert!(answer_in("羊奶粉", &zh) && answer_in("羊奶粉，胀气", &zh) && !answer_in("牛奶粉", &zh));
     }
 

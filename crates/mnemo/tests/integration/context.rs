@@ -211,12 +211,21 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
     std::fs::write(&old_cfg, "embedding:\n  local_model: use-m3\n").unwrap();
     std::fs::write(&new_cfg, "").unwrap();
     let mut old = Server::spawn(&old_cfg, &data, "127.0.0.1:0", &[]).unwrap();
-    for (u, s) in [("u", "用户对花生过敏"), ("u", "The user's daughter is learning to play the piano"), ("u", "Caroline went camping with her family in the mountains")] {
-        old.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": u, "memory_info": {"summary": s}})).await;
+    for (u, s) in [
+        ("u", "用户对花生过敏"),
+        ("u", "The user's daughter is learning to play the piano"),
+        ("u", "Caroline went camping with her family in the mountains"),
+    ] {
+        old.ok(
+            "event/add",
+            json!({"collection_name": "c", "event_type": "event_v1", "user_id": u, "memory_info": {"summary": s}}),
+        )
+        .await;
     }
     old.kill9();
 
-    let err = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).err().expect("the new default refuses the old vectors");
+    let err =
+        Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).err().expect("the new default refuses the old vectors");
     assert!(err.contains("use-multilingual-v3-int8") && err.contains("mnemo reindex"), "{err}");
 
     let run = || {
@@ -235,12 +244,20 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
     assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("3 events re-embedded with use-m3+e5-small-int8"), "{stdout}");
     let again = run();
-    assert!(String::from_utf8_lossy(&again.stdout).contains("every collection is indexed with"), "a second run has nothing to do");
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("every collection is indexed with"),
+        "a second run has nothing to do"
+    );
 
     let new = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
     // Semantic matches (no shared words) in both directions need the new vectors.
     let r = new.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
     assert_eq!(r["result_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
-    let r = new.ok("event/search", json!({"collection_name": "c", "query": "她们去哪里露营了？", "filter": {"user_id": "u"}, "limit": 1})).await;
+    let r = new
+        .ok(
+            "event/search",
+            json!({"collection_name": "c", "query": "她们去哪里露营了？", "filter": {"user_id": "u"}, "limit": 1}),
+        )
+        .await;
     assert!(r["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
 }
