@@ -252,6 +252,8 @@ pub(super) async fn run(
     let user_of: HashMap<&str, &str> = convs.iter().map(|c| (c.conversation_id.as_str(), c.user_id.as_str())).collect();
     for (max_tokens, event_limit) in RUNS {
         let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+        let debug = std::env::var_os("MNEMO_BENCH_DEBUG").is_some();
+        let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
         let (mut lat, mut tokens) = (Vec::new(), Vec::new());
         for (i, q) in questions.iter().enumerate() {
             let user = user_of[q.conversation_id.as_str()].to_string();
@@ -289,30 +291,47 @@ pub(super) async fn run(
             }
             tally.n += 1;
             tally.cited += q.evidence_turn_ids.iter().all(|t| cited.contains(t.as_str())) as usize;
-            tally.present += q.evidence_turn_ids.iter().all(|t| {
+            // MNEMO_BENCH_DEBUG: for a question whose evidence is not all present, how deep in
+            // the ranking (the first 60 events) all of it is — budget or ranking?
+            let present = q.evidence_turn_ids.iter().all(|t| {
                 cited.contains(t.as_str())
                     && text_of_turn
                         .get(&format!("{}/{t}", q.conversation_id))
                         .is_some_and(|text| mostly_shown(text, &shown))
-            }) as usize;
-            if i == 3 && std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
-                println!("CONTEXT for {:?}:\n{}", q.question, out.assembled.context_str);
-            }
-            if std::env::var_os("MNEMO_BENCH_DEBUG").is_some() {
-                for t in q.evidence_turn_ids.iter().filter(|t| cited.contains(t.as_str())) {
-                    let text =
-                        text_of_turn.get(&format!("{}/{t}", q.conversation_id)).map(String::as_str).unwrap_or("");
-                    if !mostly_shown(text, &shown) {
-                        let ev: Vec<String> = inc
-                            .cross_events
-                            .iter()
-                            .filter(|e| e.event.source_message_ids.iter().any(|m| turn_of_msg.get(m) == Some(t)))
-                            .map(|e| e.event.text())
-                            .collect();
-                        println!("NOT SHOWN {t}: {text}\n  IN: {ev:?}");
+            });
+            if !present && debug {
+                let user = user_of[q.conversation_id.as_str()].to_string();
+                let found = svc
+                    .search_events(mnemo_core::service::EventSearch::new(
+                        target.clone(),
+                        Some(q.question.clone()),
+                        EventFilter { user_id: vec![user], ..Default::default() },
+                        60,
+                    ))
+                    .await?;
+                let mut need: HashSet<&str> = q.evidence_turn_ids.iter().map(String::as_str).collect();
+                let mut depth = None;
+                for (rank, r) in found.iter().enumerate() {
+                    for m in &r.event.source_message_ids {
+                        if let Some(t) = turn_of_msg.get(m) {
+                            need.remove(t.as_str());
+                        }
+                    }
+                    if need.is_empty() {
+                        depth = Some(rank + 1);
+                        break;
                     }
                 }
+                let bucket = match depth {
+                    Some(d) if d <= 10 => "≤10",
+                    Some(d) if d <= 20 => "11–20",
+                    Some(d) if d <= 40 => "21–40",
+                    Some(_) => "41–60",
+                    None => ">60",
+                };
+                *depths.entry(bucket).or_default() += 1;
             }
+            tally.present += present as usize;
             if let Some(a) = q.answer.as_deref().filter(|a| !a.trim().is_empty()) {
                 tally.answerable += 1;
                 tally.answer += answer_in(a, &normalize(&out.assembled.context_str)) as usize;
@@ -334,6 +353,9 @@ pub(super) async fn run(
             total.add(t);
         }
         println!("| **overall** | {} |", total.row());
+        if debug {
+            println!("evidence not present: depth at which the ranking holds all of it: {depths:?}");
+        }
     }
     Ok(())
 }
