@@ -250,6 +250,10 @@ pub(super) async fn run(
     }
     println!("rules extraction produced {events} events from {msgs} turns");
     let user_of: HashMap<&str, &str> = convs.iter().map(|c| (c.conversation_id.as_str(), c.user_id.as_str())).collect();
+    let mut dump = match std::env::var_os("MNEMO_BENCH_DUMP_E2E") {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
+        None => None,
+    };
     for (max_tokens, event_limit) in RUNS {
         let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
         let debug = std::env::var_os("MNEMO_BENCH_DEBUG").is_some();
@@ -332,6 +336,30 @@ pub(super) async fn run(
                 *depths.entry(bucket).or_default() += 1;
             }
             tally.present += present as usize;
+            // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates (the turns each event cites,
+            // similarity, BM25), once, for trying ranking ideas offline.
+            if let (Some(out), 1200, 200) = (dump.as_mut(), max_tokens, event_limit) {
+                use std::io::Write;
+                let user = user_of[q.conversation_id.as_str()].to_string();
+                let filter = EventFilter { user_id: vec![user], active_only: true, ..Default::default() };
+                let qv = svc.embedder().embed(std::slice::from_ref(&q.question), mnemo_core::EmbedKind::Query).await?.remove(0);
+                let offset = svc.embedder().query_offset(&q.question);
+                let cands = store
+                    .search_candidates(
+                        coll.id,
+                        filter,
+                        CandidateQuery { vector: Some(qv), terms: mnemo_core::text::search_tokens(&q.question), k: 100 },
+                    )
+                    .await?;
+                let rows: Vec<serde_json::Value> = cands
+                    .iter()
+                    .map(|c| {
+                        let turns: Vec<&String> = c.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m)).collect();
+                        serde_json::json!([turns, c.cosine.map(|v| v + offset), c.bm25, c.event.time])
+                    })
+                    .collect();
+                writeln!(out, "{}", serde_json::json!({"cat": q.category, "evidence": q.evidence_turn_ids, "cands": rows}))?;
+            }
             if let Some(a) = q.answer.as_deref().filter(|a| !a.trim().is_empty()) {
                 tally.answerable += 1;
                 tally.answer += answer_in(a, &normalize(&out.assembled.context_str)) as usize;
@@ -356,6 +384,10 @@ pub(super) async fn run(
         if debug {
             println!("evidence not present: depth at which the ranking holds all of it: {depths:?}");
         }
+    }
+    if let Some(mut out) = dump.take() {
+        use std::io::Write;
+        out.flush()?;
     }
     Ok(())
 }
