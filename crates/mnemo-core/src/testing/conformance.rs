@@ -49,6 +49,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(both_signals_equal_the_reference_computation);
     scenario!(a_filtered_search_over_a_large_scope_finds_the_filtered_events);
     scenario!(export_and_forget_a_user);
+    scenario!(a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text);
 }
 
 fn msg(role: Role, content: &str, tokens: u64, key: Option<&str>) -> NewMessage {
@@ -445,6 +446,49 @@ pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_tra
     let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
     assert!(got.iter().all(|g| g.event.id != ids[1]), "a deleted event leaves vectors and terms");
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
+}
+
+/// `mnemo reindex`: recording another model drops the collection's vectors in the same
+/// transaction (they are not comparable with the new model's) — and nothing else: full text still
+/// finds every event, the events wait in `events_missing_vectors`, and re-adopting the same model
+/// or recording the model of a collection that had none keeps its vectors.
+pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let other = s
+        .ensure_collection(NewCollection { collection_name: "c2".into(), ..new_coll(CollectionSchema::default()) })
+        .await
+        .unwrap();
+    for (coll, text) in [(c.id, "the user keeps bees"), (c.id, "用户住在上海"), (other.id, "the user keeps bees")]
+    {
+        let e = NewEvent {
+            embedding: Some(embed(text, EmbedKind::Document).await),
+            ..NewEvent::of_user(coll, EVENT_V1, "u1", summary(text), 1)
+        };
+        s.insert_event(e).await.unwrap();
+    }
+    s.set_collection_embedding(c.id, "test-hashing", 64).await.unwrap();
+    assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty(), "the same model keeps the vectors");
+
+    s.set_collection_embedding(c.id, "another-model", 32).await.unwrap();
+    let c_now = s.get_collection("default", "c1").await.unwrap().unwrap();
+    assert_eq!((c_now.embedding_model.as_deref(), c_now.embedding_dim), (Some("another-model"), Some(32)));
+    assert_eq!(s.events_missing_vectors(c.id, 10).await.unwrap().len(), 2, "every event waits for the new model");
+    assert!(s.events_missing_vectors(other.id, 10).await.unwrap().is_empty(), "other collections keep theirs");
+    h.settle().await;
+    let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
+    let got = s
+        .search_candidates(c.id, f.clone(), CandidateQuery { vector: None, terms: search_tokens("bees"), k: 10 })
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "full text still finds the event");
+    let v: Vec<f32> = (0..32).map(|i| if i == 0 { 1.0 } else { 0.0 }).collect();
+    for e in s.events_missing_vectors(c.id, 10).await.unwrap() {
+        s.set_event_vector(c.id, &e.id, v.clone()).await.unwrap();
+    }
+    assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
+    let got = s.search_candidates(c.id, f, CandidateQuery { vector: Some(v), terms: vec![], k: 10 }).await.unwrap();
+    assert_eq!(got.len(), 2, "the new vectors are searched");
+    assert!(got.iter().all(|g| (g.cosine.unwrap() - 1.0).abs() < 1e-5));
 }
 
 const WORDS: [&str; 10] = ["coffee", "hike", "baby", "formula", "kyoto", "奶粉", "咖啡", "上海", "宝宝", "piano"];

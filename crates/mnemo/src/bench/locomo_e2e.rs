@@ -342,23 +342,36 @@ pub(super) async fn run(
                 use std::io::Write;
                 let user = user_of[q.conversation_id.as_str()].to_string();
                 let filter = EventFilter { user_id: vec![user], active_only: true, ..Default::default() };
-                let qv = svc.embedder().embed(std::slice::from_ref(&q.question), mnemo_core::EmbedKind::Query).await?.remove(0);
+                let qv = svc
+                    .embedder()
+                    .embed(std::slice::from_ref(&q.question), mnemo_core::EmbedKind::Query)
+                    .await?
+                    .remove(0);
                 let offset = svc.embedder().query_offset(&q.question);
                 let cands = store
                     .search_candidates(
                         coll.id,
                         filter,
-                        CandidateQuery { vector: Some(qv), terms: mnemo_core::text::search_tokens(&q.question), k: 100 },
+                        CandidateQuery {
+                            vector: Some(qv),
+                            terms: mnemo_core::text::search_tokens(&q.question),
+                            k: 100,
+                        },
                     )
                     .await?;
                 let rows: Vec<serde_json::Value> = cands
                     .iter()
                     .map(|c| {
-                        let turns: Vec<&String> = c.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m)).collect();
+                        let turns: Vec<&String> =
+                            c.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m)).collect();
                         serde_json::json!([turns, c.cosine.map(|v| v + offset), c.bm25, c.event.time])
                     })
                     .collect();
-                writeln!(out, "{}", serde_json::json!({"cat": q.category, "evidence": q.evidence_turn_ids, "cands": rows}))?;
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"cat": q.category, "evidence": q.evidence_turn_ids, "cands": rows})
+                )?;
             }
             if let Some(a) = q.answer.as_deref().filter(|a| !a.trim().is_empty()) {
                 tally.answerable += 1;
