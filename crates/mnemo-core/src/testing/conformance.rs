@@ -450,8 +450,8 @@ pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_tra
 
 /// `mnemo reindex`: recording another model drops the collection's vectors in the same
 /// transaction (they are not comparable with the new model's) — and nothing else: full text still
-/// finds every event, the events wait in `events_missing_vectors`, and re-adopting the same model
-/// or recording the model of a collection that had none keeps its vectors.
+/// finds every event, the events wait in `events_missing_vectors`, other collections keep their
+/// vectors, and recording the model a collection already has keeps them.
 pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: &impl StoreHarness) {
     let (s, c) = setup(h).await;
     let other = s
