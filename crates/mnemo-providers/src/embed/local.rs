@@ -40,9 +40,14 @@ const E5_GRAPH: &str = "e5-small.onnx";
 const E5_TOKENIZER: &str = "e5-small.tokenizer.json";
 /// Longer texts are cut here: memories are short, and cost grows with length.
 const MAX_TOKENS: usize = 510;
-/// e5 cosines at or below this read as unrelated (0); 1 stays 1. Measured on LoCoMo dev: a
-/// question against the turns of its conversation p50 0.79, against its evidence p50 0.84.
-const E5_COSINE_FLOOR: f32 = 0.72;
+/// e5 cosines at or below this read as unrelated (0); 1 stays 1. Measured: on LoCoMo dev a
+/// question against the turns of its conversation p50 0.79, against its evidence p50 0.84; on
+/// short single-topic memories (what an agent stores over MCP) unrelated pairs 0.70–0.81,
+/// related ones 0.83–0.92. At 0.72 an unrelated short memory passed the MCP relevance floor (0.2;
+/// "quantum chromodynamics lecture" against a Rust-debugging memory scored 0.21); at 0.78 English
+/// questions about Chinese memories lost to stray lexical matches (zh-life cross-lingual all@10
+/// 0.95 → 0.80: the USE share counts for less once e5 is scaled up). 0.75 keeps both.
+const E5_COSINE_FLOOR: f32 = 0.75;
 
 static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
 
@@ -494,7 +499,8 @@ mod tests {
         let related =
             sim("When did Caroline go to the support group?", "Caroline: I went to a LGBTQ support group yesterday");
         let unrelated = sim("When did Caroline go to the support group?", "Melanie: The kids loved the pottery class");
-        assert!(related > 0.4 && unrelated < 0.35 && related > unrelated + 0.2, "{related} vs {unrelated}");
+        // 0.31 vs −0.08 at the time of writing; the MCP floor is 0.2.
+        assert!(related > 0.25 && unrelated < 0.1 && related > unrelated + 0.2, "{related} vs {unrelated}");
     }
 
     #[test]
