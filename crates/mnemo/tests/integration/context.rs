@@ -261,3 +261,61 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
         .await;
     assert!(r["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
 }
+
+/// A data directory written by the previous release itself (commit d2bbf5a, USE alone; made as
+/// `tests/fixtures/previous-release/README.md` says): refused by the new default with a pointer
+/// to `mnemo reindex`, re-indexed, then served whole — events found by meaning, the extracted
+/// profile and the conversation intact. The fixture is an embedded-store file, so this runs on
+/// SQLite only (the PostgreSQL path of the same code is the `local_model: use-m3` test above).
+#[tokio::test]
+async fn a_data_directory_of_the_previous_release_is_reindexed() {
+    if postgres_url().is_some() {
+        eprintln!("skipped on PostgreSQL: the fixture is an embedded-store file");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, data) = (dir.path().join("mnemo.yaml"), dir.path().join("data"));
+    std::fs::write(&cfg, "").unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/previous-release/mnemo.db");
+    std::fs::copy(&fixture, data.join("mnemo.db")).unwrap();
+
+    let err = Server::spawn(&cfg, &data, "127.0.0.1:0", &[]).err().expect("refused");
+    assert!(err.contains("use-multilingual-v3-int8") && err.contains("mnemo reindex"), "{err}");
+    let out = std::process::Command::new(BIN)
+        .args(["reindex", "--config"])
+        .arg(&cfg)
+        .arg("--data")
+        .arg(&data)
+        .env("MNEMO_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("re-embedded with use-m3+e5-small-int8"), "{stdout}");
+
+    let s = Server::spawn(&cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
+    let r = s.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
+    assert_eq!(r["result_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
+    let r = s
+        .ok(
+            "event/search",
+            json!({"collection_name": "c", "query": "她们去哪里露营了？", "filter": {"user_id": "u"}, "limit": 1}),
+        )
+        .await;
+    assert!(r["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
+    let r = s
+        .ok("event/search", json!({"collection_name": "c", "query": "猫", "filter": {"user_id": "u"}, "limit": 3}))
+        .await;
+    assert!(
+        r["result_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["memory_info"]["summary"].as_str().unwrap().contains("猫")),
+        "the extracted event: {r}"
+    );
+    let p = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
+    assert!(p["result_list"][0].to_string().contains("杭州"), "the extracted profile: {p}");
+    let info = s.ok("session/info", json!({"collection_name": "c", "conversation_id": "conv1"})).await;
+    assert_eq!(info["sessions"].as_array().unwrap().len(), 1, "{info}");
+}
