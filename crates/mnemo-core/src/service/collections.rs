@@ -57,39 +57,34 @@ impl Service {
         }
         self.forget_collection(&Target { project: c.project_name.clone(), collection: c.collection_name.clone() });
         let total = self.store.memory_stats(c.id, None, 1, self.now()).await?.total_events as usize;
-        let mut done = 0;
-        loop {
-            let events = self.store.events_missing_vectors(c.id, 64).await?;
-            if events.is_empty() {
-                break;
-            }
-            for e in &events {
-                let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
-                self.store.set_event_vector(c.id, &e.id, v).await?;
-                done += 1;
-            }
-            progress(done, total.max(done));
-        }
-        Ok(done)
+        self.embed_missing(c.id, |done| progress(done, total.max(done))).await
     }
 
     /// Embeds events that have no vector yet (e.g. written by an older version). Returns how many.
     pub async fn reindex_missing(&self) -> CoreResult<usize> {
         let mut n = 0;
         for c in self.store.all_collections().await? {
-            loop {
-                let events = self.store.events_missing_vectors(c.id, 256).await?;
-                if events.is_empty() {
-                    break;
-                }
-                for e in &events {
-                    let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
-                    self.store.set_event_vector(c.id, &e.id, v).await?;
-                    n += 1;
-                }
-            }
+            n += self.embed_missing(c.id, |_| {}).await?;
         }
         Ok(n)
+    }
+
+    /// Embeds a collection's events that have no vector, a batch at a time, calling
+    /// `progress(done)` after each batch. Returns how many.
+    async fn embed_missing(&self, cid: CollectionId, mut progress: impl FnMut(usize)) -> CoreResult<usize> {
+        let mut done = 0;
+        loop {
+            let events = self.store.events_missing_vectors(cid, 256).await?;
+            if events.is_empty() {
+                return Ok(done);
+            }
+            for e in &events {
+                let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
+                self.store.set_event_vector(cid, &e.id, v).await?;
+                done += 1;
+            }
+            progress(done);
+        }
     }
 
     pub(super) fn new_collection(&self, t: &Target, description: String, schema: CollectionSchema) -> NewCollection {

@@ -39,7 +39,9 @@ const ORT_LIB: &str = "libonnxruntime.so.1.31.1";
 const E5_GRAPH: &str = "e5-small.onnx";
 const E5_TOKENIZER: &str = "e5-small.tokenizer.json";
 /// Longer texts are cut here: memories are short, and cost grows with length.
-const MAX_TOKENS: usize = 510;
+const USE_MAX_TOKENS: usize = 512;
+/// e5's position table holds 512 tokens, `<s>` and `</s>` included.
+const E5_MAX_TOKENS: usize = 510;
 /// e5 cosines at or below this read as unrelated (0); 1 stays 1. Measured: on LoCoMo dev a
 /// question against the turns of its conversation p50 0.79, against its evidence p50 0.84; on
 /// short single-topic memories (what an agent stores over MCP) unrelated pairs 0.70–0.81,
@@ -220,9 +222,9 @@ impl LocalEmbedder {
     fn run_use(session: &mut Session, tokenizer: &Tokenizer, text: &str) -> Result<Vec<f32>, EmbedError> {
         let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let enc = tokenizer.encode(collapsed, false).map_err(|e| EmbedError::Permanent(format!("tokenizing: {e}")))?;
-        let mut ids = Vec::with_capacity(enc.get_ids().len().min(MAX_TOKENS) + 2);
+        let mut ids = Vec::with_capacity(enc.get_ids().len().min(USE_MAX_TOKENS) + 2);
         ids.push(1);
-        ids.extend(enc.get_ids().iter().take(MAX_TOKENS).map(|&i| i as i32));
+        ids.extend(enc.get_ids().iter().take(USE_MAX_TOKENS).map(|&i| i as i32));
         ids.push(2);
         let perm = |e: ort::Error| EmbedError::Permanent(format!("inference: {e}"));
         let n = ids.len();
@@ -250,7 +252,7 @@ impl LocalEmbedder {
         let enc = tokenizer
             .encode(format!("{prefix}{text}"), false)
             .map_err(|e| EmbedError::Permanent(format!("tokenizing: {e}")))?;
-        let body = &enc.get_ids()[..enc.get_ids().len().min(MAX_TOKENS)];
+        let body = &enc.get_ids()[..enc.get_ids().len().min(E5_MAX_TOKENS)];
         let mut ids: Vec<i64> = Vec::with_capacity(body.len() + 2);
         ids.push(0); // <s>
         ids.extend(body.iter().map(|&i| i as i64));
@@ -267,10 +269,6 @@ impl LocalEmbedder {
     }
 
     /// One text's stored or query vector (see the module notes for the layout).
-    fn embed_with(&self, s: &mut Sessions, text: &str, kind: EmbedKind) -> Result<Vec<f32>, EmbedError> {
-        Self::embed_text(self.model, s, &self.tokenizers, text, kind)
-    }
-
     fn embed_text(
         model: LocalModel,
         s: &mut Sessions,
@@ -316,7 +314,7 @@ impl LocalEmbedder {
             .expect("session pool")
             .pop()
             .ok_or_else(|| EmbedError::Transient("no free session".into()))?;
-        let out = self.embed_with(&mut s, text, kind);
+        let out = Self::embed_text(self.model, &mut s, &self.tokenizers, text, kind);
         self.sessions.lock().expect("session pool").push(s);
         out
     }
