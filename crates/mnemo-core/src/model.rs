@@ -83,6 +83,24 @@ pub struct ConversationMeta {
     pub scope: Option<String>,
     /// Every key the client sent (including the well-known ones).
     pub extra: Map<String, Value>,
+    /// Only these event and profile types are extracted (VikingDB's `extract_memory_type`);
+    /// empty: every type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extract_types: Vec<String>,
+    /// When the extracted events expire (VikingDB's `ttl_absolute` / `ttl_relative`); `None`:
+    /// the collection's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<EventTtl>,
+}
+
+/// An expiry given with the messages, for the events extracted from them.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EventTtl {
+    /// At this time (ms since the epoch).
+    Absolute(Millis),
+    /// This many seconds after extraction.
+    RelativeSecs(i64),
 }
 
 impl ConversationMeta {
@@ -102,6 +120,12 @@ impl ConversationMeta {
         }
         if newer.scope.is_some() {
             self.scope.clone_from(&newer.scope);
+        }
+        if !newer.extract_types.is_empty() {
+            self.extract_types.clone_from(&newer.extract_types);
+        }
+        if newer.ttl.is_some() {
+            self.ttl = newer.ttl;
         }
     }
 }
@@ -552,6 +576,8 @@ pub struct ProfilePatch {
     pub attributes: Option<Map<String, Value>>,
     /// Replace all attributes instead of merging.
     pub replace_attributes: bool,
+    /// New provenance (a re-derivation from fewer sessions); `None`: unchanged.
+    pub source_session_ids: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, Default)]

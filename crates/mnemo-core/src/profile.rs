@@ -86,6 +86,9 @@ pub fn apply_patch(p: &mut crate::model::Profile, patch: crate::model::ProfilePa
             }
         }
     }
+    if let Some(sources) = patch.source_session_ids {
+        p.source_session_ids = sources;
+    }
     match patch.content {
         Some(c) => p.content = c,
         None if auto_content => p.content = describe(&p.attributes),

@@ -63,6 +63,11 @@ pub trait Store: Send + Sync + 'static {
     async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome>;
     /// Stores the messages as one closed session with its job queued (`session/add`).
     async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed>;
+    /// Deletes a conversation and everything it produced — its messages, sessions, jobs and
+    /// events — in one transaction; answers the ids of the sessions it had (their profile
+    /// changes are the service's to withdraw). Nothing when the conversation does not exist.
+    async fn delete_conversation(&self, collection_id: CollectionId, conversation_id: &str)
+    -> StoreResult<Vec<String>>;
     /// Closes the conversation's open messages into a session now, if it has any.
     async fn flush_conversation(
         &self,

@@ -9,7 +9,12 @@ use serde_json::{Map, Value, json};
 /// What the route handler's input becomes, or why the token may not make this call. `Ok` carries
 /// the conversation whose owner must be checked, if the call names one.
 pub fn confine(path: &str, body: &mut Map<String, Value>, user: &str) -> Result<Option<String>, String> {
-    let conversation = body.get("conversation_id").and_then(Value::as_str).map(String::from);
+    // VikingDB's session/add names its conversation `session_id`.
+    let conversation = body
+        .get("conversation_id")
+        .or(if path == "/session/add" { body.get("session_id") } else { None })
+        .and_then(Value::as_str)
+        .map(String::from);
     match path {
         "/session/streaming_write" | "/session/add" => {
             let meta = object(body, "metadata")?;
@@ -28,8 +33,12 @@ pub fn confine(path: &str, body: &mut Map<String, Value>, user: &str) -> Result<
             }
             Ok(conversation.clone())
         }
-        "/event/search" | "/profile/search" | "/event/batch_delete" => {
+        "/event/search" | "/profile/search" | "/event/batch_delete" | "/search" | "/profile/batch_delete" => {
             force_list(object(body, "filter")?, "filter.user_id", user)?;
+            Ok(None)
+        }
+        "/profile/trigger_update" => {
+            force_list(object(body, "filters")?, "filters.user_id", user)?;
             Ok(None)
         }
         "/event/add" => {

@@ -126,22 +126,91 @@ pub fn collection_json(c: &Collection) -> Value {
         "temporary_ttl_days": c.schema.temporary_ttl_days,
         "extractor": c.schema.extractor,
         "created_at": c.created_at,
+        "resource_id": format!("{}/{}", c.project_name, c.collection_name),
     })
 }
 
 // ------------------------------------------------------------------------- write path
 
+/// VikingDB's names for the built-in types, accepted wherever a type is named.
+pub fn canonical_type(name: String) -> String {
+    match name.as_str() {
+        "sys_event_v1" => EVENT_V1.to_string(),
+        "sys_profile_v1" => PROFILE_V1.to_string(),
+        _ => name,
+    }
+}
+
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageDto {
     pub role: String,
-    pub content: String,
+    /// A string, or (VikingDB's multimodal form) a list of parts `{type: "text", text}` /
+    /// `{type: "image_url" | "input_image", image_url: {url} | "url"}`: text parts are what is
+    /// extracted; an image is kept as a reference (`[image: url]`) and never fetched.
+    #[schemars(with = "Value")]
+    pub content: Value,
     #[serde(default)]
     pub name: Option<String>,
+    /// VikingDB's speaker name in a group chat: the message's `name`.
+    #[serde(default)]
+    pub role_name: Option<String>,
+    /// VikingDB's speaker id in a group chat; must be the conversation's user or assistant
+    /// (several speakers with their own memories are not supported yet).
+    #[serde(default)]
+    pub role_id: Option<String>,
     #[serde(default)]
     pub time: Option<i64>,
     #[serde(default)]
     pub idempotency_key: Option<String>,
+}
+
+/// A message's content as text: a string, or the text of its parts with images as references.
+fn content_text(v: Value, field: &str) -> Result<String, CoreError> {
+    let parts = match v {
+        Value::String(s) => return Ok(s),
+        Value::Array(parts) => parts,
+        other => return Err(CoreError::invalid(field, format!("must be a string or a list of parts, got {other}"))),
+    };
+    let mut out: Vec<String> = Vec::with_capacity(parts.len());
+    for (i, part) in parts.into_iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        let Value::Object(mut o) = part else {
+            return Err(CoreError::invalid(f, "must be an object {type, text | image_url}"));
+        };
+        let kind = o.remove("type");
+        let (kind, key) = match kind.as_ref().and_then(Value::as_str) {
+            Some("text") => ("text", "text"),
+            Some(k @ ("image_url" | "input_image")) => (k, "image_url"),
+            _ => {
+                return Err(CoreError::invalid(
+                    format!("{f}.type"),
+                    format!("must be one of text, image_url, input_image; got {}", kind.unwrap_or(Value::Null)),
+                ));
+            }
+        };
+        let value = o.remove(key);
+        if let Some(extra) = o.keys().next() {
+            return Err(CoreError::invalid(format!("{f}.{extra}"), format!("unknown field; expected one of type, {key}")));
+        }
+        match (kind, value) {
+            ("text", Some(Value::String(t))) => out.push(t),
+            ("text", _) => return Err(CoreError::invalid(format!("{f}.text"), "must be a string")),
+            (_, Some(Value::String(url))) => out.push(format!("[image: {url}]")),
+            (_, Some(Value::Object(mut img))) => match (img.remove("url"), img.remove("detail"), img.keys().next()) {
+                (Some(Value::String(url)), _, None) => out.push(format!("[image: {url}]")),
+                (_, _, Some(extra)) => {
+                    return Err(CoreError::invalid(
+                        format!("{f}.image_url.{extra}"),
+                        "unknown field; expected one of url, detail",
+                    ));
+                }
+                _ => return Err(CoreError::invalid(format!("{f}.image_url.url"), "must be a string")),
+            },
+            _ => return Err(CoreError::invalid(format!("{f}.image_url"), "must be a URL string or {url}")),
+        }
+    }
+    Ok(out.join("\n"))
 }
 
 #[derive(Deserialize, Default, JsonSchema)]
@@ -152,24 +221,110 @@ pub struct TriggerDto {
     pub wait_timeout: Option<i64>,
 }
 
+/// `ttl_absolute - time` and `ttl_relative` at most this (VikingDB: 315,576,000 s, ten years).
+const MAX_TTL_SECS: i64 = 315_576_000;
+
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
     pub project_name: String,
-    pub conversation_id: String,
+    /// mnemo's conversation; `streaming_write` requires it. On `session/add` give it or
+    /// VikingDB's `session_id`, not both.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// `session/add` only (VikingDB): the session's id — mnemo keeps it as the conversation's id —
+    /// generated when absent; [1,128] letters, digits, '_'. **Re-using one replaces that session**:
+    /// its earlier events are deleted and its profile changes withdrawn.
+    #[serde(default)]
+    pub session_id: Option<String>,
     pub messages: Vec<MessageDto>,
     #[serde(default)]
     pub extract_trigger: Option<TriggerDto>,
+    /// Who the conversation is about: `user_id` / `assistant_id` (or VikingDB's
+    /// `default_user_id` / `default_assistant_id`), `default_user_name` /
+    /// `default_assistant_name` (the speakers' names), `time` (the messages' time when they have
+    /// none, ms), `group_id`, `scope`; other keys are kept as they are.
     #[serde(default)]
     pub metadata: Option<Map<String, Value>>,
+    /// Only these event and profile types are extracted (VikingDB's names accepted).
+    #[serde(default)]
+    pub extract_memory_type: Option<Vec<String>>,
+    /// When the extracted events expire: ms since the epoch, after the messages' time by at most
+    /// ten years. Wins over `ttl_relative`.
+    #[serde(default)]
+    pub ttl_absolute: Option<i64>,
+    /// When the extracted events expire: seconds after extraction, 1..=315576000.
+    #[serde(default)]
+    pub ttl_relative: Option<i64>,
+    /// VikingDB's "keep the raw messages": mnemo always keeps them (session/info, provenance);
+    /// `true` is accepted, `false` refused.
+    #[serde(default)]
+    pub store_file: Option<bool>,
+    /// VikingDB's profiles to focus on: not supported (refused when not empty).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<Value>>")]
+    pub profiles: Option<Vec<Value>>,
 }
 
 impl WriteBody {
-    pub fn into_request(self, default_trigger: ExtractTrigger) -> Result<mnemo_core::service::WriteRequest, CoreError> {
+    /// The request, and whether it replaces the conversation (a VikingDB `session_id`).
+    pub fn into_request(
+        self,
+        default_trigger: ExtractTrigger,
+        session_add: bool,
+    ) -> Result<(mnemo_core::service::WriteRequest, bool), CoreError> {
+        let (conversation_id, replace) = match (self.conversation_id, self.session_id, session_add) {
+            (Some(_), Some(_), _) => {
+                return Err(CoreError::invalid(
+                    "session_id",
+                    "give conversation_id (mnemo: add a session to a conversation) or session_id (VikingDB: write or replace a session), not both",
+                ));
+            }
+            (None, Some(_), false) => {
+                return Err(CoreError::invalid("session_id", "streaming_write takes conversation_id, not session_id"));
+            }
+            (Some(c), None, _) => (c, false),
+            (None, Some(sid), true) => {
+                let ok = !sid.is_empty()
+                    && sid.len() <= 128
+                    && sid.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ok {
+                    return Err(CoreError::invalid(
+                        "session_id",
+                        format!("must be 1..=128 characters of letters, digits and '_', got {sid:?}"),
+                    ));
+                }
+                (sid, true)
+            }
+            (None, None, true) => (format!("ses_{}", uuid::Uuid::now_v7().simple()), true),
+            (None, None, false) => return Err(CoreError::invalid("conversation_id", "is required")),
+        };
+        if self.store_file == Some(false) {
+            return Err(CoreError::invalid(
+                "store_file",
+                "mnemo always keeps a session's messages (session/info, provenance, user/forget deletes them); leave store_file out or true",
+            ));
+        }
+        if self.profiles.as_ref().is_some_and(|p| !p.is_empty()) {
+            return Err(CoreError::invalid(
+                "profiles",
+                "not supported: profiles are updated from what the messages say (use extract_memory_type to choose the types)",
+            ));
+        }
         let t = self.extract_trigger.unwrap_or_default();
         let trigger = ExtractTrigger::from_parts(t.token_count, t.message_count, t.wait_timeout, default_trigger)?;
+        let mut meta = parse_metadata(self.metadata.unwrap_or_default())?;
+        let name_of = |k: &str| meta.extra.get(k).and_then(Value::as_str).map(str::to_string);
+        let (user_name, assistant_name) = (name_of("default_user_name"), name_of("default_assistant_name"));
+        let default_time = match meta.extra.get("time") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) if n.is_i64() => n.as_i64(),
+            Some(other) => {
+                return Err(CoreError::invalid("metadata.time", format!("must be milliseconds since the epoch, got {other}")));
+            }
+        };
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, m) in self.messages.into_iter().enumerate() {
             let role = Role::parse(&m.role).ok_or_else(|| {
@@ -178,22 +333,67 @@ impl WriteBody {
                     format!("must be one of user, assistant, system, tool; got {:?}", m.role),
                 )
             })?;
+            if let Some(id) = &m.role_id {
+                let own = match role {
+                    Role::User => meta.user_id.as_ref(),
+                    Role::Assistant => meta.assistant_id.as_ref(),
+                    _ => None,
+                };
+                if own != Some(id) {
+                    return Err(CoreError::invalid(
+                        format!("messages[{i}].role_id"),
+                        format!(
+                            "{id:?} is not the conversation's {} (metadata.default_{}_id): group chats whose speakers each get their own memories are not supported yet",
+                            m.role, m.role
+                        ),
+                    ));
+                }
+            }
+            let name = match (m.name, m.role_name) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(CoreError::invalid(format!("messages[{i}].role_name"), "contradicts name; give one"));
+                }
+                (a, b) => a.or(b).or_else(|| match role {
+                    Role::User => user_name.clone(),
+                    Role::Assistant => assistant_name.clone(),
+                    _ => None,
+                }),
+            };
             messages.push(IncomingMessage {
                 role,
-                content: m.content,
-                name: m.name,
-                time: m.time,
+                content: content_text(m.content, &format!("messages[{i}].content"))?,
+                name,
+                time: m.time.or(default_time),
                 idempotency_key: m.idempotency_key,
             });
         }
-        Ok(mnemo_core::service::WriteRequest {
+        meta.extract_types = self.extract_memory_type.unwrap_or_default().into_iter().map(canonical_type).collect();
+        let latest = messages.iter().filter_map(|m| m.time).max();
+        meta.ttl = match (self.ttl_absolute, self.ttl_relative) {
+            (Some(at), _) => {
+                if let Some(t) = latest.filter(|&t| !(1..=MAX_TTL_SECS * 1000).contains(&(at - t))) {
+                    return Err(CoreError::invalid(
+                        "ttl_absolute",
+                        format!("must be after the messages' time ({t}) by at most {MAX_TTL_SECS} s, got {at}"),
+                    ));
+                }
+                Some(EventTtl::Absolute(at))
+            }
+            (None, Some(secs)) if (1..=MAX_TTL_SECS).contains(&secs) => Some(EventTtl::RelativeSecs(secs)),
+            (None, Some(secs)) => {
+                return Err(CoreError::invalid("ttl_relative", format!("must be in 1..={MAX_TTL_SECS} seconds, got {secs}")));
+            }
+            (None, None) => None,
+        };
+        let req = mnemo_core::service::WriteRequest {
             project: self.project_name,
             collection: self.collection_name,
-            conversation_id: self.conversation_id,
+            conversation_id,
             messages,
             trigger,
-            meta: parse_metadata(self.metadata.unwrap_or_default())?,
-        })
+            meta,
+        };
+        Ok((req, replace))
     }
 }
 
@@ -216,12 +416,17 @@ fn parse_metadata(m: Map<String, Value>) -> Result<ConversationMeta, CoreError> 
             (a, b) => Ok(a.or(b)),
         }
     };
+    for k in ["default_user_name", "default_assistant_name"] {
+        get(k)?;
+    }
     Ok(ConversationMeta {
         user_id: either("user_id", "default_user_id")?,
         assistant_id: either("assistant_id", "default_assistant_id")?,
         group_id: get("group_id")?,
         scope: get("scope")?,
         extra: m,
+        extract_types: vec![],
+        ttl: None,
     })
 }
 
@@ -296,7 +501,9 @@ pub struct ProfileSearchBody {
     pub collection_name: String,
     #[serde(default = "default_project")]
     pub project_name: String,
-    // A `query` is accepted and ignored: a user has one profile per type, returned whole.
+    /// Ranks the profiles by how close their text is to it (each answer then has a `score`).
+    #[serde(default)]
+    pub query: Option<String>,
     #[serde(default)]
     pub filter: ProfileFilterDto,
     #[serde(default)]
@@ -317,7 +524,27 @@ pub struct ProfileAddBody {
     #[serde(default)]
     pub content: Option<String>,
     #[serde(default)]
-    pub attributes: Map<String, Value>,
+    pub attributes: Option<Map<String, Value>>,
+    /// VikingDB's name for the attributes.
+    #[serde(default)]
+    pub memory_info: Option<Map<String, Value>>,
+    /// Replace the user's profile of this type if there is one (otherwise: 409).
+    #[serde(default)]
+    pub is_upsert: bool,
+    /// Profiles belong to a user (and assistant), not a group: refused unless null.
+    #[serde(default)]
+    pub group_id: Option<String>,
+}
+
+/// `attributes`, or VikingDB's `memory_info`: one of them.
+pub fn attributes_or_memory_info(
+    attributes: Option<Map<String, Value>>,
+    memory_info: Option<Map<String, Value>>,
+) -> Result<Option<Map<String, Value>>, CoreError> {
+    match (attributes, memory_info) {
+        (Some(_), Some(_)) => Err(CoreError::invalid("memory_info", "give attributes or memory_info (the same thing), not both")),
+        (a, m) => Ok(a.or(m)),
+    }
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -331,8 +558,73 @@ pub struct ProfileUpdateBody {
     pub content: Option<String>,
     #[serde(default)]
     pub attributes: Option<Map<String, Value>>,
+    /// VikingDB's name for the attributes (merged like them).
+    #[serde(default)]
+    pub memory_info: Option<Map<String, Value>>,
     #[serde(default)]
     pub replace_attributes: bool,
+}
+
+/// `search` (VikingDB's SearchMemory): events and profiles of a user or assistant at once.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySearchBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    #[serde(default)]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub filter: MemoryFilterDto,
+    /// 1..=5000, default 10: at most this many events and this many profiles.
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryFilterDto {
+    #[serde(default)]
+    pub user_id: Option<StrOrList>,
+    #[serde(default)]
+    pub assistant_id: Option<StrOrList>,
+    /// Event and profile type names (VikingDB's `sys_event_v1` / `sys_profile_v1` too); all when absent.
+    #[serde(default)]
+    pub memory_type: Option<StrOrList>,
+    #[serde(default)]
+    pub group_id: Option<StrOrList>,
+    /// VikingDB's session: the id `session/add` was given (a mnemo conversation).
+    #[serde(default)]
+    pub session_id: Option<StrOrList>,
+    #[serde(default)]
+    pub start_time: Option<i64>,
+    #[serde(default)]
+    pub end_time: Option<i64>,
+}
+
+/// `profile/batch_delete`: the profiles matching a filter naming a user or an assistant.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileBatchDeleteBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub filter: ProfileFilterDto,
+}
+
+/// `profile/trigger_update` (VikingDB's TriggerUpdateProfile): re-derive the matching profiles
+/// from the sessions they came from.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileTriggerBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    /// The profile types to re-derive (all when absent).
+    #[serde(default)]
+    pub update_profile_type: Option<StrOrList>,
+    /// Whose profiles: `user_id` and/or `assistant_id` (one is required).
+    pub filters: ProfileFilterDto,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -348,11 +640,12 @@ pub fn profile_json(p: &Profile) -> Value {
     json!({
         "id": p.id,
         "profile_id": p.id,
+        "primary_key": p.id,
         "memory_type": p.profile_type,
         "profile_type": p.profile_type,
         "user_id": p.user_id,
         "assistant_id": p.assistant_id,
-        "memory_info": {"content": p.content, "attributes": p.attributes},
+        "memory_info": p.attributes,
         "content": p.content,
         "attributes": p.attributes,
         "source_session_ids": p.source_session_ids,
@@ -455,10 +748,20 @@ pub struct GetContextBody {
 
 impl ProfileFilterDto {
     pub fn into_filter(self) -> Result<mnemo_core::model::ProfileFilter, CoreError> {
+        self.into_filter_at("filter")
+    }
+
+    pub fn into_filter_at(self, at: &str) -> Result<mnemo_core::model::ProfileFilter, CoreError> {
         Ok(mnemo_core::model::ProfileFilter {
-            user_id: self.user_id.unwrap_or_default().into_checked("filter.user_id")?,
-            assistant_id: self.assistant_id.unwrap_or_default().into_checked("filter.assistant_id")?,
-            profile_type: self.profile_type.unwrap_or_default().into_checked("filter.profile_type")?,
+            user_id: self.user_id.unwrap_or_default().into_checked(&format!("{at}.user_id"))?,
+            assistant_id: self.assistant_id.unwrap_or_default().into_checked(&format!("{at}.assistant_id"))?,
+            profile_type: self
+                .profile_type
+                .unwrap_or_default()
+                .into_checked(&format!("{at}.profile_type"))?
+                .into_iter()
+                .map(canonical_type)
+                .collect(),
         })
     }
 }
@@ -560,6 +863,9 @@ scoped!(
     ProfileAddBody,
     ProfileUpdateBody,
     ProfileIdBody,
+    ProfileBatchDeleteBody,
+    ProfileTriggerBody,
+    MemorySearchBody,
     JobListBody,
     JobRetryBody
 );

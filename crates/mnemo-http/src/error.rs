@@ -22,11 +22,12 @@ impl ApiOk {
 
 impl IntoResponse for ApiOk {
     fn into_response(self) -> Response {
-        Json(json!({"code": 0, "message": "ok", "request_id": self.request_id, "data": self.data})).into_response()
+        Json(json!({"code": 0, "message": "success", "request_id": self.request_id, "data": self.data})).into_response()
     }
 }
 
-/// Error codes: the HTTP status times 100, so a client can switch on either.
+/// Error codes: the HTTP status times 100, so a client can switch on either (and VikingDB's
+/// code beside it, see `vikingdb_code`).
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -64,11 +65,36 @@ impl ApiError {
     pub fn code(&self) -> u32 {
         self.status.as_u16() as u32 * 100
     }
+
+    /// The VikingDB memory API's code for this error (its SDK maps these codes to its exception
+    /// classes): answered beside ours in `ResponseMetadata.Error.Code`, Volcengine's envelope,
+    /// which that SDK reads first.
+    pub fn vikingdb_code(&self) -> u32 {
+        let about_collection = self.message.starts_with("collection");
+        match self.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => 1_000_001,
+            StatusCode::NOT_FOUND if about_collection => 1_000_005,
+            StatusCode::NOT_FOUND => 1_000_011,
+            StatusCode::CONFLICT if about_collection => 1_000_004,
+            StatusCode::TOO_MANY_REQUESTS => 1_000_029,
+            s if s.is_server_error() => 1_000_028,
+            _ => 1_000_003,
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"code": self.code(), "message": self.message, "request_id": self.request_id, "data": null});
+        let body = json!({
+            "code": self.code(),
+            "message": self.message,
+            "request_id": self.request_id,
+            "data": null,
+            "ResponseMetadata": {
+                "RequestId": self.request_id,
+                "Error": {"Code": self.vikingdb_code(), "Message": self.message},
+            },
+        });
         (self.status, Json(body)).into_response()
     }
 }

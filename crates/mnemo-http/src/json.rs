@@ -23,6 +23,41 @@ fn unknown_field(msg: &str) -> Option<(&str, String)> {
     Some((field, expected))
 }
 
+/// VikingDB's `resource_id`, the other way to name a collection: mnemo's is
+/// `<project_name>/<collection_name>` (`collection/info` answers it). It is rewritten into the two
+/// names before the body is read; a body that also names another collection or project is refused.
+/// (The VikingDB SDK always sends `project_name: "default"` beside a `resource_id`: that one is not
+/// a contradiction.)
+pub fn resolve_resource_id(v: &mut serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+    use serde_json::Value;
+    let Some(rid) = v.remove("resource_id") else { return Ok(()) };
+    let rid = match rid {
+        Value::Null => return Ok(()),
+        Value::String(s) => s,
+        other => return Err(format!("resource_id: must be a string, got {other}")),
+    };
+    let Some((project, collection)) = rid.split_once('/').filter(|(p, c)| !p.is_empty() && !c.is_empty()) else {
+        return Err(format!(
+            "resource_id: must be \"<project_name>/<collection_name>\" as collection/info answers it, got {rid:?}"
+        ));
+    };
+    match v.get("collection_name") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(c)) if c == collection => {}
+        Some(other) => {
+            return Err(format!("collection_name: {other} contradicts resource_id {rid:?}; give one of them"));
+        }
+    }
+    match v.get("project_name") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(p)) if p == project || p == mnemo_core::model::DEFAULT_PROJECT => {}
+        Some(other) => return Err(format!("project_name: {other} contradicts resource_id {rid:?}; give one of them")),
+    }
+    v.insert("collection_name".into(), Value::String(collection.into()));
+    v.insert("project_name".into(), Value::String(project.into()));
+    Ok(())
+}
+
 /// A request body that names the project it acts on.
 pub trait Scoped {
     fn project(&self) -> &str;
@@ -50,12 +85,17 @@ where
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ApiError::bad_request(&rid, "body: must be a JSON object"));
         }
-        // An end-user token: the fields naming a user are forced to it before the body is read.
-        let bytes = match ctx.principal.user() {
-            None => bytes,
-            Some(user) => {
-                let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
-                    .map_err(|e| ApiError::bad_request(&rid, format!("body: malformed JSON: {e}")))?;
+        // `resource_id` becomes the collection's two names, and an end-user token's user is forced
+        // into the fields naming a user, before the body is read.
+        let user = ctx.principal.user();
+        let names_resource = bytes.windows(13).any(|w| w == b"\"resource_id\"");
+        let bytes = if user.is_none() && !names_resource {
+            bytes
+        } else {
+            let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
+                .map_err(|e| ApiError::bad_request(&rid, format!("body: malformed JSON: {e}")))?;
+            resolve_resource_id(&mut v).map_err(|m| ApiError::bad_request(&rid, m))?;
+            if let Some(user) = user {
                 let conversation =
                     confine(&path, &mut v, user).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
                 if let Some(conv) = conversation {
@@ -82,8 +122,8 @@ where
                         Err(e) => return Err(ApiError::from_core(&rid, e)),
                     }
                 }
-                serde_json::to_vec(&v).expect("a JSON object serializes").into()
             }
+            serde_json::to_vec(&v).expect("a JSON object serializes").into()
         };
         let de = &mut serde_json::Deserializer::from_slice(&bytes);
         let body: T = serde_path_to_error::deserialize(de).map_err(|e| {

@@ -7,6 +7,7 @@ mod confine;
 mod dto;
 mod error;
 pub mod guard;
+mod iam;
 mod json;
 mod metrics;
 pub mod openapi;
@@ -35,6 +36,9 @@ pub struct ApiKey {
     pub scopes: Vec<mnemo_core::access::Scope>,
     /// An end-user token: every call is confined to this user.
     pub user_id: Option<String>,
+    /// A VikingDB IAM pair: `key` is then the access key id (AK) and this its secret (SK);
+    /// requests are signed with it (`iam.rs`) instead of carrying the key.
+    pub secret_key: Option<String>,
 }
 
 /// Per-request context the middleware puts in the request's extensions.
@@ -96,23 +100,68 @@ impl AppState {
         bearer(headers).is_some_and(|got| constant_time_eq(got.as_bytes(), want.as_bytes()))
     }
 
-    /// Who is calling: open without configured keys, else the holder of a valid bearer key.
-    fn authenticate(&self, headers: &axum::http::HeaderMap, request_id: &str) -> Result<Principal, ApiError> {
+    /// Who is calling: open without configured keys, else the holder of a valid bearer key or of
+    /// the IAM pair that signed the request (whose body is then read here, to check its hash).
+    async fn authenticate(&self, req: Request, request_id: &str) -> Result<(Principal, Request), ApiError> {
         if self.keys.is_empty() {
-            return Ok(Principal::Open);
+            return Ok((Principal::Open, req));
         }
-        let bearer = bearer(headers).ok_or_else(|| {
-            ApiError::new(StatusCode::UNAUTHORIZED, request_id, "Authorization: a `Bearer <key>` header is required")
+        let unauthorized = |m: String| ApiError::new(StatusCode::UNAUTHORIZED, request_id, m);
+        let header =
+            req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        if let Some(signed) = iam::parse(&header) {
+            let signed = signed.map_err(unauthorized)?;
+            let Some(key) = self.keys.iter().find(|k| k.secret_key.is_some() && k.key == signed.access_key) else {
+                return Err(unauthorized("Authorization: unknown access key".into()));
+            };
+            iam::check_date(&signed, req.headers(), chrono::Utc::now().timestamp_millis()).map_err(unauthorized)?;
+            let (parts, body) = req.into_parts();
+            let bytes = axum::body::to_bytes(body, self.max_body_bytes).await.map_err(|_| {
+                let limit = self.max_body_bytes;
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, request_id, format!("body: must be at most {limit} bytes"))
+            })?;
+            let hash = iam::body_hash(&bytes);
+            if parts.headers.get("x-content-sha256").is_some_and(|v| v.as_bytes() != hash.as_bytes()) {
+                return Err(unauthorized("X-Content-Sha256: does not match the body".into()));
+            }
+            // Under `nest` the URI is the nested one; the client signed the whole path.
+            let uri = parts.extensions.get::<axum::extract::OriginalUri>().map_or(&parts.uri, |u| &u.0);
+            let want = iam::signature(
+                &signed,
+                key.secret_key.as_deref().expect("found by its secret"),
+                &parts.method,
+                uri.path(),
+                uri.query(),
+                &parts.headers,
+                &hash,
+            )
+            .map_err(unauthorized)?;
+            if !constant_time_eq(want.as_bytes(), signed.signature.as_bytes()) {
+                return Err(unauthorized("Authorization: the signature does not match (wrong secret key?)".into()));
+            }
+            let principal = key.principal();
+            return Ok((principal, Request::from_parts(parts, axum::body::Body::from(bytes))));
+        }
+        let bearer = bearer(req.headers()).ok_or_else(|| {
+            unauthorized("Authorization: a `Bearer <key>` header or a VikingDB IAM signature is required".into())
         })?;
-        self.keys
+        let principal = self
+            .keys
             .iter()
-            .find(|key| constant_time_eq(key.key.as_bytes(), bearer.as_bytes()))
-            .map(|key| Principal::Key {
-                projects: Arc::new(key.projects.clone()),
-                scopes: Arc::new(key.scopes.clone()),
-                user: key.user_id.as_deref().map(Arc::from),
-            })
-            .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, request_id, "Authorization: unknown API key"))
+            .find(|key| key.secret_key.is_none() && constant_time_eq(key.key.as_bytes(), bearer.as_bytes()))
+            .map(ApiKey::principal)
+            .ok_or_else(|| unauthorized("Authorization: unknown API key".into()))?;
+        Ok((principal, req))
+    }
+}
+
+impl ApiKey {
+    fn principal(&self) -> Principal {
+        Principal::Key {
+            projects: Arc::new(self.projects.clone()),
+            scopes: Arc::new(self.scopes.clone()),
+            user: self.user_id.as_deref().map(Arc::from),
+        }
     }
 }
 
@@ -130,6 +179,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         clock: config.clock,
     };
     let api = routes::api_routes(&state)
+        .route("/ping", get(routes::ping))
         .fallback(not_found)
         .layer(middleware::from_fn(guard::json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
@@ -244,7 +294,7 @@ pub(crate) fn new_request_id() -> String {
 }
 
 /// Assigns the request id, authenticates, sheds load, and tags the response with the id.
-async fn auth_and_context(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+async fn auth_and_context(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let request_id = req
         .headers()
         .get("x-request-id")
@@ -252,7 +302,7 @@ async fn auth_and_context(State(state): State<AppState>, mut req: Request, next:
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
         .map(str::to_string)
         .unwrap_or_else(new_request_id);
-    let principal = match state.authenticate(req.headers(), &request_id) {
+    let (principal, mut req) = match state.authenticate(req, &request_id).await {
         Ok(p) => p,
         Err(e) => return with_id(e.into_response(), &request_id),
     };

@@ -5,7 +5,7 @@
 
 use crate::AppState;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -95,12 +95,13 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     resp
 }
 
-pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn scrape(State(state): State<AppState>, req: axum::extract::Request) -> Response {
+    let headers = req.headers().clone();
     // The figures are every tenant's: open (loopback without keys), `server.metrics_key`, or an
     // admin key for every project. A project's key sees its own figures through `stats`.
     if !state.metrics_key_matches(&headers) {
-        match state.authenticate(&headers, "metrics") {
-            Ok(p) if p.sees_every_tenant() => {}
+        match state.authenticate(req, "metrics").await {
+            Ok((p, _)) if p.sees_every_tenant() => {}
             Ok(_) => {
                 return crate::error::ApiError::new(
                     StatusCode::FORBIDDEN,

@@ -30,6 +30,14 @@ pub fn document() -> Value {
         paths.insert(format!("/api/memory{}", e.path), op);
     }
     paths.insert(
+        "/api/memory/ping".into(),
+        json!({"get": {"summary": "Checks the credentials (a key, or a VikingDB IAM signature) and that the server answers: VikingDB's Ping.",
+            "operationId": "ping", "tags": ["ping"],
+            "responses": {"200": {"description": "The credentials are good.",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}},
+                "401": {"$ref": "#/components/responses/Error"}}}}),
+    );
+    paths.insert(
         "/healthz".into(),
         json!({"get": {"summary": "Liveness, version, store engine, extractor and embedding model.", "operationId": "healthz",
             "security": [], "responses": {"200": {"description": "The server is up."}}}}),
@@ -45,13 +53,29 @@ pub fn document() -> Value {
             "operationId": "mcp", "responses": {"200": {"description": "A JSON-RPC response."}}}}),
     );
     let mut schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    // Every body naming a collection may name it by `resource_id` instead (see `json.rs`).
+    for schema in schemas.values_mut() {
+        let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
+        if !props.contains_key("collection_name") {
+            continue;
+        }
+        props.insert(
+            "resource_id".into(),
+            json!({"type": "string", "description": "VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name."}),
+        );
+        if let Some(req) = schema.get_mut("required").and_then(Value::as_array_mut) {
+            req.retain(|f| f != "collection_name");
+        }
+    }
     schemas.insert(
         "Envelope".into(),
         json!({"type": "object", "required": ["code", "message", "request_id"], "properties": {
             "code": {"type": "integer", "description": "0 on success; otherwise the HTTP status × 100."},
             "message": {"type": "string", "description": "\"success\", or what is wrong: the field's JSON path and the allowed range."},
             "request_id": {"type": "string", "description": "Identifies the request in the server's log (also the x-request-id header)."},
-            "data": {"description": "The result (null on errors)."}
+            "data": {"description": "The result (null on errors)."},
+            "ResponseMetadata": {"type": "object", "description": "Errors only: Volcengine's envelope with the VikingDB memory API's error code (`Error.Code`, e.g. 1000003 invalid request), which the VikingDB SDKs map to their exception classes.",
+                "properties": {"RequestId": {"type": "string"}, "Error": {"type": "object", "properties": {"Code": {"type": "integer"}, "Message": {"type": "string"}}}}}
         }}),
     );
     json!({

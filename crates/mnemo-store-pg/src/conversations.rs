@@ -234,6 +234,25 @@ impl PgStore {
         Ok(closed)
     }
 
+    pub(crate) async fn delete_conversation(&self, cid: CollectionId, conv: &str) -> StoreResult<Vec<String>> {
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        if lock_conversation(&tx, cid, conv).await?.is_none() {
+            return Ok(vec![]);
+        }
+        let ids = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>();
+        let p: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&cid, &conv];
+        let sessions =
+            ids(query_all(&tx, "SELECT session_id FROM sessions WHERE collection_id=$1 AND conversation_id=$2", &p).await?);
+        let events = ids(query_all(&tx, "SELECT id FROM events WHERE collection_id=$1 AND conversation_id=$2", &p).await?);
+        crate::events::delete_events(&tx, cid, &events).await?;
+        for table in ["messages", "jobs", "sessions", "conversations"] {
+            execute(&tx, &format!("DELETE FROM {table} WHERE collection_id=$1 AND conversation_id=$2"), &p).await?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(sessions)
+    }
+
     pub(crate) async fn flush_conversation(
         &self,
         cid: CollectionId,

@@ -196,6 +196,10 @@ impl Store for PgStore {
         PgStore::add_session(self, req).await
     }
 
+    async fn delete_conversation(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
+        PgStore::delete_conversation(self, cid, conversation_id).await
+    }
+
     async fn flush_conversation(
         &self,
         cid: CollectionId,

@@ -197,8 +197,9 @@ impl PgStore {
         let since = record_versions(&tx, id, keep, &before, &p.attributes, &superseded, None, now).await?;
         execute(
             &tx,
-            "UPDATE profiles SET content=$3, attributes=$4, updated_at=$5, attribute_since=$6 WHERE collection_id=$1 AND id=$2",
-            &[&cid, &id, &no_nul(&p.content), &json(&p.attributes), &now, &since],
+            "UPDATE profiles SET content=$3, attributes=$4, updated_at=$5, attribute_since=$6, source_sessions=$7
+             WHERE collection_id=$1 AND id=$2",
+            &[&cid, &id, &no_nul(&p.content), &json(&p.attributes), &now, &since, &json(&p.source_session_ids)],
         )
         .await?;
         let out = profile_by_id(&tx, cid, id).await?.ok_or_else(|| StoreError::backend("updated profile vanished"))?;

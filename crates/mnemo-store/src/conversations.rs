@@ -231,6 +231,31 @@ impl SqliteStore {
             .await
     }
 
+    pub(crate) async fn delete_conversation(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
+        let conv = conversation_id.to_string();
+        self.writer
+            .write(move |conn| {
+                if load_conversation(conn, cid, &conv)?.is_none() {
+                    return Ok(vec![]);
+                }
+                let ids = |sql: &str| -> StoreResult<Vec<String>> {
+                    let mut stmt = conn.prepare(sql).map_err(backend)?;
+                    let rows = stmt.query_map(params![cid, conv], |r| r.get(0)).map_err(backend)?;
+                    rows.collect::<Result<_, _>>().map_err(backend)
+                };
+                let sessions = ids("SELECT session_id FROM sessions WHERE collection_id=?1 AND conversation_id=?2")?;
+                for id in ids("SELECT id FROM events WHERE collection_id=?1 AND conversation_id=?2")? {
+                    crate::events::delete_event_row(conn, cid, &id)?;
+                }
+                for table in ["messages", "jobs", "sessions", "conversations"] {
+                    conn.execute(&format!("DELETE FROM {table} WHERE collection_id=?1 AND conversation_id=?2"), params![cid, conv])
+                        .map_err(backend)?;
+                }
+                Ok(sessions)
+            })
+            .await
+    }
+
     pub(crate) async fn flush_conversation(
         &self,
         collection_id: CollectionId,

@@ -188,6 +188,10 @@ impl Store for SqliteStore {
         SqliteStore::add_session(self, req).await
     }
 
+    async fn delete_conversation(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
+        SqliteStore::delete_conversation(self, cid, conversation_id).await
+    }
+
     async fn flush_conversation(
         &self,
         collection_id: CollectionId,

@@ -201,8 +201,9 @@ impl SqliteStore {
                     now,
                 )?;
                 conn.execute(
-                    "UPDATE profiles SET content=?3, attributes=?4, updated_at=?5, attribute_since=?6 WHERE collection_id=?1 AND id=?2",
-                    params![cid, id, p.content, json(&p.attributes), now, since],
+                    "UPDATE profiles SET content=?3, attributes=?4, updated_at=?5, attribute_since=?6, source_sessions=?7
+                     WHERE collection_id=?1 AND id=?2",
+                    params![cid, id, p.content, json(&p.attributes), now, since, json(&p.source_session_ids)],
                 )
                 .map_err(backend)?;
                 profile_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::backend("updated profile vanished"))

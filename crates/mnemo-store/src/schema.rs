@@ -209,6 +209,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX jobs_failed ON jobs(state) WHERE state = 'failed';
     "#,
+    // v9: a conversation is replaced whole (VikingDB's session/add on a re-used session_id).
+    r#"
+    CREATE INDEX events_conversation ON events(collection_id, conversation_id) WHERE conversation_id IS NOT NULL;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

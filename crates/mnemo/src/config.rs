@@ -217,6 +217,11 @@ pub struct ApiKeyConfig {
     /// An end-user token: every call made with this key is confined to this user — it reads,
     /// writes and forgets only this user's memories, whatever the body or MCP headers say.
     pub user_id: Option<String>,
+    /// A VikingDB IAM pair instead of a key: the access key id (AK) the VikingDB SDK's
+    /// `IAM(ak=..., sk=...)` sends, with its secret in `secret_key_env` (preferred) or `secret_key`.
+    pub access_key: Option<String>,
+    pub secret_key_env: Option<String>,
+    pub secret_key: Option<String>,
 }
 
 fn all_projects() -> Vec<String> {
@@ -430,13 +435,31 @@ impl Config {
     pub fn api_keys(&self) -> Result<Vec<mnemo_http::ApiKey>> {
         let mut out = Vec::new();
         for (i, k) in self.server.api_keys.iter().enumerate() {
-            let key = match (&k.key_env, &k.key) {
-                (Some(var), _) => std::env::var(var)
-                    .with_context(|| format!("server.api_keys[{i}].key_env: environment variable {var} is not set"))?,
-                (None, Some(key)) => key.clone(),
-                (None, None) => bail!("server.api_keys[{i}]: give key_env (preferred) or key"),
+            let secret = |env: &Option<String>, value: &Option<String>, what: &str| -> Result<Option<String>> {
+                Ok(match (env, value) {
+                    (Some(var), _) => Some(std::env::var(var).with_context(|| {
+                        format!("server.api_keys[{i}].{what}_env: environment variable {var} is not set")
+                    })?),
+                    (None, v) => v.clone(),
+                })
             };
-            if key.len() < 16 {
+            let key = secret(&k.key_env, &k.key, "key")?;
+            let sk = secret(&k.secret_key_env, &k.secret_key, "secret_key")?;
+            let (key, secret_key) = match (key, &k.access_key, sk) {
+                (Some(key), None, None) => (key, None),
+                (None, Some(ak), Some(sk)) => {
+                    if ak.is_empty() || sk.len() < 16 {
+                        bail!("server.api_keys[{i}]: an access_key must not be empty and its secret key must be at least 16 characters");
+                    }
+                    (ak.clone(), Some(sk))
+                }
+                (None, Some(_), None) => bail!("server.api_keys[{i}]: access_key needs secret_key_env (preferred) or secret_key"),
+                (Some(_), Some(_), _) | (Some(_), None, Some(_)) => {
+                    bail!("server.api_keys[{i}]: give either a key (key_env/key) or an IAM pair (access_key with secret_key_env/secret_key), not both")
+                }
+                (None, None, _) => bail!("server.api_keys[{i}]: give key_env (preferred) or key, or an IAM pair (access_key and secret_key_env)"),
+            };
+            if secret_key.is_none() && key.len() < 16 {
                 bail!("server.api_keys[{i}]: a key must be at least 16 characters");
             }
             if k.scopes.is_empty() {
@@ -447,6 +470,7 @@ impl Config {
                 projects: k.projects.clone(),
                 scopes: k.scopes.clone(),
                 user_id: k.user_id.clone(),
+                secret_key,
             });
         }
         Ok(out)

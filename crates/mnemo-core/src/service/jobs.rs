@@ -225,7 +225,7 @@ impl Service {
     }
 
     /// The lock that orders one user's extraction commits (entries are dropped when unused).
-    fn user_lock(&self, cid: CollectionId, user: Option<&str>) -> UserLock {
+    pub(super) fn user_lock(&self, cid: CollectionId, user: Option<&str>) -> UserLock {
         let mut locks = self.user_locks.lock().expect("user locks");
         locks.retain(|_, l| Arc::strong_count(l) > 1);
         locks.entry((cid, user.unwrap_or_default().to_string())).or_default().clone()
@@ -302,8 +302,17 @@ impl Service {
     ) -> Result<ExtractionOutput, ExtractError> {
         let schema = &claimed.collection.schema;
         let first_time = claimed.messages.first().map(|m| m.time).unwrap_or(now);
+        // Only the types the writer asked for (`extract_memory_type`), when it named any.
+        let wanted = |t: &str| claimed.meta.extract_types.is_empty() || claimed.meta.extract_types.iter().any(|w| w == t);
+        if !wanted(PROFILE_V1) {
+            output.profile_changes.clear();
+        }
+        output.typed_profile_changes.retain(|(t, _)| wanted(t));
         let mut kept: Vec<ExtractedEvent> = Vec::with_capacity(output.events.len());
         for mut e in std::mem::take(&mut output.events) {
+            if !wanted(&e.memory_type) {
+                continue;
+            }
             // 1. Valid against the collection's schema, or dropped (never stored half-formed).
             let Some(def) = schema.event_type(&e.memory_type) else {
                 tracing::warn!(memory_type = %e.memory_type, "extraction: dropped an event of an unknown type");
@@ -351,7 +360,11 @@ impl Service {
                 e.supersedes = None;
             }
             let class = def.default_class.clone();
-            e.expires_at = self.default_expiry(schema, class.as_deref(), now);
+            e.expires_at = match claimed.meta.ttl {
+                Some(EventTtl::Absolute(at)) => Some(at),
+                Some(EventTtl::RelativeSecs(secs)) => Some(now + secs * 1000),
+                None => self.default_expiry(schema, class.as_deref(), now),
+            };
             e.class = class;
             kept.push(e);
         }

@@ -217,6 +217,7 @@ async fn get_context_assembles_profile_turns_and_events_within_the_budget() {
             None,
             None,
             json!({"city": "Lisbon", "name": "Ana"}).as_object().unwrap().clone(),
+            false,
         )
         .await
         .unwrap();

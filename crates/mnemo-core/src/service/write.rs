@@ -46,11 +46,30 @@ impl Service {
         Ok(out)
     }
 
-    pub async fn session_add(&self, req: WriteRequest) -> CoreResult<SessionClosed> {
+    /// Writes a whole session and queues its extraction. With `replace` (VikingDB's session/add
+    /// on a re-used `session_id`, kept as the conversation id) the conversation's earlier
+    /// messages, sessions and events are deleted first and their profile changes withdrawn; the
+    /// answer says whether there was anything to replace.
+    pub async fn session_add(&self, req: WriteRequest, replace: bool) -> CoreResult<(SessionClosed, bool)> {
+        let t = Target { project: req.project.clone(), collection: req.collection.clone() };
+        let new_user = req.meta.user_id.clone();
         let append = self.prepare_append(req).await?;
+        let (cid, conv) = (append.collection_id, append.conversation_id.clone());
+        let (withdrawn, old_user) = match replace {
+            false => (vec![], None),
+            true => {
+                let old = self.store.conversation_info(cid, &conv).await?.and_then(|i| i.meta.user_id);
+                (self.store.delete_conversation(cid, &conv).await?, old)
+            }
+        };
         let closed = self.store.add_session(append).await?;
         self.job_queued.notify_waiters();
-        Ok(closed)
+        if !withdrawn.is_empty() {
+            let c = self.collection_for_write(&t).await?;
+            let users: Vec<String> = old_user.into_iter().chain(new_user).collect();
+            self.withdraw_from_profiles(&c, users, &withdrawn).await?;
+        }
+        Ok((closed, !withdrawn.is_empty()))
     }
 
     pub async fn flush(&self, t: &Target, conversation_id: &str) -> CoreResult<Option<SessionClosed>> {

@@ -601,6 +601,27 @@ impl Store for MemoryStore {
         Ok(closed)
     }
 
+    async fn delete_conversation(&self, collection_id: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
+        let mut s = self.lock();
+        if s.conversations.remove(&(collection_id, conversation_id.to_string())).is_none() {
+            return Ok(vec![]);
+        }
+        let ours = |cid: CollectionId, conv: Option<&str>| cid == collection_id && conv == Some(conversation_id);
+        let sessions: Vec<String> = s
+            .sessions
+            .iter()
+            .filter(|(_, v)| ours(v.collection_id, Some(v.summary.conversation_id.as_str())))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in &sessions {
+            s.sessions.remove(id);
+        }
+        s.messages.retain(|m| !ours(m.collection_id, Some(m.stored.conversation_id.as_str())));
+        s.jobs.retain(|_, j| !ours(j.collection_id, j.job.conversation_id.as_deref()));
+        s.events.retain(|_, e| !ours(e.collection_id, e.event.conversation_id.as_deref()));
+        Ok(sessions)
+    }
+
     async fn flush_conversation(
         &self,
         collection_id: CollectionId,

@@ -33,6 +33,7 @@ impl EventFilterDto {
         let list = |v: Option<StrOrList>, f: &str| v.unwrap_or_default().into_checked(&format!("filter.{f}"));
         let mut memory_type = list(self.memory_type, "memory_type")?;
         memory_type.extend(list(self.event_type, "event_type")?);
+        let memory_type = memory_type.into_iter().map(canonical_type).collect();
         Ok(EventFilter {
             user_id: list(self.user_id, "user_id")?,
             assistant_id: list(self.assistant_id, "assistant_id")?,
@@ -179,6 +180,7 @@ pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
         "id": e.id,
         "event_id": e.id,
         "memory_type": e.memory_type,
+        "event_type": e.memory_type,
         "user_id": e.user_id,
         "assistant_id": e.assistant_id,
         "session_id": e.session_id,

@@ -45,7 +45,7 @@ pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Event
     let req = (|| -> Result<AddEventRequest, CoreError> {
         Ok(AddEventRequest {
             target: Target { project: body.project_name, collection: body.collection_name },
-            memory_type: body.event_type,
+            memory_type: canonical_type(body.event_type),
             user_id: body.user_id.unwrap_or_default().into_checked("user_id")?,
             assistant_id: body.assistant_id.unwrap_or_default().into_checked("assistant_id")?,
             group_id: body.group_id,
@@ -120,4 +120,81 @@ pub async fn batch_delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJ
             json!({"deleted": out.count})
         },
     ))
+}
+
+/// `search` (VikingDB's SearchMemory): the profiles and the events matching one query, profiles
+/// first (each item says which it is in `memory_category`); scores compare within a kind only.
+pub async fn search_memory(
+    State(s): State<AppState>,
+    ApiJson { ctx, body }: ApiJson<MemorySearchBody>,
+) -> ApiResult {
+    let rid = &ctx.request_id;
+    let err = |e| ApiError::from_core(rid, e);
+    let t = Target { project: body.project_name, collection: body.collection_name.clone() };
+    let c = s.service.collection_for_read(&t).await.map_err(err)?;
+    let f = body.filter;
+    let list = |v: Option<StrOrList>, name: &str| v.unwrap_or_default().into_checked(&format!("filter.{name}"));
+    let user_id = list(f.user_id, "user_id").map_err(err)?;
+    let assistant_id = list(f.assistant_id, "assistant_id").map_err(err)?;
+    if user_id.is_empty() && assistant_id.is_empty() {
+        return Err(err(CoreError::invalid("filter.user_id", "at least one of filter.user_id and filter.assistant_id is required")));
+    }
+    let types: Vec<String> = list(f.memory_type, "memory_type").map_err(err)?.into_iter().map(canonical_type).collect();
+    for ty in &types {
+        if c.schema.event_type(ty).is_none() && c.schema.profile_type(ty).is_none() {
+            return Err(err(CoreError::invalid(
+                "filter.memory_type",
+                format!("unknown type {ty:?}: not an event or profile type of this collection"),
+            )));
+        }
+    }
+    let event_types: Vec<String> = types.iter().filter(|t| c.schema.event_type(t).is_some()).cloned().collect();
+    let profile_types: Vec<String> = types.iter().filter(|t| c.schema.profile_type(t).is_some()).cloned().collect();
+    let limit = limit(body.limit, 10).map_err(err)?;
+    let mut out = Vec::new();
+    let profiles_wanted = types.is_empty() || !profile_types.is_empty();
+    let events_wanted = types.is_empty() || !event_types.is_empty();
+    if profiles_wanted && f.group_id.is_none() && f.session_id.is_none() && f.start_time.is_none() && f.end_time.is_none()
+    {
+        let pf = mnemo_core::model::ProfileFilter {
+            user_id: user_id.clone(),
+            assistant_id: assistant_id.clone(),
+            profile_type: profile_types,
+        };
+        for (p, score) in s.service.search_profiles(&t, pf, body.query.as_deref(), limit).await.map_err(err)? {
+            let mut v = profile_json(&p);
+            v["memory_category"] = json!("profile");
+            v["score"] = json!(score);
+            out.push(v);
+        }
+    }
+    if events_wanted {
+        let filter = mnemo_core::model::EventFilter {
+            user_id,
+            assistant_id,
+            memory_type: event_types,
+            group_id: list(f.group_id, "group_id").map_err(err)?,
+            conversation_id: list(f.session_id, "session_id").map_err(err)?,
+            start_time: f.start_time,
+            end_time: f.end_time,
+            ..Default::default()
+        };
+        let req = EventSearch {
+            target: t,
+            query: body.query,
+            limit,
+            custom_weight: check_custom_weight(None).map_err(err)?,
+            similarity_threshold: None,
+            freshness_days: None,
+            include_archived: false,
+            decay: TimeDecay::NONE,
+            filter,
+        };
+        for r in s.service.search_events(req).await.map_err(err)? {
+            let mut v = scored_event_json(&r);
+            v["memory_category"] = json!("event");
+            out.push(v);
+        }
+    }
+    Ok(ApiOk::new(rid, json!({"collection_name": body.collection_name, "count": out.len(), "result_list": out})))
 }

@@ -79,6 +79,11 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Search events: hybrid semantic + full-text ranking with a query (time decay, custom weight, threshold), newest first without.",
             event::search,
         ),
+        ep::<MemorySearchBody, _, _>(
+            "/search",
+            "Search a user's (or assistant's) profiles and events at once (VikingDB's SearchMemory): profiles first, ranked by closeness to the query, then events ranked as event/search ranks them; each item's memory_category says which it is.",
+            event::search_memory,
+        ),
         ep::<EventAddBody, _, _>("/event/add", "Add an event directly (validated against its type).", event::add),
         ep::<EventUpdateBody, _, _>(
             "/event/update",
@@ -103,6 +108,16 @@ pub fn endpoints() -> Vec<Endpoint> {
             profile::update,
         ),
         ep::<ProfileIdBody, _, _>("/profile/delete", "Delete a profile.", profile::delete),
+        ep::<ProfileBatchDeleteBody, _, _>(
+            "/profile/batch_delete",
+            "Delete the profiles matching a filter that names a user or an assistant.",
+            profile::batch_delete,
+        ),
+        ep::<ProfileTriggerBody, _, _>(
+            "/profile/trigger_update",
+            "Re-derive the matching profiles from the sessions they came from (the extractor runs again over each; hand edits are not replayed).",
+            profile::trigger_update,
+        ),
         ep::<JobListBody, _, _>(
             "/job/list",
             "Extraction jobs with state, attempts, last error and token usage.",
@@ -147,7 +162,7 @@ pub fn endpoints() -> Vec<Endpoint> {
 /// an admin key deletes collections, forgets users or runs maintenance).
 pub fn scope_of(path: &str) -> Scope {
     match path {
-        "/collection/list" | "/collection/info" | "/session/info" | "/event/search" | "/profile/search"
+        "/collection/list" | "/collection/info" | "/session/info" | "/event/search" | "/profile/search" | "/search"
         | "/job/list" | "/get_context" | "/stats" | "/user/export" => Scope::Read,
         "/collection/delete" | "/user/forget" | "/maintenance/run" | "/maintenance/list" | "/admin/clock" => {
             Scope::Admin
@@ -211,4 +226,12 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
         "extractor": svc.extractor_name(),
         "embedding_model": svc.embedder().model_id(),
     }))
+}
+
+/// `GET /api/memory/ping` (VikingDB's Ping): the credentials were good if this answers.
+pub async fn ping(axum::Extension(ctx): axum::Extension<crate::Ctx>, State(state): State<AppState>) -> crate::ApiOk {
+    crate::ApiOk::new(
+        &ctx.request_id,
+        json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "store": state.service.store_engine()}),
+    )
 }

@@ -20,8 +20,9 @@ fn closed_json(c: Option<&SessionClosed>) -> Value {
 
 pub async fn streaming_write(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<WriteBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let conversation_id = body.conversation_id.clone();
-    let req = body.into_request(s.service.config().default_trigger).map_err(|e| ApiError::from_core(rid, e))?;
+    let (req, _) =
+        body.into_request(s.service.config().default_trigger, false).map_err(|e| ApiError::from_core(rid, e))?;
+    let conversation_id = req.conversation_id.clone();
     let out = s.service.streaming_write(req).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(
         rid,
@@ -38,14 +39,18 @@ pub async fn streaming_write(State(s): State<AppState>, ApiJson { ctx, body }: A
 
 pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<WriteBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let conversation_id = body.conversation_id.clone();
-    let req = body.into_request(s.service.config().default_trigger).map_err(|e| ApiError::from_core(rid, e))?;
-    let closed = s.service.session_add(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let (req, replace) =
+        body.into_request(s.service.config().default_trigger, true).map_err(|e| ApiError::from_core(rid, e))?;
+    let conversation_id = req.conversation_id.clone();
+    let (closed, replaced) = s.service.session_add(req, replace).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(
         rid,
         json!({
             "conversation_id": conversation_id,
-            "session_id": closed.session_id,
+            // VikingDB's session: the id it was written under (mnemo's conversation).
+            "session_id": if replace { &conversation_id } else { &closed.session_id },
+            "extraction_session_id": closed.session_id,
+            "replaced": replaced,
             "job_id": closed.job_id,
             "accepted": closed.message_count,
             "extraction": closed_json(Some(&closed)),
@@ -80,22 +85,49 @@ pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sess
             ))
         }
         (None, Some(sid)) => {
-            let d = s.service.session_info(&t, &sid).await.map_err(|e| ApiError::from_core(rid, e))?;
-            let usage = d
-                .job
-                .as_ref()
-                .map(|j| json!({"prompt_tokens": j.prompt_tokens, "completion_tokens": j.completion_tokens}));
-            Ok(ApiOk::new(
-                rid,
-                json!({
-                    "session": d.session,
-                    "messages": d.messages.iter().map(message_json).collect::<Vec<_>>(),
-                    "events": d.events.iter().map(|e| event_json(e, None)).collect::<Vec<_>>(),
-                    "job": d.job.as_ref().map(job_json),
-                    "token_usage": usage,
-                }),
-            ))
+            // mnemo's session id, or VikingDB's (a conversation written by session/add).
+            let details = match s.service.session_info(&t, &sid).await {
+                Ok(d) => vec![d],
+                Err(mnemo_core::CoreError::NotFound(_)) => {
+                    let conv = s.service.conversation_info(&t, &sid).await.map_err(|_| {
+                        ApiError::from_core(rid, mnemo_core::CoreError::NotFound(format!("session_id: no session \"{sid}\"")))
+                    })?;
+                    let mut out = Vec::with_capacity(conv.sessions.len());
+                    for summary in &conv.sessions {
+                        out.push(
+                            s.service.session_info(&t, &summary.session_id).await.map_err(|e| ApiError::from_core(rid, e))?,
+                        );
+                    }
+                    out
+                }
+                Err(e) => return Err(ApiError::from_core(rid, e)),
+            };
+            Ok(ApiOk::new(rid, session_detail_json(&sid, &details)))
         }
         _ => Err(ApiError::bad_request(rid, "conversation_id: give exactly one of conversation_id and session_id")),
     }
+}
+
+/// One clean shape for a session, VikingDB's names first: `messages`, `event_memory`, `usage`
+/// (LLM tokens from the extraction jobs; `embedding_tokens` counts the embedded event texts with
+/// the o200k tokenizer, an estimate for a local model), then mnemo's `sessions` and `jobs`.
+fn session_detail_json(asked: &str, details: &[mnemo_core::model::SessionDetail]) -> Value {
+    let events: Vec<_> = details.iter().flat_map(|d| &d.events).collect();
+    let jobs: Vec<_> = details.iter().filter_map(|d| d.job.as_ref()).collect();
+    let (prompt, completion) = jobs.iter().fold((0, 0), |(p, c), j| (p + j.prompt_tokens, c + j.completion_tokens));
+    let embedded: usize = events.iter().map(|e| mnemo_core::tokens::TokenCounter::count(&e.text())).sum();
+    json!({
+        "session_id": asked,
+        "conversation_id": details.first().map(|d| d.session.conversation_id.clone()),
+        "messages": details.iter().flat_map(|d| d.messages.iter().map(message_json)).collect::<Vec<_>>(),
+        "event_memory": events.iter().map(|e| event_json(e, None)).collect::<Vec<_>>(),
+        "usage": {
+            "embedding_tokens": embedded,
+            "llm_input_tokens": prompt,
+            "llm_output_tokens": completion,
+            "llm_input_tokens_details": {"cached_tokens": null},
+        },
+        "sessions": details.iter().map(|d| &d.session).collect::<Vec<_>>(),
+        "jobs": jobs.iter().map(|j| job_json(j)).collect::<Vec<_>>(),
+    })
 }

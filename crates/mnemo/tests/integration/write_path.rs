@@ -92,12 +92,12 @@ async fn flush_and_session_add() {
     let sid = d["session_id"].as_str().unwrap().to_string();
     let detail = eventually(10, "session_add extraction", || async {
         let d = s.ok("session/info", json!({"collection_name": "c", "session_id": sid})).await;
-        (d["job"]["state"] == "done").then_some(d)
+        (d["jobs"][0]["state"] == "done").then_some(d)
     })
     .await;
     assert_eq!(detail["messages"].as_array().unwrap().len(), 2);
-    assert_eq!(detail["session"]["reason"], "session_add");
-    assert_eq!(detail["events"].as_array().unwrap().len(), 1);
+    assert_eq!(detail["sessions"][0]["reason"], "session_add");
+    assert_eq!(detail["event_memory"].as_array().unwrap().len(), 1);
 }
 
 #[tokio::test]
