@@ -191,7 +191,10 @@ fn content_text(v: Value, field: &str) -> Result<String, CoreError> {
         };
         let value = o.remove(key);
         if let Some(extra) = o.keys().next() {
-            return Err(CoreError::invalid(format!("{f}.{extra}"), format!("unknown field; expected one of type, {key}")));
+            return Err(CoreError::invalid(
+                format!("{f}.{extra}"),
+                format!("unknown field; expected one of type, {key}"),
+            ));
         }
         match (kind, value) {
             ("text", Some(Value::String(t))) => out.push(t),
@@ -287,9 +290,8 @@ impl WriteBody {
             }
             (Some(c), None, _) => (c, false),
             (None, Some(sid), true) => {
-                let ok = !sid.is_empty()
-                    && sid.len() <= 128
-                    && sid.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                let ok =
+                    !sid.is_empty() && sid.len() <= 128 && sid.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if !ok {
                     return Err(CoreError::invalid(
                         "session_id",
@@ -322,7 +324,10 @@ impl WriteBody {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) if n.is_i64() => n.as_i64(),
             Some(other) => {
-                return Err(CoreError::invalid("metadata.time", format!("must be milliseconds since the epoch, got {other}")));
+                return Err(CoreError::invalid(
+                    "metadata.time",
+                    format!("must be milliseconds since the epoch, got {other}"),
+                ));
             }
         };
         let mut messages = Vec::with_capacity(self.messages.len());
@@ -381,7 +386,10 @@ impl WriteBody {
             }
             (None, Some(secs)) if (1..=MAX_TTL_SECS).contains(&secs) => Some(EventTtl::RelativeSecs(secs)),
             (None, Some(secs)) => {
-                return Err(CoreError::invalid("ttl_relative", format!("must be in 1..={MAX_TTL_SECS} seconds, got {secs}")));
+                return Err(CoreError::invalid(
+                    "ttl_relative",
+                    format!("must be in 1..={MAX_TTL_SECS} seconds, got {secs}"),
+                ));
             }
             (None, None) => None,
         };
@@ -542,7 +550,9 @@ pub fn attributes_or_memory_info(
     memory_info: Option<Map<String, Value>>,
 ) -> Result<Option<Map<String, Value>>, CoreError> {
     match (attributes, memory_info) {
-        (Some(_), Some(_)) => Err(CoreError::invalid("memory_info", "give attributes or memory_info (the same thing), not both")),
+        (Some(_), Some(_)) => {
+            Err(CoreError::invalid("memory_info", "give attributes or memory_info (the same thing), not both"))
+        }
         (a, m) => Ok(a.or(m)),
     }
 }

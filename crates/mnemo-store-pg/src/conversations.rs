@@ -243,8 +243,10 @@ impl PgStore {
         let ids = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>();
         let p: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&cid, &conv];
         let sessions =
-            ids(query_all(&tx, "SELECT session_id FROM sessions WHERE collection_id=$1 AND conversation_id=$2", &p).await?);
-        let events = ids(query_all(&tx, "SELECT id FROM events WHERE collection_id=$1 AND conversation_id=$2", &p).await?);
+            ids(query_all(&tx, "SELECT session_id FROM sessions WHERE collection_id=$1 AND conversation_id=$2", &p)
+                .await?);
+        let events =
+            ids(query_all(&tx, "SELECT id FROM events WHERE collection_id=$1 AND conversation_id=$2", &p).await?);
         crate::events::delete_events(&tx, cid, &events).await?;
         for table in ["messages", "jobs", "sessions", "conversations"] {
             execute(&tx, &format!("DELETE FROM {table} WHERE collection_id=$1 AND conversation_id=$2"), &p).await?;

@@ -231,7 +231,11 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn delete_conversation(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
+    pub(crate) async fn delete_conversation(
+        &self,
+        cid: CollectionId,
+        conversation_id: &str,
+    ) -> StoreResult<Vec<String>> {
         let conv = conversation_id.to_string();
         self.writer
             .write(move |conn| {
@@ -248,8 +252,11 @@ impl SqliteStore {
                     crate::events::delete_event_row(conn, cid, &id)?;
                 }
                 for table in ["messages", "jobs", "sessions", "conversations"] {
-                    conn.execute(&format!("DELETE FROM {table} WHERE collection_id=?1 AND conversation_id=?2"), params![cid, conv])
-                        .map_err(backend)?;
+                    conn.execute(
+                        &format!("DELETE FROM {table} WHERE collection_id=?1 AND conversation_id=?2"),
+                        params![cid, conv],
+                    )
+                    .map_err(backend)?;
                 }
                 Ok(sessions)
             })

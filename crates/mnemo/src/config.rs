@@ -449,15 +449,23 @@ impl Config {
                 (Some(key), None, None) => (key, None),
                 (None, Some(ak), Some(sk)) => {
                     if ak.is_empty() || sk.len() < 16 {
-                        bail!("server.api_keys[{i}]: an access_key must not be empty and its secret key must be at least 16 characters");
+                        bail!(
+                            "server.api_keys[{i}]: an access_key must not be empty and its secret key must be at least 16 characters"
+                        );
                     }
                     (ak.clone(), Some(sk))
                 }
-                (None, Some(_), None) => bail!("server.api_keys[{i}]: access_key needs secret_key_env (preferred) or secret_key"),
-                (Some(_), Some(_), _) | (Some(_), None, Some(_)) => {
-                    bail!("server.api_keys[{i}]: give either a key (key_env/key) or an IAM pair (access_key with secret_key_env/secret_key), not both")
+                (None, Some(_), None) => {
+                    bail!("server.api_keys[{i}]: access_key needs secret_key_env (preferred) or secret_key")
                 }
-                (None, None, _) => bail!("server.api_keys[{i}]: give key_env (preferred) or key, or an IAM pair (access_key and secret_key_env)"),
+                (Some(_), Some(_), _) | (Some(_), None, Some(_)) => {
+                    bail!(
+                        "server.api_keys[{i}]: give either a key (key_env/key) or an IAM pair (access_key with secret_key_env/secret_key), not both"
+                    )
+                }
+                (None, None, _) => bail!(
+                    "server.api_keys[{i}]: give key_env (preferred) or key, or an IAM pair (access_key and secret_key_env)"
+                ),
             };
             if secret_key.is_none() && key.len() < 16 {
                 bail!("server.api_keys[{i}]: a key must be at least 16 characters");

@@ -31,11 +31,11 @@ def _binary() -> str:
 
 
 class Server:
-    def __init__(self, extra_yaml: str = ""):
+    def __init__(self, extra_yaml: str = "", extra_keys_yaml: str = ""):
         self.dir = tempfile.TemporaryDirectory()
         cfg = pathlib.Path(self.dir.name) / "mnemo.yaml"
         cfg.write_text(
-            "server:\n  api_keys:\n    - key_env: MNEMO_PYTEST_KEY\n      projects: [default, other]\n"
+            "server:\n  api_keys:\n    - key_env: MNEMO_PYTEST_KEY\n      projects: [default, other]\n" + extra_keys_yaml +
             "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 200\n" + extra_yaml
         )
         env = dict(os.environ, MNEMO_PYTEST_KEY=KEY, MNEMO_LOG="warn", **store_env(self.dir.name))

@@ -303,7 +303,8 @@ impl Service {
         let schema = &claimed.collection.schema;
         let first_time = claimed.messages.first().map(|m| m.time).unwrap_or(now);
         // Only the types the writer asked for (`extract_memory_type`), when it named any.
-        let wanted = |t: &str| claimed.meta.extract_types.is_empty() || claimed.meta.extract_types.iter().any(|w| w == t);
+        let wanted =
+            |t: &str| claimed.meta.extract_types.is_empty() || claimed.meta.extract_types.iter().any(|w| w == t);
         if !wanted(PROFILE_V1) {
             output.profile_changes.clear();
         }

@@ -5,6 +5,7 @@ use crate::error::{CoreError, CoreResult};
 use serde_json::{Map, Value};
 
 impl Service {
+    #[allow(clippy::too_many_arguments)] // a profile's fields; a struct would only rename them
     pub async fn add_profile(
         &self,
         t: &Target,
@@ -138,7 +139,10 @@ impl Service {
     /// Deletes the profiles matching a filter that names at least a user or an assistant.
     pub async fn batch_delete_profiles(&self, t: &Target, filter: ProfileFilter) -> CoreResult<u64> {
         if filter.user_id.is_empty() && filter.assistant_id.is_empty() {
-            return Err(CoreError::invalid("filter.user_id", "at least one of filter.user_id and filter.assistant_id is required"));
+            return Err(CoreError::invalid(
+                "filter.user_id",
+                "at least one of filter.user_id and filter.assistant_id is required",
+            ));
         }
         let c = self.collection_for_read(t).await?;
         let mut n = 0;
@@ -185,11 +189,18 @@ impl Service {
             // between the re-derivation's read and its write.
             let lock = self.user_lock(c.id, Some(&p.user_id));
             let _guard = lock.lock().await;
-            let fresh = self.store.list_profiles(c.id, ProfileFilter {
-                user_id: vec![p.user_id.clone()],
-                profile_type: vec![p.profile_type.clone()],
-                ..Default::default()
-            }, LIMIT_RANGE.1 as u32).await?;
+            let fresh = self
+                .store
+                .list_profiles(
+                    c.id,
+                    ProfileFilter {
+                        user_id: vec![p.user_id.clone()],
+                        profile_type: vec![p.profile_type.clone()],
+                        ..Default::default()
+                    },
+                    LIMIT_RANGE.1 as u32,
+                )
+                .await?;
             if let Some(p) = fresh.into_iter().find(|f| f.id == p.id) {
                 self.rederive(c, &p, sessions).await?;
             }
@@ -228,7 +239,11 @@ impl Service {
             let changes: Vec<_> = if p.profile_type == PROFILE_V1 {
                 out.profile_changes
             } else {
-                out.typed_profile_changes.into_iter().filter(|(t, _)| *t == p.profile_type).flat_map(|(_, c)| c).collect()
+                out.typed_profile_changes
+                    .into_iter()
+                    .filter(|(t, _)| *t == p.profile_type)
+                    .flat_map(|(_, c)| c)
+                    .collect()
             };
             crate::profile::apply_changes(&mut current.attributes, &changes);
             current.source_session_ids.push(sid.clone());

@@ -50,6 +50,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(a_filtered_search_over_a_large_scope_finds_the_filtered_events);
     scenario!(export_and_forget_a_user);
     scenario!(a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text);
+    scenario!(a_deleted_conversation_leaves_nothing_and_spares_the_others);
 }
 
 fn msg(role: Role, content: &str, tokens: u64, key: Option<&str>) -> NewMessage {
@@ -620,4 +621,36 @@ pub async fn export_and_forget_a_user(h: &impl StoreHarness) {
     let kept = s.get_event(c.id, &shared).await.unwrap().expect("a shared event stays for the other user");
     assert_eq!(kept.user_id, vec!["u2".to_string()]);
     assert_eq!(s.export_user(c.id, "u2").await.unwrap().events.len(), 2, "u2 is untouched");
+}
+
+/// `delete_conversation` (a re-used VikingDB session id): the conversation's messages, sessions,
+/// jobs and events go in one step — searchable text and vectors too — and other conversations of
+/// the collection keep theirs; the answer names the sessions that were deleted.
+pub async fn a_deleted_conversation_leaves_nothing_and_spares_the_others(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let mut sessions = Vec::new();
+    for conv in ["gone", "kept"] {
+        let m = vec![msg(Role::User, &format!("{conv} hiking"), 1, None)];
+        let closed = s.add_session(append(&c, conv, m, ExtractTrigger::default(), 10)).await.unwrap();
+        let e = NewEvent {
+            conversation_id: Some(conv.into()),
+            session_id: Some(closed.session_id.clone()),
+            embedding: Some(vec![1.0; 64]),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary(&format!("{conv} hiking")), 10)
+        };
+        s.insert_event(e).await.unwrap();
+        sessions.push(closed.session_id);
+    }
+    assert_eq!(s.delete_conversation(c.id, "gone").await.unwrap(), vec![sessions[0].clone()]);
+    assert!(s.conversation_info(c.id, "gone").await.unwrap().is_none());
+    assert!(s.session_info(c.id, &sessions[0]).await.unwrap().is_none());
+    let left = s.list_events(c.id, EventFilter::default(), 10).await.unwrap();
+    assert_eq!(left.iter().map(|e| e.conversation_id.as_deref()).collect::<Vec<_>>(), vec![Some("kept")]);
+    let jobs = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(jobs.iter().map(|j| j.session_id.clone()).collect::<Vec<_>>(), vec![Some(sessions[1].clone())]);
+    let q = CandidateQuery { vector: Some(vec![1.0; 64]), terms: crate::text::search_tokens("hiking"), k: 10 };
+    let found = s.search_candidates(c.id, EventFilter::default(), q).await.unwrap();
+    assert!(found.iter().all(|f| f.event.conversation_id.as_deref() == Some("kept")), "no trace of the deleted one");
+    assert!(s.delete_conversation(c.id, "gone").await.unwrap().is_empty(), "a second time: nothing");
+    assert_eq!(s.session_info(c.id, &sessions[1]).await.unwrap().unwrap().messages.len(), 1);
 }

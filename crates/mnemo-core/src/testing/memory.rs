@@ -601,7 +601,11 @@ impl Store for MemoryStore {
         Ok(closed)
     }
 
-    async fn delete_conversation(&self, collection_id: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
+    async fn delete_conversation(
+        &self,
+        collection_id: CollectionId,
+        conversation_id: &str,
+    ) -> StoreResult<Vec<String>> {
         let mut s = self.lock();
         if s.conversations.remove(&(collection_id, conversation_id.to_string())).is_none() {
             return Ok(vec![]);

@@ -124,10 +124,7 @@ pub async fn batch_delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJ
 
 /// `search` (VikingDB's SearchMemory): the profiles and the events matching one query, profiles
 /// first (each item says which it is in `memory_category`); scores compare within a kind only.
-pub async fn search_memory(
-    State(s): State<AppState>,
-    ApiJson { ctx, body }: ApiJson<MemorySearchBody>,
-) -> ApiResult {
+pub async fn search_memory(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<MemorySearchBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let err = |e| ApiError::from_core(rid, e);
     let t = Target { project: body.project_name, collection: body.collection_name.clone() };
@@ -137,7 +134,10 @@ pub async fn search_memory(
     let user_id = list(f.user_id, "user_id").map_err(err)?;
     let assistant_id = list(f.assistant_id, "assistant_id").map_err(err)?;
     if user_id.is_empty() && assistant_id.is_empty() {
-        return Err(err(CoreError::invalid("filter.user_id", "at least one of filter.user_id and filter.assistant_id is required")));
+        return Err(err(CoreError::invalid(
+            "filter.user_id",
+            "at least one of filter.user_id and filter.assistant_id is required",
+        )));
     }
     let types: Vec<String> = list(f.memory_type, "memory_type").map_err(err)?.into_iter().map(canonical_type).collect();
     for ty in &types {
@@ -154,7 +154,11 @@ pub async fn search_memory(
     let mut out = Vec::new();
     let profiles_wanted = types.is_empty() || !profile_types.is_empty();
     let events_wanted = types.is_empty() || !event_types.is_empty();
-    if profiles_wanted && f.group_id.is_none() && f.session_id.is_none() && f.start_time.is_none() && f.end_time.is_none()
+    if profiles_wanted
+        && f.group_id.is_none()
+        && f.session_id.is_none()
+        && f.start_time.is_none()
+        && f.end_time.is_none()
     {
         let pf = mnemo_core::model::ProfileFilter {
             user_id: user_id.clone(),

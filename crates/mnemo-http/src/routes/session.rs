@@ -88,14 +88,20 @@ pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sess
             // mnemo's session id, or VikingDB's (a conversation written by session/add).
             let details = match s.service.session_info(&t, &sid).await {
                 Ok(d) => vec![d],
-                Err(mnemo_core::CoreError::NotFound(_)) => {
+                Err(mnemo_core::CoreError::NotFound(m)) if m.starts_with("session_id") => {
                     let conv = s.service.conversation_info(&t, &sid).await.map_err(|_| {
-                        ApiError::from_core(rid, mnemo_core::CoreError::NotFound(format!("session_id: no session \"{sid}\"")))
+                        ApiError::from_core(
+                            rid,
+                            mnemo_core::CoreError::NotFound(format!("session_id: no session \"{sid}\"")),
+                        )
                     })?;
                     let mut out = Vec::with_capacity(conv.sessions.len());
                     for summary in &conv.sessions {
                         out.push(
-                            s.service.session_info(&t, &summary.session_id).await.map_err(|e| ApiError::from_core(rid, e))?,
+                            s.service
+                                .session_info(&t, &summary.session_id)
+                                .await
+                                .map_err(|e| ApiError::from_core(rid, e))?,
                         );
                     }
                     out

@@ -88,7 +88,7 @@ async fn bad_input_is_rejected_with_the_field_named_and_nothing_changes() {
             "session/streaming_write",
             write_body(json!({"messages": msg(json!(5))})),
             400,
-            "messages[0].content: invalid type",
+            "messages[0].content: must be a string or a list of parts",
         ),
         (
             "session/streaming_write",

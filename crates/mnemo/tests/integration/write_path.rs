@@ -131,3 +131,77 @@ async fn sigterm_stops_cleanly() {
     s.restart();
     assert_eq!(s.all_messages("t").await.len(), 1);
 }
+
+/// VikingDB's session/add fields the VikingDB SDK cannot send (it has no parameter for them):
+/// `extract_memory_type` limits what is extracted, `ttl_relative` / `ttl_absolute` set when the
+/// extracted events expire (in VikingDB's ranges), `metadata.time` dates the messages, and a
+/// re-used `session_id` replaces the session's events.
+#[tokio::test]
+async fn session_add_takes_vikingdb_types_ttls_and_replaces_a_reused_session_id() {
+    let server = Server::start("");
+    let s = &server;
+    let add = |body: serde_json::Value| async move {
+        let mut b = json!({"collection_name": "c", "metadata": {"default_user_id": "vt"}});
+        b.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
+        s.ok("session/add", b).await
+    };
+    let wait = |sid: &'static str| async move {
+        eventually(20, "extraction", || async {
+            let d = s.ok("session/info", json!({"collection_name": "c", "session_id": sid})).await;
+            (d["jobs"].as_array().is_some_and(|j| !j.is_empty() && j.iter().all(|j| j["state"] == "done"))).then_some(d)
+        })
+        .await
+    };
+    // Only profiles: no event.
+    add(json!({"session_id": "only_profile", "extract_memory_type": ["sys_profile_v1"],
+               "messages": [{"role": "user", "content": "I love chess"}]}))
+    .await;
+    let d = wait("only_profile").await;
+    assert_eq!(d["event_memory"], json!([]));
+    let p = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "vt"}})).await;
+    assert!(p["result_list"][0]["memory_info"].to_string().contains("chess"), "{p}");
+    // Only events, expiring 60 s after extraction; messages dated by metadata.time.
+    add(json!({"session_id": "ttl", "extract_memory_type": ["event_v1"], "ttl_relative": 60,
+               "metadata": {"default_user_id": "vt", "time": 1_700_000_000_000_i64},
+               "messages": [{"role": "user", "content": "I love go"}]}))
+    .await;
+    let d = wait("ttl").await;
+    let e = &d["event_memory"][0];
+    assert_eq!(d["messages"][0]["time"], 1_700_000_000_000_i64);
+    let expires = e["expires_at"].as_i64().expect("an expiry");
+    assert!((expires - e["created_at"].as_i64().unwrap() - 60_000).abs() < 5_000, "{e}");
+    // ttl_absolute wins and is checked against the messages' time (at most ten years after).
+    add(json!({"session_id": "abs", "ttl_absolute": 1_700_000_100_000_i64, "ttl_relative": 60,
+               "messages": [{"role": "user", "content": "noted", "time": 1_700_000_000_000_i64}]}))
+    .await;
+    assert_eq!(wait("abs").await["event_memory"][0]["expires_at"], 1_700_000_100_000_i64);
+    for (body, field) in [
+        (json!({"ttl_relative": 0}), "ttl_relative:"),
+        (json!({"ttl_relative": 315_576_001}), "ttl_relative:"),
+        (json!({"ttl_absolute": 1_699_999_999_999_i64}), "ttl_absolute:"),
+        (json!({"session_id": "a", "conversation_id": "b"}), "session_id:"),
+        (json!({"metadata": {"time": "noon"}}), "metadata.time:"),
+    ] {
+        let mut b = json!({"collection_name": "c", "messages": [{"role": "user", "content": "x", "time": 1_700_000_000_000_i64}]});
+        b.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
+        let (st, v) = s.post("session/add", b).await;
+        assert_eq!(st, 400, "{v}");
+        assert!(v["message"].as_str().unwrap().starts_with(field), "{v}");
+        assert_eq!(v["ResponseMetadata"]["Error"]["Code"], 1_000_003);
+    }
+    // streaming_write keeps its conversation_id and refuses a session_id.
+    let (st, v) = s
+        .post(
+            "session/streaming_write",
+            json!({"collection_name": "c", "session_id": "x", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
+    assert_eq!((st, v["message"].as_str().unwrap().starts_with("session_id:")), (400, true), "{v}");
+    // A re-used session_id replaces the session whole.
+    let r = add(json!({"session_id": "ttl", "messages": [{"role": "user", "content": "I love checkers"}]})).await;
+    assert_eq!(r["replaced"], true);
+    let d = wait("ttl").await;
+    assert_eq!(d["messages"].as_array().unwrap().len(), 1);
+    let texts = d["event_memory"].to_string();
+    assert!(texts.contains("checkers") && !texts.contains(" go"), "{texts}");
+}

@@ -388,6 +388,18 @@ class Collection:
     def delete_profile(self, profile_id: str) -> Dict[str, Any]:
         return self._call("profile/delete", {"profile_id": profile_id})
 
+    def batch_delete_profile(self, filter: Dict[str, Any]) -> Dict[str, Any]:
+        """Deletes the profiles matching a filter that names a user_id or assistant_id."""
+        return self._call("profile/batch_delete", {"filter": filter})
+
+    def trigger_update_profile(self, filters: Dict[str, Any], update_profile_type=None) -> Dict[str, Any]:
+        """Re-derives the matching profiles from the sessions they came from."""
+        return self._call("profile/trigger_update", {"filters": filters, "update_profile_type": update_profile_type})
+
+    def search_memory(self, query: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None):
+        """Profiles and events of a user at once (VikingDB's SearchMemory); each item's memory_category says which."""
+        return self._call("search", {"query": query, "filter": filter, "limit": limit})
+
     # ------------------------------------------------------------------ users, jobs, stats
 
     def export_user(self, user_id: str) -> Dict[str, Any]:
