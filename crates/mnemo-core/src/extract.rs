@@ -46,6 +46,9 @@ pub struct ExtractedEvent {
     /// Set by the service's dedup: the id of an existing near-duplicate event that this one
     /// refreshes (time, text and provenance updated; hits kept) instead of being added.
     pub merge_into: Option<String>,
+    /// Set by the service in a group chat: the users whose messages the event came from (the
+    /// conversation's user otherwise).
+    pub owners: Option<Vec<String>>,
 }
 
 impl ExtractedEvent {
@@ -60,6 +63,7 @@ impl ExtractedEvent {
             expires_at: None,
             supersedes: None,
             merge_into: None,
+            owners: None,
         }
     }
 }
@@ -194,7 +198,7 @@ impl ExtractedEvent {
         crate::model::NewEvent {
             collection_id,
             memory_type: self.memory_type.clone(),
-            user_id: meta.user_id.iter().cloned().collect(),
+            user_id: self.owners.clone().unwrap_or_else(|| meta.user_id.iter().cloned().collect()),
             assistant_id: meta.assistant_id.iter().cloned().collect(),
             group_id: meta.group_id.clone(),
             session_id: Some(session.session_id.clone()),

@@ -91,6 +91,10 @@ pub struct ConversationMeta {
     /// the collection's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<EventTtl>,
+    /// A group chat's other speakers: a user message's `name` → the user id it speaks for
+    /// (VikingDB's `role_name` / `role_id`); events from their messages are theirs too.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub speakers: std::collections::BTreeMap<String, String>,
 }
 
 /// An expiry given with the messages, for the events extracted from them.
@@ -127,6 +131,7 @@ impl ConversationMeta {
         if newer.ttl.is_some() {
             self.ttl = newer.ttl;
         }
+        self.speakers.extend(newer.speakers.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
 }
 

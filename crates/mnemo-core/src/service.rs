@@ -30,6 +30,7 @@ mod search;
 mod validate;
 mod write;
 
+pub use collections::CollectionOptions;
 pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE};
 pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES};
 pub use jobs::ExtractionPolicy;

@@ -24,6 +24,17 @@ pub fn confine(path: &str, body: &mut Map<String, Value>, user: &str) -> Result<
             {
                 return Err(denied("metadata.default_user_id", user));
             }
+            // A group chat's other speakers would own memories: not through a user's token.
+            if let Some(Value::Array(msgs)) = body.get("messages") {
+                for (i, m) in msgs.iter().enumerate() {
+                    if m.get("role") == Some(&json!("user"))
+                        && let Some(id) = m.get("role_id").filter(|v| !v.is_null())
+                        && id.as_str() != Some(user)
+                    {
+                        return Err(denied(&format!("messages[{i}].role_id"), user));
+                    }
+                }
+            }
             Ok(conversation.clone())
         }
         "/get_context" => {
@@ -118,6 +129,10 @@ mod tests {
         assert_eq!(v["metadata"]["user_id"], "alice");
         assert!(run("/session/add", json!({"metadata": {"user_id": "bob"}})).is_err());
         assert!(run("/session/add", json!({"metadata": {"default_user_id": "bob"}})).is_err());
+        let group = json!({"messages": [{"role": "user", "content": "x", "role_id": "bob"}]});
+        assert!(run("/session/add", group).is_err(), "another speaker would own memories");
+        let own = json!({"messages": [{"role": "user", "content": "x", "role_id": "alice"}]});
+        assert!(run("/session/add", own).is_ok());
         let v = run("/get_context", json!({"conversation_id": "c1"})).unwrap();
         assert_eq!(v["event_search_config"]["filter"]["user_id"], "alice");
         assert_eq!(v["profile_search_config"]["filter"]["user_id"], "alice");

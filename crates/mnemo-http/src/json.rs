@@ -58,9 +58,50 @@ pub fn resolve_resource_id(v: &mut serde_json::Map<String, serde_json::Value>) -
     Ok(())
 }
 
+/// Why another shape of a body could not be rewritten into the request type's own.
+pub enum RewriteError {
+    Parse(serde_path_to_error::Error<serde_json::Error>),
+    Invalid(mnemo_core::CoreError),
+}
+
 /// A request body that names the project it acts on.
 pub trait Scoped {
     fn project(&self) -> &str;
+
+    /// Whether the body may come in another shape (`rewrite` turns it into this type's own).
+    const REWRITES: bool = false;
+
+    /// Another accepted shape of the body, rewritten into this type's (e.g. VikingDB's
+    /// CreateCollection body); the body unchanged when it is already this type's.
+    fn rewrite(
+        v: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, RewriteError> {
+        Ok(v)
+    }
+}
+
+/// serde's error for a body, as a 400 naming the field's path.
+fn parse_error(rid: &str, e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let msg = inner.to_string();
+    // serde_json appends " at line L column C"; the field path says more.
+    let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+    if inner.is_syntax() || inner.is_eof() {
+        ApiError::bad_request(rid, format!("body: malformed JSON: {inner}"))
+    } else if let Some((field, expected)) = unknown_field(&msg) {
+        // serde_path_to_error's path ends at the unknown key itself.
+        let full = if path == "." || path.ends_with(field) { path.clone() } else { format!("{path}.{field}") };
+        let full = if full == "." { field.to_string() } else { full };
+        ApiError::bad_request(rid, format!("{full}: unknown field; expected one of {expected}"))
+    } else if let Some(field) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
+        let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
+        ApiError::bad_request(rid, format!("{full}: is required"))
+    } else if path == "." {
+        ApiError::bad_request(rid, format!("body: {msg}"))
+    } else {
+        ApiError::bad_request(rid, format!("{path}: {msg}"))
+    }
 }
 
 pub struct ApiJson<T> {
@@ -89,11 +130,15 @@ where
         // into the fields naming a user, before the body is read.
         let user = ctx.principal.user();
         let names_resource = bytes.windows(13).any(|w| w == b"\"resource_id\"");
-        let bytes = if user.is_none() && !names_resource {
+        let bytes = if user.is_none() && !names_resource && !T::REWRITES {
             bytes
         } else {
-            let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
+            let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
                 .map_err(|e| ApiError::bad_request(&rid, format!("body: malformed JSON: {e}")))?;
+            let mut v = T::rewrite(v).map_err(|e| match e {
+                RewriteError::Parse(e) => parse_error(&rid, e),
+                RewriteError::Invalid(e) => ApiError::from_core(&rid, e),
+            })?;
             resolve_resource_id(&mut v).map_err(|m| ApiError::bad_request(&rid, m))?;
             if let Some(user) = user {
                 let conversation =
@@ -126,28 +171,7 @@ where
             serde_json::to_vec(&v).expect("a JSON object serializes").into()
         };
         let de = &mut serde_json::Deserializer::from_slice(&bytes);
-        let body: T = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            let msg = inner.to_string();
-            // serde_json appends " at line L column C"; the field path says more.
-            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-            if inner.is_syntax() || inner.is_eof() {
-                ApiError::bad_request(&rid, format!("body: malformed JSON: {inner}"))
-            } else if let Some((field, expected)) = unknown_field(&msg) {
-                // serde_path_to_error's path ends at the unknown key itself.
-                let full = if path == "." || path.ends_with(field) { path.clone() } else { format!("{path}.{field}") };
-                let full = if full == "." { field.to_string() } else { full };
-                ApiError::bad_request(&rid, format!("{full}: unknown field; expected one of {expected}"))
-            } else if let Some(field) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
-                let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
-                ApiError::bad_request(&rid, format!("{full}: is required"))
-            } else if path == "." {
-                ApiError::bad_request(&rid, format!("body: {msg}"))
-            } else {
-                ApiError::bad_request(&rid, format!("{path}: {msg}"))
-            }
-        })?;
+        let body: T = serde_path_to_error::deserialize(de).map_err(|e| parse_error(&rid, e))?;
         ctx.principal.check_project(body.project()).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, &rid, m))?;
         Ok(ApiJson { ctx, body })
     }

@@ -194,8 +194,27 @@ def test_add_session_without_an_id_multimodal_and_refusals(server):
         col.add_session("s3", [{"role": "user", "content": "hi"}], profiles=[{"profile_type": "profile_v1"}])
     assert e.value.message.startswith("profiles:")
     with pytest.raises(InvalidRequestException) as e:
-        col.add_session("s4", [{"role": "user", "content": "hi", "role_id": "someone_else"}], metadata={"default_user_id": "bo"})
+        col.add_session("s4", [{"role": "assistant", "content": "hi", "role_id": "bot2"}], metadata={"default_assistant_id": "bot"})
     assert e.value.message.startswith("messages[0].role_id:")
+
+
+def test_a_group_chat_s_speakers_own_the_events_from_their_messages(server):
+    col = client(server).get_collection(collection_name=fresh())
+    col.add_session(
+        "team_lunch",
+        [
+            {"role": "user", "content": "Let's book the Thai place for Friday"},
+            {"role": "user", "content": "I can't eat peanuts, remember", "role_id": "carol", "role_name": "Carol"},
+            {"role": "assistant", "content": "Booked, and I noted the peanut allergy."},
+        ],
+        metadata={"default_user_id": "dan", "default_assistant_id": "bot"},
+    )
+    d = wait_extracted(col, "team_lunch")
+    assert [m["name"] for m in d["messages"]] == [None, "Carol", None]
+    for user in ["dan", "carol"]:
+        hits = col.search_event_memory(query="peanut allergy", filter={"user_id": user})["data"]["result_list"]
+        assert hits and "peanut" in hits[0]["memory_info"]["summary"], (user, hits)
+    assert sorted(d["event_memory"][0]["user_id"]) == ["carol", "dan"]
 
 
 def test_events_crud_and_search_filters(server):

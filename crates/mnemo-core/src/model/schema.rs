@@ -77,6 +77,10 @@ pub struct CollectionSchema {
     /// The extractor this collection's sessions go to (`rules`, `llm`); the server default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extractor: Option<String>,
+    /// How long any other event of this collection lives (seconds; VikingDB's `TtlRelative`);
+    /// never expires when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_ttl_secs: Option<i64>,
 }
 
 impl CollectionSchema {
@@ -129,7 +133,7 @@ impl CollectionSchema {
         if !profile_types.iter().any(|t| t.name == PROFILE_V1) {
             profile_types.insert(0, Self::builtin_profile_v1());
         }
-        Self { event_types, profile_types, temporary_ttl_days: None, extractor: None }
+        Self { event_types, profile_types, temporary_ttl_days: None, extractor: None, event_ttl_secs: None }
     }
 
     pub fn event_type(&self, name: &str) -> Option<&EventTypeDef> {

@@ -143,10 +143,15 @@ impl Service {
         description: String,
         event_types: Vec<EventTypeDef>,
         profile_types: Vec<ProfileTypeDef>,
-        temporary_ttl_days: Option<f64>,
-        extractor: Option<String>,
+        options: CollectionOptions,
     ) -> CoreResult<Collection> {
+        let CollectionOptions { temporary_ttl_days, extractor, event_ttl_secs } = options;
         validate_names(t)?;
+        if let Some(s) = event_ttl_secs
+            && !(1..=315_576_000).contains(&s)
+        {
+            return Err(CoreError::invalid("event_ttl_secs", format!("must be in 1..=315576000 seconds, got {s}")));
+        }
         validate_schema(&event_types, &profile_types)?;
         if let Some(name) = &extractor
             && self.extractors.get(Some(name)).is_none()
@@ -170,6 +175,7 @@ impl Service {
         let mut schema = CollectionSchema::with_builtins(event_types, profile_types);
         schema.temporary_ttl_days = temporary_ttl_days;
         schema.extractor = extractor;
+        schema.event_ttl_secs = event_ttl_secs;
         Ok(self.store.create_collection(self.new_collection(t, description, schema)).await?)
     }
 
@@ -184,4 +190,15 @@ impl Service {
         self.forget_collection(t);
         Ok(())
     }
+}
+
+/// A new collection's settings beside its types.
+#[derive(Clone, Debug, Default)]
+pub struct CollectionOptions {
+    /// Days a `temporary` event lives (the server default when absent).
+    pub temporary_ttl_days: Option<f64>,
+    /// `rules` or `llm`; the server default when absent.
+    pub extractor: Option<String>,
+    /// Seconds any other event lives (never expires when absent).
+    pub event_ttl_secs: Option<i64>,
 }

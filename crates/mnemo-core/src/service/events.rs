@@ -46,13 +46,14 @@ impl Service {
     /// When an event of `class` expires unless hit: `temporary` events after the collection's
     /// `temporary_ttl_days`, else the server's `lifecycle.temporary_ttl_days`; others never.
     pub(super) fn default_expiry(&self, schema: &CollectionSchema, class: Option<&str>, now: Millis) -> Option<Millis> {
-        (class == Some("temporary")).then(|| {
+        if class == Some("temporary") {
             let ttl = schema
                 .temporary_ttl_days
                 .map(|d| (d * ranking::DAY_MS) as i64)
                 .unwrap_or(self.config.lifecycle.temporary_ttl.as_millis() as i64);
-            now + ttl
-        })
+            return Some(now + ttl);
+        }
+        schema.event_ttl_secs.map(|s| now + s * 1000)
     }
 
     pub async fn add_event(&self, req: AddEventRequest) -> CoreResult<Event> {

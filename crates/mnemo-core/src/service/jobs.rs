@@ -360,6 +360,23 @@ impl Service {
                 tracing::warn!(supersedes = %old, "extraction: ignored a correction of an event it was not shown");
                 e.supersedes = None;
             }
+            // 4. In a group chat, the event is each speaker's whose message it came from.
+            if !claimed.meta.speakers.is_empty() {
+                let mut owners: Vec<String> = Vec::new();
+                for m in claimed.messages.iter().filter(|m| e.source_message_ids.contains(&m.message_id)) {
+                    if m.role != Role::User {
+                        continue;
+                    }
+                    let who =
+                        m.name.as_ref().and_then(|n| claimed.meta.speakers.get(n)).or(claimed.meta.user_id.as_ref());
+                    if let Some(w) = who.filter(|w| !owners.contains(w)) {
+                        owners.push(w.clone());
+                    }
+                }
+                if !owners.is_empty() {
+                    e.owners = Some(owners);
+                }
+            }
             let class = def.default_class.clone();
             e.expires_at = match claimed.meta.ttl {
                 Some(EventTtl::Absolute(at)) => Some(at),
@@ -369,7 +386,7 @@ impl Service {
             e.class = class;
             kept.push(e);
         }
-        // 4. Embedded before the store transaction: a failed embedding retries the job.
+        // 5. Embedded before the store transaction: a failed embedding retries the job.
         if !kept.is_empty() {
             let texts: Vec<String> = kept.iter().map(|e| event_text(&e.memory_info)).collect();
             let vectors = self

@@ -17,8 +17,11 @@ pub async fn create(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Co
             body.description,
             body.event_types,
             body.profile_types,
-            body.temporary_ttl_days,
-            body.extractor,
+            mnemo_core::service::CollectionOptions {
+                temporary_ttl_days: body.temporary_ttl_days,
+                extractor: body.extractor,
+                event_ttl_secs: body.event_ttl_secs,
+            },
         )
         .await
         .map_err(|e| ApiError::from_core(rid, e))?;

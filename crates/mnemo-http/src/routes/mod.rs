@@ -38,11 +38,16 @@ where
 pub fn endpoints() -> Vec<Endpoint> {
     use crate::dto::*;
     vec![
-        ep::<CollectionCreate, _, _>(
-            "/collection/create",
-            "Create a collection with custom event and profile types (the built-ins event_v1 and profile_v1 always exist), and optionally its extractor.",
-            collection::create,
-        ),
+        Endpoint {
+            path: "/collection/create",
+            summary: "Create a collection with custom event and profile types (the built-ins event_v1 and profile_v1 always exist), and optionally its extractor. Also takes VikingDB's CreateCollection body (CollectionName, CustomEventTypeSchemas, TtlRelative, …), mapped onto mnemo's.",
+            handler: crate::p(collection::create),
+            body: |g| {
+                let ours = g.subschema_for::<CollectionCreate>();
+                let vikingdb = g.subschema_for::<VikingCollectionCreate>();
+                schemars::json_schema!({"oneOf": [ours, vikingdb]})
+            },
+        },
         ep::<ProjectOnly, _, _>("/collection/list", "List the project's collections.", collection::list),
         ep::<CollectionRef, _, _>(
             "/collection/info",

@@ -137,3 +137,76 @@ async fn profiles_add_update_delete_search() {
     let r = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "u1"}})).await;
     assert_eq!(r["count"], 0);
 }
+
+/// VikingDB's CreateCollection body is mapped onto mnemo's: custom event and profile types with
+/// their properties, a fixed or field weight, `TtlRelative` as the events' lifetime; cloud knobs
+/// and what mnemo cannot do are refused by name.
+#[tokio::test]
+async fn collection_create_takes_vikingdb_s_body() {
+    let s = Server::start("");
+    let c = s
+        .ok(
+            "collection/create",
+            json!({
+                "CollectionName": "english_learning", "Description": "study log", "TtlRelative": 3600,
+                "BuiltinEventTypes": ["sys_event_v1"], "BuiltinProfileTypes": ["sys_profile_v1"],
+                "CustomEventTypeSchemas": [{"EventType": "english_study", "Description": "a lesson",
+                    "Properties": [{"PropertyName": "knowledge_point_name", "PropertyValueType": "string", "Description": "topic"},
+                                   {"PropertyName": "rating_score", "PropertyValueType": "float32", "Description": "score"}],
+                    "CustomWeightExpression": "rating_score"}],
+                "CustomProfileTypeSchemas": [{"ProfileType": "learner", "Description": "the learner", "Role": "user",
+                    "Properties": [{"PropertyName": "level", "PropertyValueType": "string", "Description": "CEFR level"}]}],
+            }),
+        )
+        .await;
+    assert_eq!(c["event_ttl_secs"], 3600);
+    assert_eq!(c["resource_id"], "default/english_learning");
+    let study = c["event_types"].as_array().unwrap().iter().find(|t| t["name"] == "english_study").unwrap().clone();
+    assert_eq!(study["weight_field"], "rating_score");
+    assert_eq!(
+        study["fields"][1],
+        json!({"name": "rating_score", "type": "float", "description": "score", "required": false})
+    );
+    assert!(c["profile_types"].as_array().unwrap().iter().any(|t| t["name"] == "learner"));
+    // The collection's TTL applies to events written without one.
+    let e = s
+        .ok(
+            "event/add",
+            json!({"resource_id": "default/english_learning", "event_type": "english_study", "user_id": "u1",
+                   "memory_info": {"knowledge_point_name": "past tense", "rating_score": 0.8}}),
+        )
+        .await;
+    let ev = &e["event"];
+    let (created, expires) = (ev["created_at"].as_i64().unwrap(), ev["expires_at"].as_i64().expect("an expiry"));
+    assert_eq!(expires - created, 3_600_000, "{ev}");
+    for (body, field) in [
+        (json!({"CollectionName": "x1", "CpuQuota": 2}), "CpuQuota:"),
+        (json!({"CollectionName": "x2", "CollectionModalType": "multimodal"}), "CollectionModalType:"),
+        (json!({"CollectionName": "x3", "BuiltinEventTypes": ["sys_common"]}), "BuiltinEventTypes:"),
+        (json!({"CollectionName": "x4", "TtlRelative": 0}), "event_ttl_secs:"),
+        (
+            json!({"CollectionName": "x5", "CustomEventTypeSchemas": [{"EventType": "t", "Properties": [{"PropertyName": "p", "PropertyValueType": "list"}]}]}),
+            "CustomEventTypeSchemas[0].Properties[0].PropertyValueType:",
+        ),
+        (
+            json!({"CollectionName": "x6", "CustomProfileTypeSchemas": [{"ProfileType": "t", "Properties": [{"PropertyName": "p", "PropertyValueType": "int64", "AggregateExpression": {"Op": "MAX"}}]}]}),
+            "CustomProfileTypeSchemas[0].Properties[0].AggregateExpression:",
+        ),
+        (
+            json!({"CollectionName": "x7", "CustomEventTypeSchemas": [{"EventType": "t", "Properties": [], "HasMultiEvent": true}]}),
+            "CustomEventTypeSchemas[0].HasMultiEvent: unknown field",
+        ),
+        (json!({"CollectionName": "x8", "Descripton": "typo"}), "Descripton: unknown field"),
+    ] {
+        let (st, v) = s.post("collection/create", body.clone()).await;
+        assert_eq!(st, 400, "{body} → {v}");
+        assert!(v["message"].as_str().unwrap().starts_with(field), "{body} → {v}");
+    }
+    let names: Vec<serde_json::Value> = s.ok("collection/list", json!({})).await["collections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["collection_name"].clone())
+        .collect();
+    assert!(!names.iter().any(|n| n.as_str().unwrap().starts_with('x')), "nothing refused was created: {names:?}");
+}
