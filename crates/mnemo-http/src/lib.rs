@@ -179,7 +179,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         clock: config.clock,
     };
     let api = routes::api_routes(&state)
-        .route("/ping", get(routes::ping))
+        .route("/ping", get(routes::ping).fallback(ping_other_method))
         .fallback(not_found)
         .layer(middleware::from_fn(guard::json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
@@ -377,6 +377,16 @@ async fn not_found(req: Request) -> Response {
         format!("path: no endpoint {}", req.uri().path())
     };
     ApiError::new(StatusCode::NOT_FOUND, &rid, msg).into_response()
+}
+
+async fn ping_other_method(req: Request) -> Response {
+    let rid = req.extensions().get::<Ctx>().map(|c| c.request_id.clone()).unwrap_or_else(new_request_id);
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &rid,
+        format!("method: {} is not allowed; ping takes GET", req.method()),
+    )
+    .into_response()
 }
 
 async fn not_found_plain(req: Request) -> Response {

@@ -21,8 +21,10 @@ async fn the_committed_openapi_document_is_current_and_served() {
     for p in ["/api/memory/session/streaming_write", "/api/memory/get_context", "/api/memory/event/search", "/mcp"] {
         assert!(paths.contains_key(p), "{p} missing");
     }
+    // The collection may be named by resource_id instead; session/add may give session_id instead.
     let write = &served["components"]["schemas"]["WriteBody"];
-    assert_eq!(write["required"], serde_json::json!(["collection_name", "conversation_id", "messages"]));
+    assert_eq!(write["required"], serde_json::json!(["messages"]));
+    assert!(write["properties"]["resource_id"].is_object() && write["properties"]["session_id"].is_object());
     // An undocumented route would 404 here: each documented API path answers (400 for an empty body, not 404).
     for p in paths.keys().filter(|p| p.starts_with("/api/memory/")) {
         let (status, _) = s.post(p.trim_start_matches("/api/memory/"), serde_json::json!({})).await;
