@@ -5,9 +5,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+mod import;
 
 /// Where the server is and which collection to use.
 #[derive(Args, Clone, Debug)]
@@ -243,12 +245,47 @@ fn progress_path(file: &Path) -> PathBuf {
 /// records of `mnemo export` (`{kind, record}` lines: messages, events, profiles). Resumable:
 /// progress is kept in `FILE.jsonl.progress`, and messages carry idempotency keys, so a re-run
 /// after an interruption stores nothing twice.
-pub async fn import(r: &Remote, file: PathBuf, restart: bool) -> Result<()> {
+/// Where a file to import comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImportFormat {
+    /// One JSON object per line: the benchmark's conversations or `mnemo export` records.
+    Jsonl,
+    /// ChatGPT's data export: `conversations.json` (the `mapping` tree of each conversation).
+    Chatgpt,
+    /// Claude's data export: `conversations.json` (`chat_messages` of each conversation).
+    Claude,
+}
+
+/// How chat histories are written.
+pub struct ImportOptions {
+    pub format: ImportFormat,
+    pub restart: bool,
+    /// Every conversation of a chat export is this user's.
+    pub user: Option<String>,
+    /// Keep the turns as short-term memory (no session is closed, nothing is extracted) until
+    /// `session/flush` — or 30 days without a new turn.
+    pub skip_extraction: bool,
+}
+
+pub async fn import(r: &Remote, file: PathBuf, opts: ImportOptions) -> Result<()> {
     let c = r.client();
-    let lines: Vec<String> =
-        std::io::BufReader::new(std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?)
-            .lines()
-            .collect::<Result<_, _>>()?;
+    let text = std::fs::read_to_string(&file).with_context(|| format!("opening {}", file.display()))?;
+    // One item per line (JSONL), or per conversation of a chat export.
+    let lines: Vec<String> = match opts.format {
+        ImportFormat::Jsonl => text.lines().map(str::to_string).collect(),
+        ImportFormat::Chatgpt | ImportFormat::Claude => {
+            let user =
+                opts.user.as_deref().context("--user: a chat export is one person's; name the user it belongs to")?;
+            let v: Value =
+                serde_json::from_str(&text).context("conversations.json: not JSON (unzip the export first)")?;
+            let convs = match opts.format {
+                ImportFormat::Chatgpt => import::chatgpt(&v)?,
+                _ => import::claude(&v)?,
+            };
+            convs.into_iter().map(|conv| conv.into_line(user).to_string()).collect()
+        }
+    };
+    let restart = opts.restart;
     let progress = progress_path(&file);
     let done: usize = if restart {
         0
@@ -271,7 +308,7 @@ pub async fn import(r: &Remote, file: PathBuf, restart: bool) -> Result<()> {
         if line.trim().is_empty() {
             continue;
         }
-        match import_line(r, &c, line).await {
+        match import_line(r, &c, line, &opts).await {
             Ok((m, n)) => {
                 messages += m;
                 records += n;
@@ -315,14 +352,18 @@ fn parse_time(s: &str) -> Option<i64> {
 }
 
 /// Imports one line; returns (messages, other records).
-async fn import_line(r: &Remote, c: &Client, line: &str) -> Result<(u64, u64)> {
+async fn import_line(r: &Remote, c: &Client, line: &str, opts: &ImportOptions) -> Result<(u64, u64)> {
     let v: Value = serde_json::from_str(line).context("not JSON")?;
     if let Some(sessions) = v["sessions"].as_array() {
         let conv = v["conversation_id"].as_str().context("conversation_id: missing")?;
-        let mut meta = json!({});
-        if let Some(u) = v["user_id"].as_str() {
+        let mut meta = v.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        if let Some(u) = opts.user.as_deref().or(v["user_id"].as_str()) {
             meta["user_id"] = json!(u);
         }
+        // Held as short-term memory: no trigger fires (only a flush, or 30 days of silence).
+        let trigger = opts
+            .skip_extraction
+            .then(|| json!({"token_count": 10_000_000, "message_count": 100_000, "wait_timeout": 2_592_000}));
         let mut n = 0;
         for s in sessions {
             let sid = s["session_id"].as_str().unwrap_or("session");
@@ -333,23 +374,30 @@ async fn import_line(r: &Remote, c: &Client, line: &str) -> Result<(u64, u64)> {
                 .flatten()
                 .enumerate()
                 .map(|(i, m)| {
-                    let mut out = json!({"role": m["role"], "content": m["content"],
-                        "idempotency_key": format!("import:{conv}:{sid}:{i}")});
+                    let key = m["key"].as_str().map_or_else(|| format!("import:{conv}:{sid}:{i}"), str::to_string);
+                    let mut out = json!({"role": m["role"], "content": m["content"], "idempotency_key": key});
                     if let Some(name) = m["speaker"].as_str().or(m["name"].as_str()) {
                         out["name"] = json!(name);
                     }
-                    if let Some(t) = t0 {
-                        out["time"] = json!(t + i as i64 * 1000);
+                    match (m["time"].as_i64(), t0) {
+                        (Some(t), _) => out["time"] = json!(t),
+                        (None, Some(t)) => out["time"] = json!(t + i as i64 * 1000),
+                        (None, None) => {}
                     }
                     out
                 })
                 .collect();
             n += msgs.len() as u64;
             for chunk in msgs.chunks(100) {
-                let body = r.body(json!({"conversation_id": conv, "messages": chunk, "metadata": meta}));
-                c.post("session/streaming_write", &body).await?;
+                let mut body = json!({"conversation_id": conv, "messages": chunk, "metadata": meta});
+                if let Some(t) = &trigger {
+                    body["extract_trigger"] = t.clone();
+                }
+                c.post("session/streaming_write", &r.body(body)).await?;
             }
-            c.post("session/flush", &r.body(json!({"conversation_id": conv}))).await?;
+            if !opts.skip_extraction {
+                c.post("session/flush", &r.body(json!({"conversation_id": conv}))).await?;
+            }
         }
         return Ok((n, 0));
     }

@@ -122,12 +122,22 @@ enum Command {
         #[arg(long)]
         job: Option<String>,
     },
-    /// Import conversations (benchmark JSONL format) or exported records, resumably, with progress.
+    /// Import conversations — the benchmark JSONL format, exported records, or a ChatGPT or Claude
+    /// data export (`conversations.json`) — resumably and idempotently, with progress.
     Import {
         #[command(flatten)]
         remote: cli::Remote,
         file: PathBuf,
-        /// Ignore FILE.progress and start from the first line.
+        /// The file's format.
+        #[arg(long = "from", value_enum, default_value = "jsonl")]
+        format: cli::ImportFormat,
+        /// The user every conversation belongs to (required for chatgpt and claude exports).
+        #[arg(long)]
+        user: Option<String>,
+        /// Store the turns as short-term memory without extracting them (until session/flush).
+        #[arg(long)]
+        skip_extraction: bool,
+        /// Ignore FILE.progress and start from the first item.
         #[arg(long)]
         restart: bool,
     },
@@ -330,7 +340,9 @@ fn main() -> Result<()> {
         Command::Export { remote, user, output } => rt.block_on(cli::export(&remote, user, output)),
         Command::Forget { remote, user, yes } => rt.block_on(cli::forget(&remote, user, yes)),
         Command::Retry { remote, job } => rt.block_on(cli::retry(&remote, job)),
-        Command::Import { remote, file, restart } => rt.block_on(cli::import(&remote, file, restart)),
+        Command::Import { remote, file, format, user, skip_extraction, restart } => {
+            rt.block_on(cli::import(&remote, file, cli::ImportOptions { format, restart, user, skip_extraction }))
+        }
         Command::Selftest {
             which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b, read_key_a, user_token_a },
         } => rt.block_on(selftest::run(selftest::Isolation {

@@ -5,7 +5,7 @@ use crate::error::{CoreError, CoreResult};
 use serde_json::{Map, Value};
 
 pub const MAX_CONVERSATION_ID_CHARS: usize = 256;
-pub const MAX_MESSAGES_PER_WRITE: usize = 500;
+pub const MAX_MESSAGES_PER_WRITE: usize = 1000;
 pub const MAX_NAME_CHARS: usize = 256;
 pub const MAX_ID_CHARS: usize = 256;
 pub const MAX_CONTENT_CHARS: usize = 200_000;

@@ -129,12 +129,20 @@ pub async fn run(b: CrashBench) -> Result<()> {
         cycle += 1;
     }
     // Final run: let jobs finish and deadlines fire, then check everything.
-    let (mut child, base) = spawn(&exe, &cfg, &data)?;
+    let (child, base) = spawn(&exe, &cfg, &data)?;
+    // Killed however verification ends (an error or a panic must not leave the server running).
+    struct KillOnDrop(Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = KillOnDrop(child);
     ready(&client, &base).await?;
     let acked_now = acked.lock().unwrap().clone();
     let result = verify(&client, &base, b.writers, &acked_now).await;
-    child.kill()?;
-    child.wait()?;
+    drop(child);
     let (stored, sessions, events) = result?;
     println!(
         "ok: {} cycles in {:.1} s; {} acknowledged messages all stored exactly once ({stored} stored); {sessions} sessions, each extracted exactly once ({events} events); every idle deadline fired",
@@ -206,7 +214,7 @@ async fn verify(
             contents
                 .extend(d["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()));
             let mut seen: HashSet<i64> = HashSet::new();
-            for e in d["events"].as_array().unwrap() {
+            for e in d["event_memory"].as_array().context("session/info: no event_memory")? {
                 for id in e["source_message_ids"].as_array().unwrap() {
                     ensure!(
                         seen.insert(id.as_i64().unwrap()),

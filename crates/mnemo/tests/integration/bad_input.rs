@@ -52,12 +52,12 @@ async fn bad_input_is_rejected_with_the_field_named_and_nothing_changes() {
             400,
             "conversation_id: must be 1..=256",
         ),
-        ("session/streaming_write", write_body(json!({"messages": []})), 400, "messages: must hold 1..=500"),
+        ("session/streaming_write", write_body(json!({"messages": []})), 400, "messages: must hold 1..=1000"),
         (
             "session/streaming_write",
-            write_body(json!({"messages": vec![json!({"role": "user", "content": "x"}); 501]})),
+            write_body(json!({"messages": vec![json!({"role": "user", "content": "x"}); 1001]})),
             400,
-            "messages: must hold 1..=500",
+            "messages: must hold 1..=1000",
         ),
         ("session/streaming_write", write_body(json!({"messages": "hello"})), 400, "messages:"),
         (

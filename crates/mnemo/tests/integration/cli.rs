@@ -84,3 +84,60 @@ async fn import_is_resumable_and_round_trips_an_export() {
     let copied = s.ok("event/search", json!({"collection_name": "copy", "filter": {"user_id": "ua"}})).await;
     assert!(copied["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("Miso"), "{copied}");
 }
+
+/// ChatGPT's and Claude's data exports (fixtures written in their documented formats): the branch
+/// shown is imported with its timestamps, owned by `--user`, extracted; a re-run (even with
+/// `--restart`) stores nothing twice; `--skip-extraction` keeps the turns as short-term memory.
+#[tokio::test]
+async fn chatgpt_and_claude_exports_import_idempotently() {
+    let s = Server::start("");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/exports");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |name: &str| {
+        let to = dir.path().join(name);
+        std::fs::copy(format!("{fixtures}/{name}"), &to).unwrap();
+        to.to_str().unwrap().to_string()
+    };
+    let (gpt, claude) = (copy("chatgpt-conversations.json"), copy("claude-conversations.json"));
+    let (success, _, err) = mnemo(&s, &["import", "--collection", "chats", "--from", "chatgpt", &gpt]);
+    assert!(!success && err.contains("--user"), "a chat export needs its user: {err}");
+    let out = ok(&s, &["import", "--collection", "chats", "--from", "chatgpt", "--user", "ana", &gpt]);
+    assert!(out.contains("imported 2 lines: 6 messages") && out.contains("0 errors"), "{out}");
+    ok(&s, &["import", "--collection", "chats", "--from", "chatgpt", "--user", "ana", "--restart", &gpt]);
+    let info = s.ok("session/info", json!({"collection_name": "chats", "conversation_id": "chatgpt-c1"})).await;
+    let total: u64 = info["sessions"].as_array().unwrap().iter().map(|x| x["message_count"].as_u64().unwrap()).sum();
+    assert_eq!(total, 4, "the shown branch only, stored once across two runs: {info}");
+    assert_eq!(info["metadata"]["title"], "Kyoto trip");
+    eventually(20, "extraction", || async {
+        let jobs = s.ok("job/list", json!({"collection_name": "chats"})).await["jobs"].as_array().unwrap().clone();
+        (!jobs.is_empty() && jobs.iter().all(|j| j["state"] == "done")).then_some(())
+    })
+    .await;
+    let hits = s
+        .ok(
+            "event/search",
+            json!({"collection_name": "chats", "query": "cherry blossom Kyoto", "filter": {"user_id": "ana"}}),
+        )
+        .await;
+    let first = &hits["result_list"][0];
+    assert!(first["memory_info"]["summary"].as_str().unwrap().contains("Kyoto"), "{hits}");
+    assert!(!hits.to_string().contains("abandoned answer"), "an abandoned branch is not imported");
+    let sid = info["sessions"][0]["session_id"].clone();
+    let d = s.ok("session/info", json!({"collection_name": "chats", "session_id": sid})).await;
+    assert_eq!(d["messages"][0]["time"], 1_714_000_000_000_i64, "original timestamps");
+
+    // Claude's export, held for later extraction.
+    let out =
+        ok(&s, &["import", "--collection", "held", "--from", "claude", "--user", "bo", "--skip-extraction", &claude]);
+    assert!(out.contains("imported 1 lines: 2 messages"), "{out}");
+    let info = s.ok("session/info", json!({"collection_name": "held", "conversation_id": "claude-k1"})).await;
+    assert_eq!(info["pending_messages"], 2, "short-term memory, not extracted: {info}");
+    assert_eq!(info["messages"][0]["content"], "I adopted a cat named Miso.\n[attachment: miso.jpg]");
+    assert_eq!(s.ok("job/list", json!({"collection_name": "held"})).await["count"], 0);
+    s.ok("session/flush", json!({"collection_name": "held", "conversation_id": "claude-k1"})).await;
+    eventually(20, "extraction after the flush", || async {
+        let e = s.ok("event/search", json!({"collection_name": "held", "filter": {"user_id": "bo"}})).await;
+        (e["count"] == 1).then_some(())
+    })
+    .await;
+}
