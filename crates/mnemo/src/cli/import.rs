@@ -70,7 +70,7 @@ pub fn chatgpt(v: &Value) -> Result<Vec<Conversation>> {
                 .iter()
                 .filter(|(_, n)| n["children"].as_array().is_none_or(|ch| ch.is_empty()))
                 .map(|(k, _)| k.clone())
-                .last()
+                .next_back()
         });
         let mut seen = std::collections::HashSet::new();
         while let Some(n) = node {
