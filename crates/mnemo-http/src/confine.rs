@@ -60,7 +60,7 @@ pub fn confine(path: &str, body: &mut Map<String, Value>, user: &str) -> Result<
             force_one(body, "user_id", "user_id", user)?;
             Ok(None)
         }
-        "/session/info" | "/session/flush" => {
+        "/session/info" | "/session/flush" | "/session/delete" => {
             if body.contains_key("session_id") {
                 return Err("session_id: a token confined to a user looks sessions up by its conversation_id".into());
             }

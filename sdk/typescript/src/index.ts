@@ -205,6 +205,8 @@ export class Collection {
   sessionAdd(body: Body<"WriteBody">, opts?: CallOptions) { return this.call("session/add", body, opts); }
   flush(conversationId: string, opts?: CallOptions) { return this.call("session/flush", { conversation_id: conversationId }, opts); }
   sessionInfo(body: Body<"SessionInfoBody">, opts?: CallOptions) { return this.call("session/info", body, opts); }
+  /** Deletes a conversation (messages, sessions, events) and withdraws its profile changes. */
+  deleteConversation(conversationId: string, opts?: CallOptions) { return this.call("session/delete", { conversation_id: conversationId }, opts); }
 
   /** One prompt-ready string within `max_tokens`: profile, recent turns, this and other conversations' events. */
   getContext(body: Body<"GetContextBody">, opts?: CallOptions) { return this.call<Context>("get_context", body, opts); }

@@ -72,6 +72,21 @@ impl Service {
         Ok((closed, !withdrawn.is_empty()))
     }
 
+    /// Deletes a conversation — its messages, sessions, jobs and events — and withdraws what its
+    /// sessions changed in profiles; answers how many sessions it had.
+    pub async fn delete_conversation(&self, t: &Target, conversation_id: &str) -> CoreResult<usize> {
+        validate_conversation_id(conversation_id)?;
+        let c = self.collection_for_read(t).await?;
+        let Some(info) = self.store.conversation_info(c.id, conversation_id).await? else {
+            return Err(CoreError::NotFound(format!("conversation_id: no conversation \"{conversation_id}\"")));
+        };
+        let sessions = self.store.delete_conversation(c.id, conversation_id).await?;
+        if !sessions.is_empty() {
+            self.withdraw_from_profiles(&c, info.meta.user_id.into_iter().collect(), &sessions).await?;
+        }
+        Ok(sessions.len())
+    }
+
     pub async fn flush(&self, t: &Target, conversation_id: &str) -> CoreResult<Option<SessionClosed>> {
         validate_conversation_id(conversation_id)?;
         let c = self.collection_for_read(t).await?;

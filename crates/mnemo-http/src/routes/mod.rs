@@ -74,6 +74,11 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Close a conversation's open turns into a session now.",
             session::flush,
         ),
+        ep::<ConversationBody, _, _>(
+            "/session/delete",
+            "Delete a conversation — its messages, sessions and events — and withdraw what it changed in profiles (they are re-derived from their other sessions).",
+            session::delete,
+        ),
         ep::<SessionInfoBody, _, _>(
             "/session/info",
             "A conversation's short-term memory and sessions, or one session with its messages, events and job.",

@@ -65,6 +65,13 @@ pub async fn flush(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Con
     Ok(ApiOk::new(rid, json!({"conversation_id": body.conversation_id, "extraction": closed_json(closed.as_ref())})))
 }
 
+pub async fn delete(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<ConversationBody>) -> ApiResult {
+    let rid = &ctx.request_id;
+    let t = Target { project: body.project_name, collection: body.collection_name };
+    let n = s.service.delete_conversation(&t, &body.conversation_id).await.map_err(|e| ApiError::from_core(rid, e))?;
+    Ok(ApiOk::new(rid, json!({"conversation_id": body.conversation_id, "deleted": true, "sessions": n})))
+}
+
 pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<SessionInfoBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let t = Target { project: body.project_name, collection: body.collection_name };

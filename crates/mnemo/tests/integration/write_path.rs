@@ -205,3 +205,26 @@ async fn session_add_takes_vikingdb_types_ttls_and_replaces_a_reused_session_id(
     let texts = d["event_memory"].to_string();
     assert!(texts.contains("checkers") && !texts.contains(" go"), "{texts}");
 }
+
+/// `session/delete`: a conversation goes whole — messages, sessions, events — and what it changed
+/// in the user's profile is withdrawn; other conversations stay.
+#[tokio::test]
+async fn a_deleted_conversation_takes_its_events_and_profile_changes_with_it() {
+    let s = Server::start("");
+    s.write("gone", msgs(&[("user", "I love sailing"), ("assistant", "Nice.")]), json!({"message_count": 2}), "dl").await;
+    s.write("kept", msgs(&[("user", "I love chess"), ("assistant", "Nice.")]), json!({"message_count": 2}), "dl").await;
+    eventually(20, "extraction", || async { s.jobs().await.iter().all(|j| j["state"] == "done").then_some(()) }).await;
+    let profile = || async { s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "dl"}})).await.to_string() };
+    assert!(profile().await.contains("sailing"));
+    let d = s.ok("session/delete", json!({"collection_name": "c", "conversation_id": "gone"})).await;
+    assert_eq!(d["sessions"], 1);
+    let (st, _) = s.post("session/info", json!({"collection_name": "c", "conversation_id": "gone"})).await;
+    assert_eq!(st, 404);
+    let events = s.events("dl").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["conversation_id"], "kept");
+    let p = profile().await;
+    assert!(p.contains("chess") && !p.contains("sailing"), "{p}");
+    let (st, _) = s.post("session/delete", json!({"collection_name": "c", "conversation_id": "gone"})).await;
+    assert_eq!(st, 404, "a second time: no such conversation");
+}

@@ -271,6 +271,10 @@ class Collection:
         """Closes the conversation's open messages into a session now."""
         return self._call("session/flush", {"conversation_id": conversation_id}, headers, timeout)
 
+    def delete_conversation(self, conversation_id: str) -> Dict[str, Any]:
+        """Deletes a conversation (messages, sessions, events) and withdraws its profile changes."""
+        return self._call("session/delete", {"conversation_id": conversation_id})
+
     def session_info(self, conversation_id: Optional[str] = None, session_id: Optional[str] = None) -> Dict[str, Any]:
         return self._call("session/info", {"conversation_id": conversation_id, "session_id": session_id})
 
