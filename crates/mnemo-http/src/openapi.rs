@@ -65,6 +65,10 @@ pub fn document() -> Value {
         );
         if let Some(req) = schema.get_mut("required").and_then(Value::as_array_mut) {
             req.retain(|f| f != "collection_name");
+            if req.is_empty() {
+                // OpenAPI 3.0: a `required` list holds at least one name.
+                schema.as_object_mut().expect("a schema object").remove("required");
+            }
         }
     }
     schemas.insert(

@@ -250,8 +250,16 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
     // order where nothing is deleted before it is used.
     for case in &cases {
         // (user/export answers JSON lines; snapshot() reads it.)
-        if ["collection/delete", "event/delete", "profile/delete", "user/forget", "event/batch_delete", "user/export", "session/delete"]
-            .contains(&case.path)
+        if [
+            "collection/delete",
+            "event/delete",
+            "profile/delete",
+            "user/forget",
+            "event/batch_delete",
+            "user/export",
+            "session/delete",
+        ]
+        .contains(&case.path)
         {
             continue;
         }

@@ -211,10 +211,13 @@ async fn session_add_takes_vikingdb_types_ttls_and_replaces_a_reused_session_id(
 #[tokio::test]
 async fn a_deleted_conversation_takes_its_events_and_profile_changes_with_it() {
     let s = Server::start("");
-    s.write("gone", msgs(&[("user", "I love sailing"), ("assistant", "Nice.")]), json!({"message_count": 2}), "dl").await;
+    s.write("gone", msgs(&[("user", "I love sailing"), ("assistant", "Nice.")]), json!({"message_count": 2}), "dl")
+        .await;
     s.write("kept", msgs(&[("user", "I love chess"), ("assistant", "Nice.")]), json!({"message_count": 2}), "dl").await;
     eventually(20, "extraction", || async { s.jobs().await.iter().all(|j| j["state"] == "done").then_some(()) }).await;
-    let profile = || async { s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "dl"}})).await.to_string() };
+    let profile = || async {
+        s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "dl"}})).await.to_string()
+    };
     assert!(profile().await.contains("sailing"));
     let d = s.ok("session/delete", json!({"collection_name": "c", "conversation_id": "gone"})).await;
     assert_eq!(d["sessions"], 1);
