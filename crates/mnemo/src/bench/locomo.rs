@@ -130,7 +130,13 @@ fn report(name: &str, tallies: &BTreeMap<String, Tally>, lat: &mut [f64]) {
     println!("| **overall** | {} |", total.row());
 }
 
-pub async fn run(dir: &Path, e2e: bool, e2e_only: bool, mut cfg: Config) -> Result<()> {
+pub async fn run(
+    dir: &Path,
+    e2e: bool,
+    e2e_only: bool,
+    qa: Option<super::locomo_qa::QaConfig>,
+    mut cfg: Config,
+) -> Result<()> {
     let convs: Vec<Conversation> = read_jsonl(&dir.join("conversations.jsonl"))?;
     let questions: Vec<Question> = read_jsonl(&dir.join("questions.jsonl"))?;
     let tmp = tempfile::tempdir()?;
@@ -148,6 +154,9 @@ pub async fn run(dir: &Path, e2e: bool, e2e_only: bool, mut cfg: Config) -> Resu
         svc.embedder().model_id()
     );
 
+    if let Some(qa) = qa {
+        return super::locomo_qa::run(&svc, &convs, &questions, qa).await;
+    }
     if e2e_only {
         return super::locomo_e2e::run(&svc, &store, &convs, &questions).await;
     }

@@ -187,12 +187,9 @@ pub fn answer_in(answer: &str, context_norm: &str) -> bool {
     relative && !dates.is_empty() && dates.iter().all(|d| padded.contains(&format!(" {d} ")))
 }
 
-pub(super) async fn run(
-    svc: &Arc<Service>,
-    store: &Arc<dyn mnemo_core::store::Store>,
-    convs: &[Conversation],
-    questions: &[Question],
-) -> Result<()> {
+/// Every turn through `streaming_write` (default trigger, each LoCoMo session closed at its end)
+/// and the rules extraction run to completion: what a user's deployment would hold.
+pub(super) async fn ingest(svc: &Arc<Service>, convs: &[Conversation]) -> Result<Target> {
     let target = Target { project: "default".into(), collection: "locomo_e2e".into() };
     let t0 = Instant::now();
     let mut msgs = 0usize;
@@ -225,6 +222,18 @@ pub(super) async fn run(
     }
     while svc.try_run_one().await? {}
     println!("\nend to end: {msgs} turns written and extracted in {:.1} s", t0.elapsed().as_secs_f64());
+    Ok(target)
+}
+
+pub(super) async fn run(
+    svc: &Arc<Service>,
+    store: &Arc<dyn mnemo_core::store::Store>,
+    convs: &[Conversation],
+    questions: &[Question],
+) -> Result<()> {
+    let target = ingest(svc, convs).await?;
+    let msgs: usize = convs.iter().flat_map(|c| &c.sessions).map(|s| s.messages.len()).sum();
+
     // message id → turn id, from each conversation's sessions; turn id → its text.
     let coll = svc.collection_for_read(&target).await?;
     let mut turn_of_msg: HashMap<i64, String> = HashMap::new();

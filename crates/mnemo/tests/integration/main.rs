@@ -18,6 +18,7 @@ mod llm;
 mod mcp;
 mod openapi;
 mod privacy;
+mod qa;
 mod real_llm;
 mod recovery;
 mod replicas;
