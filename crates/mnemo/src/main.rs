@@ -209,34 +209,8 @@ enum BenchCommand {
         /// Only the end-to-end figure (implies --e2e).
         #[arg(long)]
         e2e_only: bool,
-        /// Answer accuracy instead (the LLM-judge protocol): needs --llm-url and --model.
-        #[arg(long, requires = "llm_url")]
-        qa: bool,
-        /// The answering model's OpenAI-compatible endpoint, e.g. http://127.0.0.1:8081/v1.
-        #[arg(long)]
-        llm_url: Option<String>,
-        #[arg(long, default_value = "local")]
-        model: String,
-        /// The judge's endpoint and model (default: the answering ones).
-        #[arg(long)]
-        judge_url: Option<String>,
-        #[arg(long)]
-        judge_model: Option<String>,
-        /// A bearer key for the endpoints.
-        #[arg(long, env = "MNEMO_QA_API_KEY", hide_env_values = true)]
-        api_key: Option<String>,
-        /// The context budget per question.
-        #[arg(long, default_value_t = 1200)]
-        max_tokens: u32,
-        /// Ask every n-th answerable question only (a slow local model).
-        #[arg(long, default_value_t = 1)]
-        every: usize,
-        /// Where every answer and verdict goes (JSON lines).
-        #[arg(long, default_value = "locomo-qa.jsonl")]
-        out: PathBuf,
-        /// Seconds per model request at most.
-        #[arg(long, default_value_t = 300)]
-        timeout_secs: u64,
+        #[command(flatten)]
+        qa: bench::locomo_qa::QaArgs,
     },
     /// Extraction quality on a labelled zh + en set: the rules baseline, and a real model with --llm-url.
     Extraction {
@@ -417,36 +391,8 @@ fn main() -> Result<()> {
             rt.block_on(bench::scale::run(&sizes, users.max(1), stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
-        Command::Bench {
-            which:
-                BenchCommand::Locomo {
-                    dir,
-                    e2e,
-                    e2e_only,
-                    qa,
-                    llm_url,
-                    model,
-                    judge_url,
-                    judge_model,
-                    api_key,
-                    max_tokens,
-                    every,
-                    out,
-                    timeout_secs,
-                },
-        } => {
-            let qa = qa.then(|| bench::locomo_qa::QaConfig {
-                llm_url: llm_url.unwrap_or_default(),
-                model,
-                judge_url,
-                judge_model,
-                api_key,
-                max_tokens,
-                every,
-                out,
-                timeout: std::time::Duration::from_secs(timeout_secs),
-            });
-            rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, qa, cfg))
+        Command::Bench { which: BenchCommand::Locomo { dir, e2e, e2e_only, qa } } => {
+            rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, qa.into_config(), cfg))
         }
         Command::Bench {
             which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count, stores },

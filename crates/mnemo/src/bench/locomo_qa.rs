@@ -25,6 +25,56 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// `bench locomo`'s QA options.
+#[derive(clap::Args)]
+pub struct QaArgs {
+    /// Answer accuracy instead (the LLM-judge protocol): needs --llm-url and --model.
+    #[arg(long, requires = "llm_url")]
+    pub qa: bool,
+    /// The answering model's OpenAI-compatible endpoint, e.g. http://127.0.0.1:8081/v1.
+    #[arg(long)]
+    pub llm_url: Option<String>,
+    #[arg(long, default_value = "local")]
+    pub model: String,
+    /// The judge's endpoint and model (default: the answering ones).
+    #[arg(long)]
+    pub judge_url: Option<String>,
+    #[arg(long)]
+    pub judge_model: Option<String>,
+    /// A bearer key for the endpoints.
+    #[arg(long, env = "MNEMO_QA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// The context budget per question.
+    #[arg(long, default_value_t = 1200)]
+    pub max_tokens: u32,
+    /// Ask every n-th answerable question only (a slow local model).
+    #[arg(long, default_value_t = 1)]
+    pub every: usize,
+    /// Where every answer and verdict goes (JSON lines).
+    #[arg(long, default_value = "locomo-qa.jsonl")]
+    pub out: PathBuf,
+    /// Seconds per model request at most.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_secs: u64,
+}
+
+impl QaArgs {
+    /// The QA run's configuration, when `--qa` asked for one.
+    pub fn into_config(self) -> Option<QaConfig> {
+        self.qa.then(|| QaConfig {
+            llm_url: self.llm_url.unwrap_or_default(),
+            model: self.model,
+            judge_url: self.judge_url,
+            judge_model: self.judge_model,
+            api_key: self.api_key,
+            max_tokens: self.max_tokens,
+            every: self.every,
+            out: self.out,
+            timeout: Duration::from_secs(self.timeout_secs),
+        })
+    }
+}
+
 /// Where the answering and judging models are, and how the run is shaped.
 pub struct QaConfig {
     pub llm_url: String,

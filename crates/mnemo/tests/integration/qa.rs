@@ -6,6 +6,19 @@
 use crate::harness::BIN;
 use crate::llm::{Answer, fake_llm, prompt};
 use serde_json::{Value, json};
+use std::path::Path;
+
+/// `mnemo bench locomo DIR --qa ARGS…`, off the async runtime; answers (stdout, the JSON lines).
+async fn bench_qa(dir: &Path, args: &[&str]) -> (String, Vec<Value>) {
+    let out = dir.join(format!("qa-{}.jsonl", args.len()));
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["bench", "locomo"]).arg(dir).arg("--qa").args(args).arg("--out").arg(&out).env("MNEMO_LOG", "warn");
+    let run = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let records = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (stdout, records)
+}
 
 #[tokio::test]
 async fn the_qa_protocol_answers_from_the_context_and_judges_against_the_gold_answer() {
@@ -66,30 +79,11 @@ async fn the_qa_protocol_answers_from_the_context_and_judges_against_the_gold_an
             |_, n| if n == 0 { Answer::Status(503) } else { Answer::Raw("{\"label\": \"CORRECT\"}".into()) },
         )
         .await;
-    let out = dir.path().join("qa.jsonl");
-    let run = tokio::task::spawn_blocking({
-        let (dir, out, url) = (dir.path().to_path_buf(), out.clone(), llm.url.clone());
-        move || {
-            std::process::Command::new(BIN)
-                .args(["bench", "locomo"])
-                .arg(&dir)
-                .args(["--qa", "--llm-url", &url, "--model", "scripted", "--out"])
-                .arg(&out)
-                .env("MNEMO_LOG", "warn")
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let (stdout, records) = bench_qa(dir.path(), &["--llm-url", &llm.url, "--model", "scripted"]).await;
     assert!(stdout.contains("QA: 3 questions (adversarial left out)"), "{stdout}");
     assert!(stdout.contains("| single-hop | 1.000 | 2 | 0 |"), "{stdout}");
     assert!(stdout.contains("| multi-hop | 0.000 | 1 | 0 |"), "{stdout}");
     assert!(stdout.contains("| **overall** | 0.667 | 3 | 0 |"), "{stdout}");
-    let records: Vec<Value> =
-        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(records.len(), 3);
     assert_eq!(records[0]["answer"], "Lisbon");
     assert_eq!(records[0]["label"], "CORRECT");
@@ -99,35 +93,8 @@ async fn the_qa_protocol_answers_from_the_context_and_judges_against_the_gold_an
     assert_eq!(llm.count(), 6, "an answer and a verdict per question");
 
     // A separate judge endpoint that fails once: retried, and used for every verdict.
-    let out2 = dir.path().join("qa2.jsonl");
-    let run = tokio::task::spawn_blocking({
-        let (dir, out2, url, judge) = (dir.path().to_path_buf(), out2.clone(), llm.url.clone(), flaky.url.clone());
-        move || {
-            std::process::Command::new(BIN)
-                .args(["bench", "locomo"])
-                .arg(&dir)
-                .args([
-                    "--qa",
-                    "--llm-url",
-                    &url,
-                    "--judge-url",
-                    &judge,
-                    "--judge-model",
-                    "judge",
-                    "--every",
-                    "2",
-                    "--out",
-                ])
-                .arg(&out2)
-                .env("MNEMO_LOG", "warn")
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let args = ["--llm-url", &llm.url, "--judge-url", &flaky.url, "--judge-model", "judge", "--every", "2"];
+    let (stdout, _) = bench_qa(dir.path(), &args).await;
     assert!(stdout.contains("QA: 2 questions (adversarial left out; every 2th)"), "{stdout}");
     assert_eq!(flaky.count(), 4, "two verdicts, each after a retried 503");
     assert!(stdout.contains("| **overall** | 1.000 | 2 | 0 |"), "{stdout}");
