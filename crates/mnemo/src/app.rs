@@ -270,6 +270,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         freshness_days: r.freshness_days,
         time_decay,
         max_tokens: cfg.inject.max_tokens,
+        feedback_terms: r.feedback_terms.min(50),
     })
 }
 

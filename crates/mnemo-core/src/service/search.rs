@@ -16,6 +16,8 @@ pub struct RetrievalConfig {
     pub freshness_days: Option<f64>,
     pub time_decay: TimeDecay,
     pub max_tokens: u32,
+    /// A second hop: terms shared by the first hits join the query (0 = off).
+    pub feedback_terms: usize,
 }
 
 impl Default for RetrievalConfig {
@@ -26,6 +28,7 @@ impl Default for RetrievalConfig {
             freshness_days: None,
             time_decay: TimeDecay::NONE,
             max_tokens: 1200,
+            feedback_terms: 0,
         }
     }
 }
@@ -199,6 +202,18 @@ impl Service {
         let k = (req.limit as usize * 3).max(50);
         let cq = CandidateQuery { vector: qv, terms, k };
         let mut results = ranked(self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?, None);
+        let n_feedback = self.config.retrieval.feedback_terms;
+        if n_feedback > 0
+            && results.len() >= 2
+            && let Some(extra) = feedback_terms(&results, &cq.terms, n_feedback)
+        {
+            // Second hop: the query plus what its best hits share, fused with the first by rank.
+            let mut terms = cq.terms.clone();
+            terms.extend(extra);
+            let q2 = CandidateQuery { vector: cq.vector.clone(), terms, k };
+            let second = ranked(self.store.search_candidates(c.id, filter.clone(), q2).await?, None);
+            results = fuse_by_rank(results, second, req.limit as usize);
+        }
         // Layers: a search in a scope other than global falls back to global when it is short.
         let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
         if scoped && results.len() < req.limit as usize {
@@ -214,5 +229,79 @@ impl Service {
             }
         }
         Ok(results)
+    }
+}
+
+/// Terms that at least two of the first three hits share and the query lacks, most shared first.
+fn feedback_terms(hits: &[ScoredEvent], query: &[String], n: usize) -> Option<Vec<String>> {
+    let mut df: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for h in hits.iter().take(3) {
+        let own: std::collections::HashSet<String> =
+            crate::text::search_tokens(&event_search_text(&h.event.memory_info)).into_iter().collect();
+        for t in own {
+            if t.chars().count() >= 3 && !query.contains(&t) {
+                *df.entry(t).or_default() += 1;
+            }
+        }
+    }
+    let mut shared: Vec<(String, usize)> = df.into_iter().filter(|(_, d)| *d >= 2).collect();
+    shared.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    shared.truncate(n);
+    (!shared.is_empty()).then(|| shared.into_iter().map(|(t, _)| t).collect())
+}
+
+/// Reciprocal-rank fusion of two rankings of the same search (k = 60).
+fn fuse_by_rank(first: Vec<ScoredEvent>, second: Vec<ScoredEvent>, limit: usize) -> Vec<ScoredEvent> {
+    let mut fused: Vec<(f64, ScoredEvent)> = Vec::with_capacity(first.len() + second.len());
+    let rank_in = |list: &[ScoredEvent], id: &str| list.iter().position(|r| r.event.id == id);
+    for (i, r) in first.iter().enumerate() {
+        let s = 1.0 / (60.0 + i as f64) + rank_in(&second, &r.event.id).map_or(0.0, |j| 1.0 / (60.0 + j as f64));
+        fused.push((s, r.clone()));
+    }
+    for (j, r) in second.into_iter().enumerate() {
+        if rank_in(&first, &r.event.id).is_none() {
+            fused.push((1.0 / (60.0 + j as f64), r));
+        }
+    }
+    fused.sort_by(|a, b| b.0.total_cmp(&a.0));
+    fused.into_iter().take(limit).map(|(_, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: &str, summary: &str) -> ScoredEvent {
+        let mut memory_info = serde_json::Map::new();
+        memory_info.insert("summary".into(), serde_json::Value::String(summary.into()));
+        ScoredEvent {
+            event: Event { id: id.into(), memory_info, ..Default::default() },
+            scores: Scores::default(),
+            layer: None,
+        }
+    }
+
+    #[test]
+    fn feedback_terms_are_what_the_first_hits_share_beyond_the_query() {
+        let hits = [
+            hit("a", "Melanie took her kids camping at the lake"),
+            hit("b", "The kids loved the camping trip"),
+            hit("c", "Melanie painted a lake at sunset"),
+            hit("d", "Unrelated: camping camping camping"),
+        ];
+        let query = crate::text::search_tokens("Where did Melanie go camping?");
+        let terms = feedback_terms(&hits, &query, 5).expect("shared terms");
+        // "camping" and "melanie" are in the query; "kids" and "lake" are shared by two of the
+        // first three hits; the fourth hit is not read.
+        assert_eq!(terms, vec!["kid".to_string(), "lake".to_string()], "stemmed like the index");
+        assert!(feedback_terms(&hits[..1], &query, 5).is_none(), "one hit shares nothing");
+    }
+
+    #[test]
+    fn rank_fusion_favours_what_both_hops_find_and_keeps_the_limit() {
+        let first = vec![hit("a", ""), hit("b", ""), hit("c", "")];
+        let second = vec![hit("c", ""), hit("d", ""), hit("a", "")];
+        let ids: Vec<String> = fuse_by_rank(first, second, 3).into_iter().map(|r| r.event.id).collect();
+        assert_eq!(ids, vec!["a", "c", "b"]);
     }
 }
