@@ -141,3 +141,17 @@ def test_async_variant(server):
     results = asyncio.run(go())
     assert all(r["count"] == 1 for r in results)
     assert VikingMem is MemoryClient
+
+
+def test_session_add_by_vikingdb_session_id_replaces_the_session(client):
+    col = client.get_collection("sa_" + __import__("uuid").uuid4().hex[:8])
+    first = col.session_add(session_id="trip", messages=[{"role": "user", "content": "I love sailing"}],
+                            metadata={"user_id": "sa"}, extract_memory_type=["event_v1"])
+    assert first["session_id"] == "trip" and first["replaced"] is False
+    again = col.session_add(session_id="trip", messages=[{"role": "user", "content": "I love rowing"}],
+                            metadata={"user_id": "sa"})
+    assert again["replaced"] is True
+    info = col.session_info(session_id="trip")
+    assert [m["content"] for m in info["messages"]] == ["I love rowing"]
+    generated = col.session_add(messages=[{"role": "user", "content": "hello"}])
+    assert generated["session_id"].startswith("ses_")

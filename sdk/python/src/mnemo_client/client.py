@@ -256,15 +256,26 @@ class Collection:
 
     def session_add(
         self,
-        conversation_id: str,
-        messages: Iterable[Dict[str, Any]],
+        conversation_id: Optional[str] = None,
+        messages: Iterable[Dict[str, Any]] = (),
         metadata: Optional[Dict[str, Any]] = None,
         headers=None,
         timeout=None,
         project_name: Optional[str] = None,
+        session_id: Optional[str] = None,
+        **extra: Any,
     ) -> Dict[str, Any]:
-        """Writes a whole session at once (batch); it is extracted right away."""
-        body = {"conversation_id": conversation_id, "messages": list(messages), "metadata": metadata}
+        """Writes a whole session at once (batch); it is extracted right away. Give mnemo's
+        ``conversation_id`` (a session added to it) or VikingDB's ``session_id`` (generated when
+        both are absent; a re-used one replaces that session). ``extra``: ``extract_memory_type``,
+        ``ttl_relative``, ``ttl_absolute``…"""
+        body = {
+            "conversation_id": conversation_id,
+            "session_id": session_id,
+            "messages": list(messages),
+            "metadata": metadata,
+            **extra,
+        }
         return self._call("session/add", body, headers, timeout, project_name)
 
     def flush(self, conversation_id: str, headers=None, timeout=None) -> Dict[str, Any]:
