@@ -49,18 +49,18 @@ impl Service {
     /// Writes a whole session and queues its extraction. With `replace` (VikingDB's session/add
     /// on a re-used `session_id`, kept as the conversation id) the conversation's earlier
     /// messages, sessions and events are deleted first and their profile changes withdrawn; the
-    /// answer says whether there was anything to replace.
+    /// answer says whether the session existed (even with pending turns only).
     pub async fn session_add(&self, req: WriteRequest, replace: bool) -> CoreResult<(SessionClosed, bool)> {
         let t = Target { project: req.project.clone(), collection: req.collection.clone() };
         let new_user = req.meta.user_id.clone();
         let append = self.prepare_append(req).await?;
         let (cid, conv) = (append.collection_id, append.conversation_id.clone());
-        let (withdrawn, old_user) = match replace {
-            false => (vec![], None),
-            true => {
-                let old = self.store.conversation_info(cid, &conv).await?.and_then(|i| i.meta.user_id);
-                (self.store.delete_conversation(cid, &conv).await?, old)
-            }
+        let (withdrawn, old_user, existed) = match replace {
+            false => (vec![], None, false),
+            true => match self.store.conversation_info(cid, &conv).await? {
+                None => (vec![], None, false),
+                Some(old) => (self.store.delete_conversation(cid, &conv).await?, old.meta.user_id, true),
+            },
         };
         let closed = self.store.add_session(append).await?;
         self.job_queued.notify_waiters();
@@ -69,7 +69,7 @@ impl Service {
             let users: Vec<String> = old_user.into_iter().chain(new_user).collect();
             self.withdraw_from_profiles(&c, users, &withdrawn).await?;
         }
-        Ok((closed, !withdrawn.is_empty()))
+        Ok((closed, existed))
     }
 
     /// Deletes a conversation — its messages, sessions, jobs and events — and withdraws what its
