@@ -879,6 +879,15 @@ pub fn profile_json(p: &Profile) -> Value {
     })
 }
 
+/// A profile found by a search: its `score` when a query ranked it.
+pub fn scored_profile_json(p: &Profile, score: Option<f32>) -> Value {
+    let mut v = profile_json(p);
+    if let Some(score) = score {
+        v["score"] = json!(score);
+    }
+    v
+}
+
 // ------------------------------------------------------------------------- jobs
 
 #[derive(Deserialize, JsonSchema)]

@@ -392,7 +392,7 @@ fn main() -> Result<()> {
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Locomo { dir, e2e, e2e_only, qa } } => {
-            rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, qa.into_config(), cfg))
+            rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, qa.requested(), cfg))
         }
         Command::Bench {
             which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count, stores },

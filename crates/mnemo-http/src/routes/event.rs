@@ -166,9 +166,8 @@ pub async fn search_memory(State(s): State<AppState>, ApiJson { ctx, body }: Api
             profile_type: profile_types,
         };
         for (p, score) in s.service.search_profiles(&t, pf, body.query.as_deref(), limit).await.map_err(err)? {
-            let mut v = profile_json(&p);
+            let mut v = scored_profile_json(&p, score);
             v["memory_category"] = json!("profile");
-            v["score"] = json!(score);
             out.push(v);
         }
     }

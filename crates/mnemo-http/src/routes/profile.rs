@@ -32,16 +32,7 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Pr
         .search_profiles(&t, filter, body.query.as_deref(), limit)
         .await
         .map_err(|e| ApiError::from_core(rid, e))?;
-    let list: Vec<_> = ps
-        .iter()
-        .map(|(p, score)| {
-            let mut v = profile_json(p);
-            if let Some(score) = score {
-                v["score"] = json!(score);
-            }
-            v
-        })
-        .collect();
+    let list: Vec<_> = ps.iter().map(|(p, score)| scored_profile_json(p, *score)).collect();
     Ok(ApiOk::new(rid, json!({"collection_name": body.collection_name, "count": list.len(), "result_list": list})))
 }
 

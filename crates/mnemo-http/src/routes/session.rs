@@ -92,16 +92,17 @@ pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sess
             ))
         }
         (None, Some(sid)) => {
-            // mnemo's session id, or VikingDB's (a conversation written by session/add).
+            // mnemo's session id, or VikingDB's (a conversation written by session/add). The
+            // collection is looked up first, so a NotFound below is about the session.
+            s.service.collection_for_read(&t).await.map_err(|e| ApiError::from_core(rid, e))?;
             let details = match s.service.session_info(&t, &sid).await {
                 Ok(d) => vec![d],
-                Err(mnemo_core::CoreError::NotFound(m)) if m.starts_with("session_id") => {
-                    let conv = s.service.conversation_info(&t, &sid).await.map_err(|_| {
-                        ApiError::from_core(
-                            rid,
-                            mnemo_core::CoreError::NotFound(format!("session_id: no session \"{sid}\"")),
-                        )
-                    })?;
+                Err(mnemo_core::CoreError::NotFound(m)) => {
+                    let conv = s
+                        .service
+                        .conversation_info(&t, &sid)
+                        .await
+                        .map_err(|_| ApiError::from_core(rid, mnemo_core::CoreError::NotFound(m)))?;
                     let mut out = Vec::with_capacity(conv.sessions.len());
                     for summary in &conv.sessions {
                         out.push(

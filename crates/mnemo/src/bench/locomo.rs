@@ -134,7 +134,7 @@ pub async fn run(
     dir: &Path,
     e2e: bool,
     e2e_only: bool,
-    qa: Option<super::locomo_qa::QaConfig>,
+    qa: Option<super::locomo_qa::QaArgs>,
     mut cfg: Config,
 ) -> Result<()> {
     let convs: Vec<Conversation> = read_jsonl(&dir.join("conversations.jsonl"))?;

@@ -59,34 +59,10 @@ pub struct QaArgs {
 }
 
 impl QaArgs {
-    /// The QA run's configuration, when `--qa` asked for one.
-    pub fn into_config(self) -> Option<QaConfig> {
-        self.qa.then(|| QaConfig {
-            llm_url: self.llm_url.unwrap_or_default(),
-            model: self.model,
-            judge_url: self.judge_url,
-            judge_model: self.judge_model,
-            api_key: self.api_key,
-            max_tokens: self.max_tokens,
-            every: self.every,
-            out: self.out,
-            timeout: Duration::from_secs(self.timeout_secs),
-        })
+    /// The options when `--qa` asked for a run.
+    pub fn requested(self) -> Option<QaArgs> {
+        self.qa.then_some(self)
     }
-}
-
-/// Where the answering and judging models are, and how the run is shaped.
-pub struct QaConfig {
-    pub llm_url: String,
-    pub model: String,
-    pub judge_url: Option<String>,
-    pub judge_model: Option<String>,
-    pub api_key: Option<String>,
-    pub max_tokens: u32,
-    /// Every n-th answerable question only (1: all), for a slow local model.
-    pub every: usize,
-    pub out: PathBuf,
-    pub timeout: Duration,
 }
 
 const ANSWER_SYSTEM: &str = "You answer questions about people from memories of their past conversations. \
@@ -185,18 +161,14 @@ struct Tally {
     unlabelled: usize,
 }
 
-pub(super) async fn run(
-    svc: &Arc<Service>,
-    convs: &[Conversation],
-    questions: &[Question],
-    cfg: QaConfig,
-) -> Result<()> {
-    let http = reqwest::Client::builder().timeout(cfg.timeout).build()?;
+pub(super) async fn run(svc: &Arc<Service>, convs: &[Conversation], questions: &[Question], cfg: QaArgs) -> Result<()> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(cfg.timeout_secs)).build()?;
+    let llm_url = cfg.llm_url.clone().context("--llm-url: the answering model's endpoint")?;
     let answerer =
-        Chat { http: http.clone(), url: cfg.llm_url.clone(), model: cfg.model.clone(), key: cfg.api_key.clone() };
+        Chat { http: http.clone(), url: llm_url.clone(), model: cfg.model.clone(), key: cfg.api_key.clone() };
     let judge = Chat {
         http,
-        url: cfg.judge_url.clone().unwrap_or_else(|| cfg.llm_url.clone()),
+        url: cfg.judge_url.clone().unwrap_or(llm_url),
         model: cfg.judge_model.clone().unwrap_or_else(|| cfg.model.clone()),
         key: cfg.api_key.clone(),
     };
