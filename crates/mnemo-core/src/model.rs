@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 mod schema;
+mod webhook;
 pub use schema::*;
+pub use webhook::*;
 
 pub type Millis = i64;
 pub type CollectionId = i64;

@@ -28,6 +28,7 @@ mod privacy;
 mod profiles;
 mod search;
 mod validate;
+mod webhooks;
 mod write;
 
 pub use collections::CollectionOptions;
@@ -41,6 +42,7 @@ pub use validate::{
     LIMIT_RANGE, MAX_CONTENT_CHARS, MAX_CONVERSATION_ID_CHARS, MAX_ID_CHARS, MAX_MESSAGES_PER_WRITE, MAX_NAME_CHARS,
     validate_conversation_id, validate_memory_info,
 };
+pub use webhooks::{WebhookPolicy, WebhookSender, WebhookSpec, new_webhook_secret, sign_webhook, webhook_body};
 pub use write::{IncomingMessage, WriteRequest};
 
 #[derive(Clone, Debug)]
@@ -66,6 +68,7 @@ pub struct ServiceConfig {
     pub redaction: Redaction,
     pub lifecycle: LifecycleConfig,
     pub extraction: ExtractionPolicy,
+    pub webhooks: WebhookPolicy,
 }
 
 impl Default for ServiceConfig {
@@ -86,6 +89,7 @@ impl Default for ServiceConfig {
             redaction: Redaction::default(),
             lifecycle: LifecycleConfig::default(),
             extraction: ExtractionPolicy::default(),
+            webhooks: WebhookPolicy::default(),
         }
     }
 }
@@ -120,6 +124,8 @@ pub struct Service {
     pending_hits: std::sync::Mutex<Vec<(CollectionId, Vec<String>, Millis)>>,
     /// Per (collection, user): extraction commits of one user are serialised (dedup).
     user_locks: std::sync::Mutex<HashMap<(CollectionId, String), UserLock>>,
+    /// Sends webhook deliveries (set by the binary; without one they wait in the outbox).
+    webhook_sender: std::sync::OnceLock<Arc<dyn webhooks::WebhookSender>>,
 }
 
 /// Serialises one user's extraction commits.
@@ -158,6 +164,7 @@ impl Service {
             job_outcomes: JobOutcomes::default(),
             pending_hits: Default::default(),
             user_locks: Default::default(),
+            webhook_sender: Default::default(),
             transient_failures: std::sync::atomic::AtomicBool::new(true),
             // Set at start: the first loop pass checks for events a previous process left without a vector.
             vectors_missing: std::sync::atomic::AtomicBool::new(true),

@@ -223,4 +223,69 @@ pub trait Store: Send + Sync + 'static {
         filter: ProfileFilter,
         limit: u32,
     ) -> StoreResult<Vec<Profile>>;
+
+    // --- webhooks (the outbox rows themselves are written by the stores' triggers, in the
+    // transaction of the change they announce; a store without webhooks keeps these defaults)
+    /// Inserts or replaces (same id) an endpoint.
+    async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
+        let _ = w;
+        Err(StoreError::Invalid("webhooks need the SQLite or PostgreSQL store".into()))
+    }
+    /// Makes the config-defined endpoints exactly `hooks`: others from the config are deleted
+    /// (with their deliveries), these inserted or updated (their pending deliveries kept).
+    async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
+        if hooks.is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::Invalid("webhooks need the SQLite or PostgreSQL store".into()))
+        }
+    }
+    /// Endpoints of a project (all projects with `None`), oldest first, with delivery counts.
+    async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
+        let _ = project;
+        Ok(Vec::new())
+    }
+    /// Deletes an endpoint of the project and its deliveries; false if there was none.
+    async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
+        let _ = (project, id);
+        Ok(false)
+    }
+    /// Up to `limit` pending deliveries due at `now`, oldest first, leased until `lease_until`
+    /// (another replica does not take them before, a crashed sender's are taken after).
+    async fn claim_deliveries(
+        &self,
+        now: Millis,
+        lease_until: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
+        let _ = (now, lease_until, limit);
+        Ok(Vec::new())
+    }
+    /// Records how an attempt ended (counts the attempt).
+    async fn finish_delivery(&self, delivery_id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
+        let _ = (delivery_id, outcome, now);
+        Ok(())
+    }
+    /// The project's deliveries, newest first.
+    async fn list_deliveries(&self, project: &str, filter: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+        let _ = (project, filter);
+        Ok(Vec::new())
+    }
+    /// Dead deliveries of one endpoint (all of them, or those listed) back to pending with no
+    /// attempts counted, due at `now`. Returns their ids.
+    async fn redeliver(
+        &self,
+        project: &str,
+        webhook_id: &str,
+        ids: Option<Vec<i64>>,
+        now: Millis,
+    ) -> StoreResult<Vec<i64>> {
+        let _ = (project, webhook_id, ids, now);
+        Ok(Vec::new())
+    }
+    /// Deletes delivered rows finished before `before`. Returns how many.
+    async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
+        let _ = before;
+        Ok(0)
+    }
 }

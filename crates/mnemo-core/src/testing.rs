@@ -22,6 +22,9 @@ mod tests {
         async fn open(&self) -> Arc<dyn Store> {
             Arc::new(self.0.reopen())
         }
+        fn has_webhooks(&self) -> bool {
+            false
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,7 @@ mod schema;
 mod search;
 mod sql;
 mod stats;
+mod webhooks;
 
 use crate::sql::backend;
 use async_trait::async_trait;
@@ -384,5 +385,41 @@ impl Store for PgStore {
 
     async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
         PgStore::list_profiles(self, cid, f, limit).await
+    }
+
+    async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
+        PgStore::upsert_webhook(self, w).await
+    }
+
+    async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
+        PgStore::sync_config_webhooks(self, hooks).await
+    }
+
+    async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
+        PgStore::list_webhooks(self, project).await
+    }
+
+    async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
+        PgStore::delete_webhook(self, project, id).await
+    }
+
+    async fn claim_deliveries(&self, now: Millis, lease_until: Millis, limit: u32) -> StoreResult<Vec<ClaimedDelivery>> {
+        PgStore::claim_deliveries(self, now, lease_until, limit).await
+    }
+
+    async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
+        PgStore::finish_delivery(self, id, outcome, now).await
+    }
+
+    async fn list_deliveries(&self, project: &str, filter: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+        PgStore::list_deliveries(self, project, filter).await
+    }
+
+    async fn redeliver(&self, project: &str, webhook_id: &str, ids: Option<Vec<i64>>, now: Millis) -> StoreResult<Vec<i64>> {
+        PgStore::redeliver(self, project, webhook_id, ids, now).await
+    }
+
+    async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
+        PgStore::prune_deliveries(self, before).await
     }
 }

@@ -85,6 +85,7 @@ pub async fn export(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<U
 pub async fn forget(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<ForgetCounts> {
     let mut n = ForgetCounts::default();
     let mut stats = TermStats::default();
+    crate::webhooks::purge_user(tx, cid, user, &[]).await?;
     for id in user_event_ids(tx, cid, user).await? {
         let users: Vec<String> =
             parse(query_one(tx, "SELECT user_ids FROM events WHERE id=$1 FOR UPDATE", &[&id]).await?.get::<_, &str>(0));
@@ -103,6 +104,7 @@ pub async fn forget(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<F
         // Events extracted from the user's conversations are about the user even if untagged.
         let extracted =
             ids_of(tx, "SELECT id FROM events WHERE collection_id=$1 AND conversation_id=$2 ORDER BY id", &p).await?;
+        crate::webhooks::purge_user(tx, cid, user, &extracted).await?;
         for id in extracted {
             n.events += delete_event_row(tx, &mut stats, cid, &id).await? as u64;
         }
@@ -115,6 +117,7 @@ pub async fn forget(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<F
     n.profiles += execute(tx, "DELETE FROM profiles WHERE collection_id=$1 AND user_id=$2", &[&cid, &user]).await?;
     execute(tx, "DELETE FROM hits_daily WHERE collection_id=$1 AND user_id=$2", &[&cid, &user]).await?;
     stats.flush(tx).await?;
+    crate::webhooks::announce_forgotten(tx, cid, user, &n).await?;
     Ok(n)
 }
 
@@ -136,7 +139,7 @@ impl PgStore {
         tokio::spawn(async move {
             if let Ok(c) = pool.get().await
                 && let Err(e) = c
-                    .batch_execute("VACUUM messages, events, event_vectors, event_subjects, profiles, profile_history, sessions, jobs, conversations")
+                    .batch_execute("VACUUM messages, events, event_vectors, event_subjects, profiles, profile_history, sessions, jobs, conversations, webhook_outbox")
                     .await
             {
                 tracing::warn!("VACUUM after user/forget failed: {e}");

@@ -213,6 +213,120 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN requeues BIGINT NOT NULL DEFAULT 0;
     CREATE INDEX jobs_failed ON jobs(state) WHERE state = 'failed';
     "#,
+    // v3: webhooks — endpoints per project and the outbox, one row per (change, subscribed
+    // endpoint), written by the triggers below in the transaction of the change (the same rules
+    // as the embedded store's v10). Payloads are built as `json`, not `jsonb`: stored JSON may
+    // hold \u0000 escapes, which jsonb refuses.
+    r#"
+    CREATE TABLE webhooks(
+        id TEXT PRIMARY KEY,
+        project_name TEXT NOT NULL,
+        url TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        events TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    CREATE INDEX webhooks_project ON webhooks(project_name);
+    CREATE TABLE webhook_outbox(
+        id BIGSERIAL PRIMARY KEY,
+        webhook_id TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        collection_id BIGINT NOT NULL,
+        subject_id TEXT NOT NULL,
+        user_ids TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending',
+        attempts BIGINT NOT NULL DEFAULT 0,
+        next_attempt_at BIGINT NOT NULL DEFAULT 0,
+        last_error TEXT,
+        last_status BIGINT,
+        created_at BIGINT NOT NULL,
+        finished_at BIGINT
+    );
+    CREATE INDEX webhook_outbox_due ON webhook_outbox(next_attempt_at) WHERE state = 'pending';
+    CREATE INDEX webhook_outbox_hook ON webhook_outbox(webhook_id, state, id);
+    CREATE INDEX webhook_outbox_subject ON webhook_outbox(collection_id, subject_id);
+    CREATE INDEX webhook_outbox_finished ON webhook_outbox(finished_at) WHERE state = 'delivered';
+
+    CREATE FUNCTION mnemo_webhook_now() RETURNS BIGINT LANGUAGE sql AS
+        $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT $$;
+
+    CREATE FUNCTION mnemo_webhook_events() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE r events; v_kind TEXT; v_at BIGINT;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM webhooks) THEN RETURN NULL; END IF;
+        IF TG_OP = 'INSERT' THEN
+            r := NEW; v_kind := 'memory.created'; v_at := NEW.updated_at;
+        ELSIF TG_OP = 'DELETE' THEN
+            r := OLD; v_kind := 'memory.deleted'; v_at := mnemo_webhook_now();
+        ELSIF NEW.status = 'superseded' AND OLD.status IS DISTINCT FROM 'superseded' THEN
+            r := NEW; v_kind := 'memory.superseded'; v_at := NEW.updated_at;
+        ELSIF (NEW.memory_info, NEW.memory_type, NEW.user_ids, NEW.assistant_ids, NEW.time, NEW.scope, NEW.class, NEW.expires_at, NEW.status) IS DISTINCT FROM (OLD.memory_info, OLD.memory_type, OLD.user_ids, OLD.assistant_ids, OLD.time, OLD.scope, OLD.class, OLD.expires_at, OLD.status) THEN
+            r := NEW; v_kind := 'memory.updated'; v_at := NEW.updated_at;
+        ELSE
+            RETURN NULL;
+        END IF;
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, v_kind, c.id, r.id, r.user_ids,
+            (CASE WHEN TG_OP = 'DELETE'
+                THEN json_build_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', r.id, 'event_type', r.memory_type, 'user_ids', r.user_ids::json, 'assistant_ids', r.assistant_ids::json, 'conversation_id', r.conversation_id, 'session_id', r.session_id)
+                ELSE json_build_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', r.id, 'event_type', r.memory_type, 'user_ids', r.user_ids::json, 'assistant_ids', r.assistant_ids::json, 'group_id', r.group_id, 'conversation_id', r.conversation_id, 'session_id', r.session_id, 'scope', r.scope, 'class', r.class, 'status', r.status, 'time', r.time, 'memory_info', r.memory_info::json, 'created_at', r.created_at, 'updated_at', r.updated_at, 'expires_at', r.expires_at, 'superseded_by', r.superseded_by)
+            END)::TEXT,
+            v_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = r.collection_id AND strpos(w.events, ' ' || v_kind || ' ') > 0;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER webhook_events AFTER INSERT OR DELETE OR UPDATE OF memory_info, memory_type, user_ids, assistant_ids, time, scope, class, expires_at, status ON events
+        FOR EACH ROW EXECUTE FUNCTION mnemo_webhook_events();
+
+    CREATE FUNCTION mnemo_webhook_profiles() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE r profiles; v_at BIGINT;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM webhooks) THEN RETURN NULL; END IF;
+        IF TG_OP = 'DELETE' THEN
+            r := OLD; v_at := mnemo_webhook_now();
+        ELSIF TG_OP = 'UPDATE' AND (NEW.content, NEW.attributes, NEW.user_id, NEW.assistant_id, NEW.profile_type)
+                IS NOT DISTINCT FROM (OLD.content, OLD.attributes, OLD.user_id, OLD.assistant_id, OLD.profile_type) THEN
+            RETURN NULL;
+        ELSE
+            r := NEW; v_at := NEW.updated_at;
+        END IF;
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'profile.updated', c.id, r.id, json_build_array(r.user_id)::TEXT,
+            (CASE WHEN TG_OP = 'DELETE'
+                THEN json_build_object('project_name', c.project_name, 'collection_name', c.collection_name,
+                    'profile_id', r.id, 'profile_type', r.profile_type, 'user_id', r.user_id, 'assistant_id', r.assistant_id,
+                    'deleted', true)
+                ELSE json_build_object('project_name', c.project_name, 'collection_name', c.collection_name,
+                    'profile_id', r.id, 'profile_type', r.profile_type, 'user_id', r.user_id, 'assistant_id', r.assistant_id,
+                    'content', r.content, 'memory_info', r.attributes::json, 'updated_at', r.updated_at, 'deleted', false)
+            END)::TEXT,
+            v_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = r.collection_id AND strpos(w.events, ' profile.updated ') > 0;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER webhook_profiles AFTER INSERT OR DELETE OR UPDATE OF content, attributes, user_id, assistant_id, profile_type
+        ON profiles FOR EACH ROW EXECUTE FUNCTION mnemo_webhook_profiles();
+
+    CREATE FUNCTION mnemo_webhook_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM webhooks) OR NEW.state <> 'failed' OR OLD.state = 'failed' THEN RETURN NULL; END IF;
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'job.failed', c.id, NEW.job_id, '[]',
+            json_build_object('project_name', c.project_name, 'collection_name', c.collection_name,
+                'job_id', NEW.job_id, 'kind', NEW.kind, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id,
+                'attempts', NEW.attempts, 'max_attempts', NEW.max_attempts, 'error', NEW.last_error, 'updated_at', NEW.updated_at)::TEXT,
+            NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND strpos(w.events, ' job.failed ') > 0;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER webhook_jobs AFTER UPDATE OF state ON jobs FOR EACH ROW EXECUTE FUNCTION mnemo_webhook_jobs();
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -17,6 +17,7 @@ mod rows;
 mod schema;
 mod search;
 mod stats;
+mod webhooks;
 mod writer;
 
 use crate::events::backfill_terms;
@@ -376,6 +377,53 @@ impl Store for SqliteStore {
 
     async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
         SqliteStore::list_profiles(self, cid, f, limit).await
+    }
+
+    async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
+        SqliteStore::upsert_webhook(self, w).await
+    }
+
+    async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
+        SqliteStore::sync_config_webhooks(self, hooks).await
+    }
+
+    async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
+        SqliteStore::list_webhooks(self, project).await
+    }
+
+    async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
+        SqliteStore::delete_webhook(self, project, id).await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: Millis,
+        lease_until: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
+        SqliteStore::claim_deliveries(self, now, lease_until, limit).await
+    }
+
+    async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
+        SqliteStore::finish_delivery(self, id, outcome, now).await
+    }
+
+    async fn list_deliveries(&self, project: &str, filter: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+        SqliteStore::list_deliveries(self, project, filter).await
+    }
+
+    async fn redeliver(
+        &self,
+        project: &str,
+        webhook_id: &str,
+        ids: Option<Vec<i64>>,
+        now: Millis,
+    ) -> StoreResult<Vec<i64>> {
+        SqliteStore::redeliver(self, project, webhook_id, ids, now).await
+    }
+
+    async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
+        SqliteStore::prune_deliveries(self, before).await
     }
 }
 

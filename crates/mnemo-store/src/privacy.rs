@@ -102,6 +102,7 @@ pub fn export(conn: &Connection, cid: CollectionId, user: &str) -> Result<UserDa
 
 pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<ForgetCounts, StoreError> {
     let mut n = ForgetCounts::default();
+    crate::webhooks::purge_user(conn, cid, user, &[])?;
     for id in user_event_ids(conn, cid, user)? {
         let users: String =
             conn.query_row("SELECT user_ids FROM events WHERE id=?1", [&id], |r| r.get(0)).map_err(backend)?;
@@ -129,6 +130,7 @@ pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<Forget
             let rows = stmt.query_map(p, |r| r.get(0)).map_err(backend)?;
             rows.collect::<Result<_, _>>().map_err(backend)?
         };
+        crate::webhooks::purge_user(conn, cid, user, &extracted)?;
         for id in extracted {
             n.events += delete_event_row(conn, cid, &id)? as u64;
         }
@@ -151,6 +153,7 @@ pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<Forget
         .map_err(backend)?;
     // Merge the full-text index so deleted terms leave its segments, not only its doclists.
     conn.execute("INSERT INTO event_fts(event_fts) VALUES('optimize')", []).map_err(backend)?;
+    crate::webhooks::announce_forgotten(conn, cid, user, &n)?;
     Ok(n)
 }
 

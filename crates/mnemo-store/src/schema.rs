@@ -213,6 +213,110 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX events_conversation ON events(collection_id, conversation_id) WHERE conversation_id IS NOT NULL;
     "#,
+    // v10: webhooks. Endpoints per project, and the outbox: one row per (change, subscribed
+    // endpoint), written by the triggers below in the transaction of the change itself, so a
+    // change and its announcement commit or vanish together. With no endpoint registered a
+    // trigger costs one look at an empty table. `events` is ' kind kind ' (space-delimited).
+    r#"
+    CREATE TABLE webhooks(
+        id TEXT PRIMARY KEY,
+        project_name TEXT NOT NULL,
+        url TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        events TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX webhooks_project ON webhooks(project_name);
+    CREATE TABLE webhook_outbox(
+        id INTEGER PRIMARY KEY,
+        webhook_id TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        collection_id INTEGER NOT NULL,
+        subject_id TEXT NOT NULL,         -- the event, profile or job the change is about
+        user_ids TEXT NOT NULL,           -- JSON array: whom it is about (user/forget purges)
+        payload TEXT NOT NULL,            -- JSON: the delivery's `data`
+        state TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        last_status INTEGER,
+        created_at INTEGER NOT NULL,
+        finished_at INTEGER
+    );
+    CREATE INDEX webhook_outbox_due ON webhook_outbox(next_attempt_at) WHERE state = 'pending';
+    CREATE INDEX webhook_outbox_hook ON webhook_outbox(webhook_id, state, id);
+    CREATE INDEX webhook_outbox_subject ON webhook_outbox(collection_id, subject_id);
+    CREATE INDEX webhook_outbox_finished ON webhook_outbox(finished_at) WHERE state = 'delivered';
+    CREATE TRIGGER webhook_event_created AFTER INSERT ON events WHEN EXISTS (SELECT 1 FROM webhooks)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.created', c.id, NEW.id, NEW.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', NEW.id, 'event_type', NEW.memory_type, 'user_ids', json(NEW.user_ids), 'assistant_ids', json(NEW.assistant_ids), 'group_id', NEW.group_id, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'scope', NEW.scope, 'class', NEW.class, 'status', NEW.status, 'time', NEW.time, 'memory_info', json(NEW.memory_info), 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'expires_at', NEW.expires_at, 'superseded_by', NEW.superseded_by), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.created ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_event_updated AFTER UPDATE OF memory_info, memory_type, user_ids, assistant_ids, time, scope, class, status, expires_at ON events
+    WHEN EXISTS (SELECT 1 FROM webhooks) AND NOT (NEW.status = 'superseded' AND OLD.status IS NOT 'superseded') AND (NEW.memory_info IS NOT OLD.memory_info OR NEW.memory_type IS NOT OLD.memory_type OR NEW.user_ids IS NOT OLD.user_ids OR NEW.assistant_ids IS NOT OLD.assistant_ids OR NEW.time IS NOT OLD.time OR NEW.scope IS NOT OLD.scope OR NEW.class IS NOT OLD.class OR NEW.expires_at IS NOT OLD.expires_at OR NEW.status IS NOT OLD.status)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.updated', c.id, NEW.id, NEW.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', NEW.id, 'event_type', NEW.memory_type, 'user_ids', json(NEW.user_ids), 'assistant_ids', json(NEW.assistant_ids), 'group_id', NEW.group_id, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'scope', NEW.scope, 'class', NEW.class, 'status', NEW.status, 'time', NEW.time, 'memory_info', json(NEW.memory_info), 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'expires_at', NEW.expires_at, 'superseded_by', NEW.superseded_by), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.updated ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_event_superseded AFTER UPDATE OF status ON events
+    WHEN EXISTS (SELECT 1 FROM webhooks) AND NEW.status = 'superseded' AND OLD.status IS NOT 'superseded'
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.superseded', c.id, NEW.id, NEW.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', NEW.id, 'event_type', NEW.memory_type, 'user_ids', json(NEW.user_ids), 'assistant_ids', json(NEW.assistant_ids), 'group_id', NEW.group_id, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'scope', NEW.scope, 'class', NEW.class, 'status', NEW.status, 'time', NEW.time, 'memory_info', json(NEW.memory_info), 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'expires_at', NEW.expires_at, 'superseded_by', NEW.superseded_by), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.superseded ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_event_deleted AFTER DELETE ON events WHEN EXISTS (SELECT 1 FROM webhooks)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.deleted', c.id, OLD.id, OLD.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', OLD.id, 'event_type', OLD.memory_type, 'user_ids', json(OLD.user_ids), 'assistant_ids', json(OLD.assistant_ids), 'conversation_id', OLD.conversation_id, 'session_id', OLD.session_id), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = OLD.collection_id AND instr(w.events, ' memory.deleted ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_profile_created AFTER INSERT ON profiles WHEN EXISTS (SELECT 1 FROM webhooks)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'profile.updated', c.id, NEW.id, json_array(NEW.user_id), json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'profile_id', NEW.id, 'profile_type', NEW.profile_type, 'user_id', NEW.user_id, 'assistant_id', NEW.assistant_id, 'content', NEW.content, 'memory_info', json(NEW.attributes), 'updated_at', NEW.updated_at, 'deleted', json('false')), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' profile.updated ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_profile_updated AFTER UPDATE OF content, attributes, user_id, assistant_id, profile_type ON profiles
+    WHEN EXISTS (SELECT 1 FROM webhooks) AND (NEW.content IS NOT OLD.content OR NEW.attributes IS NOT OLD.attributes OR NEW.user_id IS NOT OLD.user_id OR NEW.assistant_id IS NOT OLD.assistant_id OR NEW.profile_type IS NOT OLD.profile_type)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'profile.updated', c.id, NEW.id, json_array(NEW.user_id), json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'profile_id', NEW.id, 'profile_type', NEW.profile_type, 'user_id', NEW.user_id, 'assistant_id', NEW.assistant_id, 'content', NEW.content, 'memory_info', json(NEW.attributes), 'updated_at', NEW.updated_at, 'deleted', json('false')), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' profile.updated ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_profile_deleted AFTER DELETE ON profiles WHEN EXISTS (SELECT 1 FROM webhooks)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'profile.updated', c.id, OLD.id, json_array(OLD.user_id), json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'profile_id', OLD.id, 'profile_type', OLD.profile_type, 'user_id', OLD.user_id, 'assistant_id', OLD.assistant_id, 'deleted', json('true')), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = OLD.collection_id AND instr(w.events, ' profile.updated ') > 0;
+    END;
+
+    CREATE TRIGGER webhook_job_failed AFTER UPDATE OF state ON jobs
+    WHEN EXISTS (SELECT 1 FROM webhooks) AND NEW.state = 'failed' AND OLD.state IS NOT 'failed'
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'job.failed', c.id, NEW.job_id, '[]', json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'job_id', NEW.job_id, 'kind', NEW.kind, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'attempts', NEW.attempts, 'max_attempts', NEW.max_attempts, 'error', NEW.last_error, 'updated_at', NEW.updated_at), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' job.failed ') > 0;
+    END;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

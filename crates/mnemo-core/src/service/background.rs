@@ -95,6 +95,8 @@ impl Service {
                 }
             }));
         }
+        // Webhooks: the outbox delivered.
+        handles.push(self.spawn_webhooks(&shutdown));
         // Hits: written in batches every 200 ms, and once more on shutdown.
         let svc = self.clone();
         let mut stop = shutdown.clone();

@@ -25,6 +25,10 @@ pub trait StoreHarness: Send + Sync {
     /// fold the appended BM25 statistics, and `ANALYZE`, after which a filtered vector search
     /// is planned through the HNSW index). Results must be the same before and after.
     async fn settle(&self) {}
+    /// Whether the store keeps a webhook outbox (the in-memory test store does not).
+    fn has_webhooks(&self) -> bool {
+        true
+    }
 }
 
 /// Runs every scenario, in order, each on fresh data from `fresh()`.
@@ -51,6 +55,9 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(export_and_forget_a_user);
     scenario!(a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text);
     scenario!(a_deleted_conversation_leaves_nothing_and_spares_the_others);
+    if fresh().await.has_webhooks() {
+        scenario!(every_change_is_announced_in_its_own_transaction);
+    }
 }
 
 fn msg(role: Role, content: &str, tokens: u64, key: Option<&str>) -> NewMessage {
@@ -653,4 +660,183 @@ pub async fn a_deleted_conversation_leaves_nothing_and_spares_the_others(h: &imp
     assert!(found.iter().all(|f| f.event.conversation_id.as_deref() == Some("kept")), "no trace of the deleted one");
     assert!(s.delete_conversation(c.id, "gone").await.unwrap().is_empty(), "a second time: nothing");
     assert_eq!(s.session_info(c.id, &sessions[1]).await.unwrap().unwrap().messages.len(), 1);
+}
+
+fn hook(id: &str, project: &str, events: &[&str], source: WebhookSource) -> NewWebhook {
+    NewWebhook {
+        id: id.into(),
+        project_name: project.into(),
+        url: format!("http://127.0.0.1:9/{id}"),
+        secret: "whsec_c2VjcmV0c2VjcmV0".into(),
+        events: events.iter().map(|s| s.to_string()).collect(),
+        description: String::new(),
+        source,
+        created_at: 1,
+    }
+}
+
+/// The project's deliveries, oldest first, as (kind, what it is about).
+async fn announced(s: &Arc<dyn Store>, project: &str, state: Option<DeliveryState>) -> Vec<(String, String)> {
+    let mut all =
+        s.list_deliveries(project, DeliveryFilter { state, limit: 1000, ..Default::default() }).await.unwrap();
+    all.reverse();
+    let about = |d: &Delivery| {
+        ["event_id", "profile_id", "job_id", "user_id"]
+            .iter()
+            .find_map(|k| d.data.get(*k).and_then(|v| v.as_str()).map(String::from))
+            .unwrap_or_default()
+    };
+    all.iter().map(|d| (d.kind.clone(), about(d))).collect()
+}
+
+/// Webhooks: every change writes its announcement in its own transaction (one row per
+/// subscribed endpoint of the collection's project, nothing for other projects, nothing for a
+/// change that failed), deliveries are claimed under a lease, retried, dead-lettered and
+/// redelivered, forgetting a user purges the rows that carry the user's content, and the
+/// outbox survives a reopen.
+pub async fn every_change_is_announced_in_its_own_transaction(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    assert!(announced(&s, "default", None).await.is_empty());
+    s.upsert_webhook(hook("all", "default", WEBHOOK_EVENTS, WebhookSource::Api)).await.unwrap();
+    s.upsert_webhook(hook("deletes", "default", &["memory.deleted"], WebhookSource::Api)).await.unwrap();
+    s.upsert_webhook(hook("elsewhere", "other", WEBHOOK_EVENTS, WebhookSource::Api)).await.unwrap();
+
+    let e =
+        s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "u1", summary("alice adopted a quokka"), 10)).await.unwrap();
+    s.record_hits(c.id, vec![e.id.clone()], 20).await.unwrap();
+    let patch = EventPatch { memory_info: Some(summary("alice adopted two quokkas")), ..Default::default() };
+    s.update_event(c.id, &e.id, patch, 30).await.unwrap();
+    let gone = s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "u2", summary("bob's otter"), 40)).await.unwrap();
+    assert!(s.delete_event(c.id, &gone.id).await.unwrap());
+    let p = NewProfile {
+        collection_id: c.id,
+        profile_type: PROFILE_V1.into(),
+        user_id: "u1".into(),
+        assistant_id: None,
+        content: "pet: quokka".into(),
+        attributes: info(json!({"pet": "quokka"})),
+        now: 50,
+    };
+    let p = s.insert_profile(p).await.unwrap();
+    let t = ExtractTrigger { token_count: 1, message_count: 100, wait_timeout: 60 };
+    s.append_messages(append(&c, "conv", vec![msg(Role::User, "poison", 5, None)], t, 60)).await.unwrap();
+    let job = s.claim_job(60, 1000).await.unwrap().unwrap();
+    s.fail_job(&job.lease(), "permanent: unreadable", None, 70).await.unwrap();
+
+    let got = announced(&s, "default", None).await;
+    let want: Vec<(String, String)> = [
+        ("memory.created", e.id.as_str()),
+        ("memory.updated", &e.id),
+        ("memory.created", &gone.id),
+        ("memory.deleted", &gone.id),
+        ("memory.deleted", &gone.id),
+        ("profile.updated", &p.id),
+        ("job.failed", &job.job.job_id),
+    ]
+    .iter()
+    .map(|(k, id)| (k.to_string(), id.to_string()))
+    .collect();
+    assert_eq!(got, want, "one row per change and subscribed endpoint; none for hits");
+    assert!(announced(&s, "other", None).await.is_empty(), "another project's endpoint hears nothing");
+    let all = s
+        .list_deliveries("default", DeliveryFilter { webhook_id: Some("all".into()), limit: 100, ..Default::default() })
+        .await
+        .unwrap();
+    let updated = all.iter().find(|d| d.kind == "memory.updated").unwrap();
+    assert_eq!(updated.data["memory_info"]["summary"], json!("alice adopted two quokkas"));
+    assert_eq!(
+        (updated.data["project_name"].as_str(), updated.data["collection_name"].as_str()),
+        (Some("default"), Some("c1"))
+    );
+    assert_eq!(updated.data["user_ids"], json!(["u1"]));
+
+    // Delivery: claimed under a lease, retried, delivered or dead-lettered, redelivered.
+    let claimed = s.claim_deliveries(100, 5_000, 3).await.unwrap();
+    assert_eq!(claimed.len(), 3);
+    assert!(claimed.iter().all(|c| c.url.starts_with("http://127.0.0.1:9/") && c.secret.starts_with("whsec_")));
+    let rest = s.claim_deliveries(100, 5_000, 100).await.unwrap();
+    assert_eq!(rest.len(), 4, "claimed rows are not claimed twice while leased");
+    assert!(s.claim_deliveries(4_000, 9_000, 100).await.unwrap().is_empty());
+    let (a, b, dead) = (&claimed[0].delivery, &claimed[1].delivery, &claimed[2].delivery);
+    s.finish_delivery(a.delivery_id, DeliveryOutcome::Delivered { status: 204 }, 110).await.unwrap();
+    let retry = DeliveryOutcome::Failed { status: Some(503), error: "HTTP 503".into(), retry_at: Some(6_000) };
+    s.finish_delivery(b.delivery_id, retry, 110).await.unwrap();
+    let last = DeliveryOutcome::Failed { status: None, error: "connection refused".into(), retry_at: None };
+    s.finish_delivery(dead.delivery_id, last, 120).await.unwrap();
+    let rest_ids: Vec<i64> = rest.iter().map(|c| c.delivery.delivery_id).collect();
+    let taken_over = s.claim_deliveries(5_500, 20_000, 100).await.unwrap();
+    assert_eq!(
+        taken_over.iter().map(|c| c.delivery.delivery_id).collect::<Vec<_>>(),
+        rest_ids,
+        "an expired lease is a crashed sender's: due again"
+    );
+    let due = s.claim_deliveries(6_000, 20_000, 100).await.unwrap();
+    assert_eq!(
+        due.iter().map(|c| c.delivery.delivery_id).collect::<Vec<_>>(),
+        vec![b.delivery_id],
+        "the retry, at its time"
+    );
+    assert_eq!(due[0].delivery.attempts, 1);
+    let dead_rows = s
+        .list_deliveries(
+            "default",
+            DeliveryFilter { state: Some(DeliveryState::Dead), limit: 10, ..Default::default() },
+        )
+        .await
+        .unwrap();
+    assert_eq!(dead_rows.len(), 1);
+    assert_eq!(
+        (dead_rows[0].attempts, dead_rows[0].last_error.as_deref(), dead_rows[0].finished_at),
+        (1, Some("connection refused"), Some(120))
+    );
+    let hooks = s.list_webhooks(Some("default")).await.unwrap();
+    let counts: Vec<(String, u64, u64, u64)> =
+        hooks.iter().map(|w| (w.webhook_id.clone(), w.pending, w.dead, w.delivered)).collect();
+    let dead_hook = dead_rows[0].webhook_id.clone();
+    assert_eq!(counts.iter().map(|c| c.1 + c.2 + c.3).sum::<u64>(), 7);
+    assert_eq!(
+        s.redeliver("other", &dead_hook, None, 200).await.unwrap(),
+        Vec::<i64>::new(),
+        "not that project's endpoint"
+    );
+    assert_eq!(s.redeliver("default", &dead_hook, None, 200).await.unwrap(), vec![dead.delivery_id]);
+    let back = s
+        .list_deliveries(
+            "default",
+            DeliveryFilter { state: Some(DeliveryState::Pending), limit: 10, ..Default::default() },
+        )
+        .await
+        .unwrap();
+    let back = back.iter().find(|d| d.delivery_id == dead.delivery_id).unwrap();
+    assert_eq!((back.attempts, back.next_attempt_at, back.finished_at), (0, 200, None));
+    assert_eq!(s.prune_deliveries(111).await.unwrap(), 1, "the delivered row finished at 110");
+    assert_eq!(s.prune_deliveries(111).await.unwrap(), 0);
+
+    // Forgetting a user: the rows carrying u1's content go, whatever their state; the deletions
+    // and the forgetting are announced.
+    s.forget_user(c.id, "u1").await.unwrap();
+    let got = announced(&s, "default", None).await;
+    assert!(!got.iter().any(|(k, id)| (k == "memory.created" || k == "memory.updated") && id == &e.id), "{got:?}");
+    let rows = s.list_deliveries("default", DeliveryFilter { limit: 100, ..Default::default() }).await.unwrap();
+    let profile_rows: Vec<&Delivery> = rows.iter().filter(|d| d.kind == "profile.updated").collect();
+    assert_eq!(profile_rows.len(), 1, "only the deletion notice of the profile is left");
+    assert_eq!((profile_rows[0].data["deleted"].as_bool(), profile_rows[0].data.get("content")), (Some(true), None));
+    assert!(got.contains(&("memory.deleted".to_string(), e.id.clone())));
+    assert!(got.contains(&("user.forgotten".to_string(), "u1".to_string())));
+    assert!(got.contains(&("memory.created".to_string(), gone.id.clone())), "u2's rows stay");
+
+    // What a reopen keeps; config endpoints are replaced as a set; deleting one takes its rows.
+    let before = announced(&s, "default", None).await;
+    drop(s);
+    let s = h.open().await;
+    assert_eq!(announced(&s, "default", None).await, before);
+    s.sync_config_webhooks(vec![hook("cfg-a", "default", &["user.forgotten"], WebhookSource::Config)]).await.unwrap();
+    s.sync_config_webhooks(vec![hook("cfg-b", "default", &["user.forgotten"], WebhookSource::Config)]).await.unwrap();
+    let ids: Vec<String> = s.list_webhooks(Some("default")).await.unwrap().into_iter().map(|w| w.webhook_id).collect();
+    assert_eq!(ids, vec!["all", "cfg-b", "deletes"], "same creation time: by id");
+    assert!(s.delete_webhook("default", "all").await.unwrap());
+    assert!(!s.delete_webhook("default", "all").await.unwrap());
+    assert!(!s.delete_webhook("default", "elsewhere").await.unwrap(), "another project's endpoint");
+    let left = s.list_deliveries("default", DeliveryFilter { limit: 100, ..Default::default() }).await.unwrap();
+    assert!(left.iter().all(|d| d.webhook_id == "deletes"), "{left:?}");
 }
