@@ -73,6 +73,9 @@ macro_rules! scoped {
     )*};
 }
 
+mod webhooks;
+pub use webhooks::*;
+
 /// The collection a request addresses.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

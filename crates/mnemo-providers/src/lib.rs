@@ -5,6 +5,7 @@
 //! - [`llm`]: any OpenAI-compatible chat-completions endpoint, JSON validated against the schema.
 //! - [`faults`]: a decorator that makes any extractor fail its first attempts, for resilience
 //!   tests and drills; never enabled unless configured.
+//! - [`webhook`]: webhook deliveries over HTTP (signed by core, posted here).
 //!
 //! This crate knows model runtimes and remote APIs; it must not know HTTP routes or SQL.
 
@@ -13,6 +14,7 @@ pub mod embed;
 pub mod faults;
 pub mod llm;
 pub mod rules;
+pub mod webhook;
 
 pub use faults::FaultInjectingExtractor;
 pub use llm::{JsonMode, LlmConfig, LlmExtractor};

@@ -403,7 +403,12 @@ impl Store for PgStore {
         PgStore::delete_webhook(self, project, id).await
     }
 
-    async fn claim_deliveries(&self, now: Millis, lease_until: Millis, limit: u32) -> StoreResult<Vec<ClaimedDelivery>> {
+    async fn claim_deliveries(
+        &self,
+        now: Millis,
+        lease_until: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
         PgStore::claim_deliveries(self, now, lease_until, limit).await
     }
 
@@ -415,7 +420,13 @@ impl Store for PgStore {
         PgStore::list_deliveries(self, project, filter).await
     }
 
-    async fn redeliver(&self, project: &str, webhook_id: &str, ids: Option<Vec<i64>>, now: Millis) -> StoreResult<Vec<i64>> {
+    async fn redeliver(
+        &self,
+        project: &str,
+        webhook_id: &str,
+        ids: Option<Vec<i64>>,
+        now: Millis,
+    ) -> StoreResult<Vec<i64>> {
         PgStore::redeliver(self, project, webhook_id, ids, now).await
     }
 

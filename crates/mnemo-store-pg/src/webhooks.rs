@@ -35,8 +35,7 @@ fn webhook_from_row(r: &Row) -> Webhook {
     }
 }
 
-const DELIVERY_COLS: &str =
-    "o.id, o.webhook_id, o.kind, o.payload, o.state, o.attempts, o.next_attempt_at, o.last_error, o.last_status, o.created_at, o.finished_at";
+const DELIVERY_COLS: &str = "o.id, o.webhook_id, o.kind, o.payload, o.state, o.attempts, o.next_attempt_at, o.last_error, o.last_status, o.created_at, o.finished_at";
 
 fn delivery_from_row(r: &Row) -> Delivery {
     Delivery {
@@ -99,7 +98,12 @@ pub(crate) async fn purge_user(tx: &Tx<'_>, cid: CollectionId, user: &str, subje
     Ok(())
 }
 
-pub(crate) async fn announce_forgotten(tx: &Tx<'_>, cid: CollectionId, user: &str, n: &ForgetCounts) -> StoreResult<()> {
+pub(crate) async fn announce_forgotten(
+    tx: &Tx<'_>,
+    cid: CollectionId,
+    user: &str,
+    n: &ForgetCounts,
+) -> StoreResult<()> {
     let counts = [n.conversations, n.messages, n.sessions, n.jobs, n.events, n.profiles].map(|c| c as i64);
     execute(
         tx,
@@ -163,9 +167,10 @@ impl PgStore {
     pub(crate) async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
-        let found = query_opt(&tx, "SELECT id FROM webhooks WHERE id=$1 AND project_name=$2 FOR UPDATE", &[&id, &project])
-            .await?
-            .is_some();
+        let found =
+            query_opt(&tx, "SELECT id FROM webhooks WHERE id=$1 AND project_name=$2 FOR UPDATE", &[&id, &project])
+                .await?
+                .is_some();
         if found {
             execute(&tx, "DELETE FROM webhook_outbox WHERE webhook_id=$1", &[&id]).await?;
             execute(&tx, "DELETE FROM webhooks WHERE id=$1", &[&id]).await?;
@@ -289,7 +294,8 @@ impl PgStore {
     pub(crate) async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
-        let n = execute(&tx, "DELETE FROM webhook_outbox WHERE state='delivered' AND finished_at < $1", &[&before]).await?;
+        let n =
+            execute(&tx, "DELETE FROM webhook_outbox WHERE state='delivered' AND finished_at < $1", &[&before]).await?;
         tx.commit().await.map_err(backend)?;
         Ok(n)
     }

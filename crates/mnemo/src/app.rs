@@ -189,8 +189,48 @@ pub fn service_on(
             daily_token_budget: (e.daily_token_budget > 0).then_some(e.daily_token_budget),
             project_token_budgets: e.project_token_budgets.clone(),
         },
+        webhooks: webhook_policy(cfg),
     };
     Ok(Service::new(store, extractors, embedder, clock, config))
+}
+
+fn webhook_policy(cfg: &Config) -> mnemo_core::service::WebhookPolicy {
+    let d = &cfg.webhook_delivery;
+    let loopback = cfg.bind_addr().map(|a| a.ip().is_loopback()).unwrap_or(false);
+    mnemo_core::service::WebhookPolicy {
+        max_attempts: d.max_attempts.clamp(1, 100),
+        backoff_base: Duration::from_millis(d.backoff_base_ms.clamp(10, 3_600_000)),
+        backoff_max: Duration::from_secs(d.backoff_max_secs.clamp(1, 7 * 86_400)),
+        timeout: Duration::from_millis(d.timeout_ms.clamp(100, 120_000)),
+        batch: d.batch.clamp(1, 1000),
+        keep_delivered: Duration::from_secs_f64(d.keep_delivered_days.clamp(0.0, 3650.0) * 86_400.0),
+        allow_private_urls: d.allow_private_urls.unwrap_or(loopback),
+    }
+}
+
+/// Webhooks: the HTTP sender plugged in, the config file's endpoints registered.
+pub async fn start_webhooks(cfg: &Config, service: &Service) -> Result<()> {
+    service.set_webhook_sender(Arc::new(
+        mnemo_providers::webhook::HttpWebhookSender::new().map_err(|e| anyhow::anyhow!(e))?,
+    ));
+    let mut specs = Vec::new();
+    for (i, w) in cfg.webhooks.iter().enumerate() {
+        let secret = match (&w.secret_env, &w.secret) {
+            (Some(var), _) => Some(
+                std::env::var(var)
+                    .with_context(|| format!("webhooks[{i}].secret_env: environment variable {var} is not set"))?,
+            ),
+            (None, s) => s.clone(),
+        };
+        specs.push(mnemo_core::service::WebhookSpec {
+            project_name: w.project_name.clone(),
+            url: w.url.clone(),
+            secret,
+            events: Some(w.events.clone()),
+            description: w.description.clone(),
+        });
+    }
+    service.sync_config_webhooks(specs).await.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The extractors: `rules` always, `llm` when an endpoint is configured; the default is
@@ -365,6 +405,7 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
     }
     let service = build_service(cfg, clock.clone()).await?;
     prepare(&service).await?;
+    start_webhooks(cfg, &service).await?;
     let router = mnemo_http::router(
         service.clone(),
         mnemo_http::HttpConfig {
@@ -410,6 +451,7 @@ pub async fn mcp_stdio(cfg: Config) -> Result<()> {
     let clock = Arc::new(mnemo_core::clock::OffsetClock::default());
     let service = build_service(&cfg, clock).await?;
     prepare(&service).await?;
+    start_webhooks(&cfg, &service).await?;
     let (stop, stop_rx) = watch::channel(false);
     let background = service.spawn_background(stop_rx);
     let tools = mnemo_mcp::MemoryTools::new(service, cfg.mcp.clone());

@@ -24,6 +24,66 @@ pub struct Config {
     pub mcp: mnemo_mcp::McpScope,
     pub testing: TestingConfig,
     pub log: LogConfig,
+    /// Endpoints told about changes (re-registered at every start; `webhook/create` adds more).
+    pub webhooks: Vec<WebhookConfig>,
+    pub webhook_delivery: WebhookDeliveryConfig,
+}
+
+/// One webhook endpoint from the config file.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    pub url: String,
+    /// The signing secret: the name of an environment variable holding it (preferred)…
+    pub secret_env: Option<String>,
+    /// …or the secret itself. `whsec_` + base64 as Standard Webhooks libraries expect, or any
+    /// string of 8 to 256 characters.
+    pub secret: Option<String>,
+    /// Subscribed kinds; empty: all of them.
+    #[serde(default)]
+    pub events: Vec<String>,
+    #[serde(default)]
+    pub description: String,
+}
+
+fn default_project() -> String {
+    "default".into()
+}
+
+/// How webhook deliveries are attempted.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookDeliveryConfig {
+    /// Attempts before a delivery is dead-lettered (visible in `webhook/deliveries`).
+    pub max_attempts: u32,
+    /// Wait after the first failed attempt, doubled after each next one up to `backoff_max_secs`.
+    pub backoff_base_ms: u64,
+    pub backoff_max_secs: u64,
+    /// One attempt's deadline.
+    pub timeout_ms: u64,
+    /// Deliveries sent concurrently per pass.
+    pub batch: u32,
+    /// Delivered rows are kept this long, then pruned.
+    pub keep_delivered_days: f64,
+    /// Whether `webhook/create` may register loopback and private addresses. Unset: only when
+    /// the server itself binds loopback (local development); config endpoints always may.
+    pub allow_private_urls: Option<bool>,
+}
+
+impl Default for WebhookDeliveryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            backoff_base_ms: 5_000,
+            backoff_max_secs: 3_600,
+            timeout_ms: 10_000,
+            batch: 32,
+            keep_delivered_days: 7.0,
+            allow_private_urls: None,
+        }
+    }
 }
 
 /// How the server logs (to standard error). The level comes from `MNEMO_LOG` (e.g.

@@ -9,6 +9,7 @@ mod profile;
 mod session;
 mod stats;
 mod user;
+mod webhook;
 
 use crate::{AppState, p};
 use axum::Json;
@@ -165,6 +166,31 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Delete everything stored about a user, for good (dry_run: only say what that would be).",
             user::forget,
         ),
+        ep::<WebhookCreateBody, _, _>(
+            "/webhook/create",
+            "Register an endpoint that receives the project's changes (memory.created|updated|deleted|superseded, profile.updated, job.failed, user.forgotten), signed as Standard Webhooks; the answer shows the signing secret once.",
+            webhook::create,
+        ),
+        ep::<ProjectOnly, _, _>(
+            "/webhook/list",
+            "The project's webhook endpoints (from the config file and the API) with their pending, delivered and dead deliveries.",
+            webhook::list,
+        ),
+        ep::<WebhookIdBody, _, _>(
+            "/webhook/delete",
+            "Delete an endpoint registered through the API, and its deliveries.",
+            webhook::delete,
+        ),
+        ep::<WebhookDeliveriesBody, _, _>(
+            "/webhook/deliveries",
+            "The project's webhook deliveries, newest first: payload, state (pending, delivered, dead), attempts, last error.",
+            webhook::deliveries,
+        ),
+        ep::<WebhookRedeliverBody, _, _>(
+            "/webhook/redeliver",
+            "Put an endpoint's dead deliveries (all, or delivery_ids) back in the queue.",
+            webhook::redeliver,
+        ),
     ]
 }
 
@@ -177,6 +203,7 @@ pub fn scope_of(path: &str) -> Scope {
         "/collection/delete" | "/user/forget" | "/maintenance/run" | "/maintenance/list" | "/admin/clock" => {
             Scope::Admin
         }
+        p if p.starts_with("/webhook/") => Scope::Admin,
         _ => Scope::Write,
     }
 }

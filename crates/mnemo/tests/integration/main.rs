@@ -25,4 +25,5 @@ mod replicas;
 mod retrieval;
 mod scopes;
 mod strict_input;
+mod webhooks;
 mod write_path;
