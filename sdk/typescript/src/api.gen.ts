@@ -531,6 +531,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/memory/webhook/create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Register an endpoint that receives the project's changes (memory.created|updated|deleted|superseded, profile.updated, job.failed, user.forgotten), signed as Standard Webhooks; the answer shows the signing secret once. */
+        post: operations["webhook_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/memory/webhook/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Delete an endpoint registered through the API, and its deliveries. */
+        post: operations["webhook_delete"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/memory/webhook/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The project's webhook deliveries, newest first: payload, state (pending, delivered, dead), attempts, last error. */
+        post: operations["webhook_deliveries"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/memory/webhook/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The project's webhook endpoints (from the config file and the API) with their pending, delivered and dead deliveries. */
+        post: operations["webhook_list"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/memory/webhook/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Put an endpoint's dead deliveries (all, or delivery_ids) back in the queue. */
+        post: operations["webhook_redeliver"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1272,6 +1357,64 @@ export interface components {
             PropertyName: string;
             /** @description `string`, `int64`, `float32`, `bool`. */
             PropertyValueType: string;
+        };
+        /**
+         * @description `webhook/create`: an endpoint of the project. Without `secret` one is generated; the answer
+         *     shows it once.
+         */
+        WebhookCreateBody: {
+            /** @default  */
+            description?: string;
+            /**
+             * @description Kinds to receive: memory.created, memory.updated, memory.deleted, memory.superseded,
+             *     profile.updated, job.failed, user.forgotten. Omitted or empty: all.
+             * @default null
+             */
+            events?: string[] | null;
+            /** @default default */
+            project_name?: string;
+            /**
+             * @description The signing secret (8 to 256 characters; `whsec_` + base64 as Standard Webhooks
+             *     libraries expect). Omitted: generated.
+             * @default null
+             */
+            secret?: string | null;
+            /** @description http:// or https://; deliveries are POSTed here. */
+            url: string;
+        };
+        /** @description `webhook/deliveries`: the project's deliveries, newest first. */
+        WebhookDeliveriesBody: {
+            /**
+             * Format: int64
+             * @default null
+             */
+            limit?: number | null;
+            /** @default default */
+            project_name?: string;
+            /**
+             * @description pending, delivered or dead.
+             * @default null
+             */
+            state?: string | null;
+            /** @default null */
+            webhook_id?: string | null;
+        };
+        /** @description `webhook/delete`. */
+        WebhookIdBody: {
+            /** @default default */
+            project_name?: string;
+            webhook_id: string;
+        };
+        /**
+         * @description `webhook/redeliver`: dead deliveries of one endpoint back in the queue — all of them, or
+         *     the listed `delivery_ids`.
+         */
+        WebhookRedeliverBody: {
+            /** @default null */
+            delivery_ids?: number[] | null;
+            /** @default default */
+            project_name?: string;
+            webhook_id: string;
         };
         WriteBody: {
             collection_name?: string;
@@ -2254,6 +2397,156 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["UserForgetBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    webhook_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookCreateBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    webhook_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookIdBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    webhook_deliveries: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookDeliveriesBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    webhook_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProjectOnly"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    webhook_redeliver: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookRedeliverBody"];
             };
         };
         responses: {

@@ -172,6 +172,30 @@ export class MemoryClient {
     return this.request("collection/delete", { collection_name: collectionName, project_name: projectName }, opts);
   }
 
+  /** Registers a webhook endpoint (admin key); the answer's `secret` is shown only here.
+   *  Deliveries are signed as Standard Webhooks (verify with the `standardwebhooks` package). */
+  createWebhook(body: Schemas["WebhookCreateBody"], opts?: CallOptions): Promise<Data> {
+    return this.request("webhook/create", body, opts);
+  }
+
+  async listWebhooks(projectName = "default", opts?: CallOptions): Promise<Data[]> {
+    return (await this.request("webhook/list", { project_name: projectName }, opts)).webhooks;
+  }
+
+  deleteWebhook(webhookId: string, projectName = "default", opts?: CallOptions): Promise<Data> {
+    return this.request("webhook/delete", { webhook_id: webhookId, project_name: projectName }, opts);
+  }
+
+  /** Deliveries, newest first (`state`: pending, delivered or dead). */
+  async listWebhookDeliveries(body: Schemas["WebhookDeliveriesBody"] = {}, opts?: CallOptions): Promise<Data[]> {
+    return (await this.request("webhook/deliveries", body, opts)).deliveries;
+  }
+
+  /** Dead deliveries of an endpoint (all, or `delivery_ids`) back in the queue. */
+  async redeliverWebhook(body: Schemas["WebhookRedeliverBody"], opts?: CallOptions): Promise<number[]> {
+    return (await this.request("webhook/redeliver", body, opts)).redelivered;
+  }
+
   /** `GET /healthz`: version, store, extractor, embedding model. */
   async healthz(): Promise<Data> {
     const res = await this.fetchFn(`${this.base}/healthz`);

@@ -161,6 +161,8 @@ test("the client has a method for every endpoint, and api.gen.ts is current", ()
     "profile/update": "updateProfile", "profile/delete": "deleteProfile", "profile/batch_delete": "batchDeleteProfile",
     "profile/trigger_update": "triggerUpdateProfile", "job/list": "listJobs", "job/retry": "retryJobs", "stats": "stats",
     "user/export": "exportUser", "user/forget": "forgetUser",
+    "webhook/create": "createWebhook", "webhook/list": "listWebhooks", "webhook/delete": "deleteWebhook",
+    "webhook/deliveries": "listWebhookDeliveries", "webhook/redeliver": "redeliverWebhook",
   };
   // Operator endpoints go through client.request(path, body); ping is VikingDB's credential check.
   const operator = new Set(["maintenance/run", "maintenance/list", "admin/clock", "ping"]);
@@ -184,4 +186,35 @@ test("the README's example runs against the server", () => {
   });
   assert.match(out, /vegetarian/);
   assert.match(out, /User: Any dinner ideas near me\?/);
+});
+
+test("webhook deliveries verify with the standardwebhooks package, and a wrong secret does not", async () => {
+  const { createServer } = await import("node:http");
+  const { Webhook } = await import("standardwebhooks");
+  const got = [];
+  const receiver = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => { got.push({ headers: req.headers, body }); res.writeHead(204).end(); });
+  });
+  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${receiver.address().port}/hook`;
+  const hook = await client.createWebhook({ url, events: ["memory.created"] });
+  try {
+    const col = client.getCollection("ts_webhooks");
+    const added = await col.addEvent({ event_type: "event_v1", user_id: "erin", memory_info: { summary: "erin builds kites" } });
+    for (let i = 0; i < 400 && got.length < 1; i++) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(got.length, 1);
+    const msg = new Webhook(hook.secret).verify(got[0].body, got[0].headers);
+    assert.equal(msg.type, "memory.created");
+    assert.equal(msg.data.event_id, added.event_id);
+    assert.equal(msg.data.memory_info.summary, "erin builds kites");
+    assert.throws(() => new Webhook("whsec_" + Buffer.from("a-wrong-secret-of-some-length").toString("base64")).verify(got[0].body, got[0].headers));
+    assert.throws(() => new Webhook(hook.secret).verify(got[0].body + " ", got[0].headers));
+    const delivered = await client.listWebhookDeliveries({ webhook_id: hook.webhook_id, state: "delivered" });
+    assert.equal(delivered.length, 1);
+  } finally {
+    await client.deleteWebhook(hook.webhook_id);
+    receiver.close();
+  }
 });

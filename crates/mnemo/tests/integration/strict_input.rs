@@ -56,6 +56,8 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
     // A user no extraction touches (the base session may already have made u1's profile).
     let p = s.ok("profile/add", json!({"collection_name": "c", "user_id": "u9", "attributes": {"city": "Rome"}})).await;
     let profile_id = p["profile_id"].as_str().expect("profile id").to_string();
+    let w = s.ok("webhook/create", json!({"url": "http://127.0.0.1:9/strict", "events": ["job.failed"]})).await;
+    let webhook_id = w["webhook_id"].as_str().expect("webhook id").to_string();
     eventually(20, "the base session is extracted", || async {
         s.jobs().await.iter().all(|j| j["state"] == "done").then_some(())
     })
@@ -211,6 +213,27 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             valid: json!({"collection_name": "c", "user_id": "u1"}),
             bad: vec![("", "confirm", "confirm")],
         },
+        Case {
+            path: "webhook/create",
+            valid: json!({"url": "https://example.com/hook", "events": ["memory.created"], "description": "d"}),
+            bad: vec![("", "event", "event"), ("", "secret_env", "secret_env")],
+        },
+        Case { path: "webhook/list", valid: json!({}), bad: vec![("", "webhook_id", "webhook_id")] },
+        Case {
+            path: "webhook/delete",
+            valid: json!({"webhook_id": webhook_id}),
+            bad: vec![("", "id", "id")],
+        },
+        Case {
+            path: "webhook/deliveries",
+            valid: json!({"webhook_id": webhook_id, "state": "dead", "limit": 5}),
+            bad: vec![("", "status", "status"), ("", "limt", "limt")],
+        },
+        Case {
+            path: "webhook/redeliver",
+            valid: json!({"webhook_id": webhook_id, "delivery_ids": [1]}),
+            bad: vec![("", "delivery_id", "delivery_id")],
+        },
     ];
 
     // The table covers every endpoint the server documents (and so routes).
@@ -258,6 +281,7 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             "event/batch_delete",
             "user/export",
             "session/delete",
+            "webhook/delete",
         ]
         .contains(&case.path)
         {

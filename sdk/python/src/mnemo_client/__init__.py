@@ -7,6 +7,7 @@ so that code written for it runs against mnemo with only the host and the key ch
 
 from .client import APIKey, Collection, ContextResponse, MemoryClient, MnemoError
 from .aio import AsyncCollection, AsyncMemoryClient
+from .webhooks import WebhookVerificationError, verify_webhook
 
 VikingMem = MemoryClient
 
@@ -19,5 +20,7 @@ __all__ = [
     "MemoryClient",
     "MnemoError",
     "VikingMem",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]
 __version__ = "0.1.0"

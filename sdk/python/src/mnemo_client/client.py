@@ -192,6 +192,47 @@ class MemoryClient:
     def delete_collection(self, collection_name: str, project_name: str = "default") -> None:
         self.request("collection/delete", {"collection_name": collection_name, "project_name": project_name})
 
+    # ------------------------------------------------------------------ webhooks (admin keys)
+
+    def create_webhook(
+        self,
+        url: str,
+        events: Optional[List[str]] = None,
+        secret: Optional[str] = None,
+        description: str = "",
+        project_name: str = "default",
+    ) -> Dict[str, Any]:
+        """Registers an endpoint for the project's changes; the answer's ``secret`` (generated
+        unless given) is shown only here. Verify deliveries with ``mnemo_client.verify_webhook``."""
+        body = _drop_none(
+            {"project_name": project_name, "url": url, "events": events, "secret": secret, "description": description}
+        )
+        return self.request("webhook/create", body)
+
+    def list_webhooks(self, project_name: str = "default") -> List[Dict[str, Any]]:
+        return self.request("webhook/list", {"project_name": project_name})["webhooks"]
+
+    def delete_webhook(self, webhook_id: str, project_name: str = "default") -> None:
+        self.request("webhook/delete", {"project_name": project_name, "webhook_id": webhook_id})
+
+    def list_webhook_deliveries(
+        self,
+        webhook_id: Optional[str] = None,
+        state: Optional[str] = None,
+        limit: Optional[int] = None,
+        project_name: str = "default",
+    ) -> List[Dict[str, Any]]:
+        """Deliveries, newest first; ``state`` is pending, delivered or dead (dead letters)."""
+        body = _drop_none({"project_name": project_name, "webhook_id": webhook_id, "state": state, "limit": limit})
+        return self.request("webhook/deliveries", body)["deliveries"]
+
+    def redeliver_webhook(
+        self, webhook_id: str, delivery_ids: Optional[List[int]] = None, project_name: str = "default"
+    ) -> List[int]:
+        """Dead deliveries of the endpoint (all, or those listed) back in the queue."""
+        body = _drop_none({"project_name": project_name, "webhook_id": webhook_id, "delivery_ids": delivery_ids})
+        return self.request("webhook/redeliver", body)["redelivered"]
+
     def healthz(self) -> Dict[str, Any]:
         with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=self.timeout) as resp:
             return json.loads(resp.read().decode("utf-8"))
