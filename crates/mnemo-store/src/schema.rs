@@ -230,7 +230,7 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX webhooks_project ON webhooks(project_name);
     CREATE TABLE webhook_outbox(
-        id INTEGER PRIMARY KEY,
+        id INTEGER PRIMARY KEY AUTOINCREMENT,   -- never reused: `msg_<id>` is the receiver's idempotency key
         webhook_id TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
         kind TEXT NOT NULL,
         collection_id INTEGER NOT NULL,

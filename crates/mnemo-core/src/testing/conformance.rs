@@ -814,7 +814,12 @@ pub async fn every_change_is_announced_in_its_own_transaction(h: &impl StoreHarn
 
     // Forgetting a user: the rows carrying u1's content go, whatever their state; the deletions
     // and the forgetting are announced.
+    let max_before =
+        s.list_deliveries("default", DeliveryFilter { limit: 1, ..Default::default() }).await.unwrap()[0].delivery_id;
     s.forget_user(c.id, "u1").await.unwrap();
+    let newest = s.list_deliveries("default", DeliveryFilter { limit: 100, ..Default::default() }).await.unwrap();
+    let forgotten = newest.iter().find(|d| d.kind == "user.forgotten").unwrap();
+    assert!(forgotten.delivery_id > max_before, "an id is never reused (it is the receiver's idempotency key)");
     let got = announced(&s, "default", None).await;
     assert!(!got.iter().any(|(k, id)| (k == "memory.created" || k == "memory.updated") && id == &e.id), "{got:?}");
     let rows = s.list_deliveries("default", DeliveryFilter { limit: 100, ..Default::default() }).await.unwrap();
@@ -834,7 +839,13 @@ pub async fn every_change_is_announced_in_its_own_transaction(h: &impl StoreHarn
     s.sync_config_webhooks(vec![hook("cfg-b", "default", &["user.forgotten"], WebhookSource::Config)]).await.unwrap();
     let ids: Vec<String> = s.list_webhooks(Some("default")).await.unwrap().into_iter().map(|w| w.webhook_id).collect();
     assert_eq!(ids, vec!["all", "cfg-b", "deletes"], "same creation time: by id");
+    let newest = s.list_deliveries("default", DeliveryFilter { limit: 1, ..Default::default() }).await.unwrap();
+    assert_eq!((newest[0].webhook_id.as_str(), newest[0].kind.as_str()), ("all", "user.forgotten"));
     assert!(s.delete_webhook("default", "all").await.unwrap());
+    let e = s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "u3", summary("x"), 90)).await.unwrap();
+    s.delete_event(c.id, &e.id).await.unwrap();
+    let after = s.list_deliveries("default", DeliveryFilter { limit: 1, ..Default::default() }).await.unwrap();
+    assert!(after[0].delivery_id > newest[0].delivery_id, "an id is never reused, even after its row is gone");
     assert!(!s.delete_webhook("default", "all").await.unwrap());
     assert!(!s.delete_webhook("default", "elsewhere").await.unwrap(), "another project's endpoint");
     let left = s.list_deliveries("default", DeliveryFilter { limit: 100, ..Default::default() }).await.unwrap();

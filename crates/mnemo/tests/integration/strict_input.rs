@@ -219,11 +219,7 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             bad: vec![("", "event", "event"), ("", "secret_env", "secret_env")],
         },
         Case { path: "webhook/list", valid: json!({}), bad: vec![("", "webhook_id", "webhook_id")] },
-        Case {
-            path: "webhook/delete",
-            valid: json!({"webhook_id": webhook_id}),
-            bad: vec![("", "id", "id")],
-        },
+        Case { path: "webhook/delete", valid: json!({"webhook_id": webhook_id}), bad: vec![("", "id", "id")] },
         Case {
             path: "webhook/deliveries",
             valid: json!({"webhook_id": webhook_id, "state": "dead", "limit": 5}),
