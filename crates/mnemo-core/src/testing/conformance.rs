@@ -850,4 +850,58 @@ pub async fn every_change_is_announced_in_its_own_transaction(h: &impl StoreHarn
     assert!(!s.delete_webhook("default", "elsewhere").await.unwrap(), "another project's endpoint");
     let left = s.list_deliveries("default", DeliveryFilter { limit: 100, ..Default::default() }).await.unwrap();
     assert!(left.iter().all(|d| d.webhook_id == "deletes"), "{left:?}");
+
+    // An extraction's corrections: a merge refreshes an event (updated), a supersede retires one.
+    s.upsert_webhook(hook("fix", "default", &["memory.updated", "memory.superseded"], WebhookSource::Api))
+        .await
+        .unwrap();
+    let first = extract_session(&s, &c, "I run and I fly to Rome", 1_000, |mid| ExtractionOutput {
+        events: vec![
+            ExtractedEvent { source_message_ids: vec![mid], ..ExtractedEvent::new(EVENT_V1, summary("runs"), 1_000) },
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                ..ExtractedEvent::new(EVENT_V1, summary("flies to Rome"), 1_000)
+            },
+        ],
+        ..Default::default()
+    })
+    .await;
+    let second = extract_session(&s, &c, "I run daily; the trip is off", 2_000, |mid| ExtractionOutput {
+        events: vec![
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                merge_into: Some(first[0].clone()),
+                ..ExtractedEvent::new(EVENT_V1, summary("runs daily"), 2_000)
+            },
+            ExtractedEvent {
+                source_message_ids: vec![mid],
+                supersedes: Some(first[1].clone()),
+                ..ExtractedEvent::new(EVENT_V1, summary("cancelled the Rome trip"), 2_000)
+            },
+        ],
+        ..Default::default()
+    })
+    .await;
+    let fixes = s
+        .list_deliveries("default", DeliveryFilter { webhook_id: Some("fix".into()), limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    let mut fixes: Vec<(String, String, Option<String>)> = fixes
+        .iter()
+        .map(|d| {
+            (
+                d.kind.clone(),
+                d.data["event_id"].as_str().unwrap().to_string(),
+                d.data["superseded_by"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    fixes.sort();
+    assert_eq!(
+        fixes,
+        vec![
+            ("memory.superseded".to_string(), first[1].clone(), Some(second[1].clone())),
+            ("memory.updated".to_string(), first[0].clone(), None),
+        ]
+    );
 }
