@@ -12,6 +12,7 @@ pub mod locomo_e2e;
 pub mod locomo_qa;
 pub mod scale;
 pub mod scope;
+pub mod webhooks;
 
 use anyhow::{Context, Result};
 use serde_json::json;

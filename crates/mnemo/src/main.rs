@@ -235,6 +235,14 @@ enum BenchCommand {
         #[command(flatten)]
         stores: bench::Stores,
     },
+    /// Webhooks: what the outbox costs an event insert (no endpoint vs one, alternating rounds)
+    /// and how fast it is delivered to a local receiver.
+    Webhooks {
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        #[command(flatten)]
+        stores: bench::Stores,
+    },
     /// Load / soak: a mix of writes, get_context and searches from many clients; throughput,
     /// p50/p99 per endpoint, errors, RSS over time.
     Load {
@@ -391,6 +399,9 @@ fn main() -> Result<()> {
             rt.block_on(bench::scale::run(&sizes, users.max(1), stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
+        Command::Bench { which: BenchCommand::Webhooks { events, stores } } => {
+            rt.block_on(bench::webhooks::run(events.max(1), stores, cfg))
+        }
         Command::Bench { which: BenchCommand::Locomo { dir, e2e, e2e_only, qa } } => {
             rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, qa.requested(), cfg))
         }
