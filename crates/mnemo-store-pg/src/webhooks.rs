@@ -10,10 +10,6 @@ use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
 use tokio_postgres::Row;
 
-fn events_column(events: &[String]) -> String {
-    format!(" {} ", events.join(" "))
-}
-
 const WEBHOOK_COLS: &str = "w.id, w.project_name, w.url, w.secret, w.events, w.description, w.source, w.created_at,
     (SELECT COUNT(*) FROM webhook_outbox o WHERE o.webhook_id = w.id AND o.state = 'pending'),
     (SELECT COUNT(*) FROM webhook_outbox o WHERE o.webhook_id = w.id AND o.state = 'dead'),
@@ -25,7 +21,7 @@ fn webhook_from_row(r: &Row) -> Webhook {
         project_name: r.get(1),
         url: r.get(2),
         secret: r.get(3),
-        events: r.get::<_, &str>(4).split_whitespace().map(String::from).collect(),
+        events: parse_events_column(r.get(4)),
         description: r.get(5),
         source: WebhookSource::parse(r.get(6)),
         created_at: r.get(7),
@@ -65,7 +61,7 @@ async fn upsert(tx: &Tx<'_>, w: &NewWebhook) -> Result<(), StoreError> {
             &w.project_name,
             &w.url,
             &w.secret,
-            &events_column(&w.events),
+            &w.events_column(),
             &w.description,
             &w.source.as_str(),
             &w.created_at,

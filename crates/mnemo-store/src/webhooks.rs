@@ -9,11 +9,6 @@ use mnemo_core::store::StoreResult;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
-/// ` kind kind ` — what the triggers look for with `instr`.
-fn events_column(events: &[String]) -> String {
-    format!(" {} ", events.join(" "))
-}
-
 const WEBHOOK_COLS: &str = "w.id, w.project_name, w.url, w.secret, w.events, w.description, w.source, w.created_at,
     (SELECT COUNT(*) FROM webhook_outbox o WHERE o.webhook_id = w.id AND o.state = 'pending'),
     (SELECT COUNT(*) FROM webhook_outbox o WHERE o.webhook_id = w.id AND o.state = 'dead'),
@@ -26,7 +21,7 @@ fn webhook_from_row(r: &Row) -> rusqlite::Result<Webhook> {
         project_name: r.get(1)?,
         url: r.get(2)?,
         secret: r.get(3)?,
-        events: events.split_whitespace().map(String::from).collect(),
+        events: parse_events_column(&events),
         description: r.get(5)?,
         source: WebhookSource::parse(&r.get::<_, String>(6)?),
         created_at: r.get(7)?,
@@ -66,7 +61,7 @@ fn upsert(conn: &Connection, w: &NewWebhook) -> Result<(), StoreError> {
             w.project_name,
             w.url,
             w.secret,
-            events_column(&w.events),
+            w.events_column(),
             w.description,
             w.source.as_str(),
             w.created_at

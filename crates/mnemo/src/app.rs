@@ -311,6 +311,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         time_decay,
         max_tokens: cfg.inject.max_tokens,
         feedback_terms: r.feedback_terms.min(50),
+        neighbour_weight: r.neighbour_weight.clamp(0.0, 1.0),
     })
 }
 

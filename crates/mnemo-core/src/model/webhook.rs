@@ -55,6 +55,19 @@ pub struct NewWebhook {
     pub created_at: Millis,
 }
 
+impl NewWebhook {
+    /// How both stores keep `events`: ` kind kind ` (space-delimited, padded), which their
+    /// triggers search for ` <kind> `.
+    pub fn events_column(&self) -> String {
+        format!(" {} ", self.events.join(" "))
+    }
+}
+
+/// The kinds of a stored `events` column (see [`NewWebhook::events_column`]).
+pub fn parse_events_column(column: &str) -> Vec<String> {
+    column.split_whitespace().map(String::from).collect()
+}
+
 /// A registered endpoint, with its delivery counts.
 #[derive(Clone, Debug, Serialize)]
 pub struct Webhook {

@@ -18,6 +18,9 @@ pub struct RetrievalConfig {
     pub max_tokens: u32,
     /// A second hop: terms shared by the first hits join the query (0 = off).
     pub feedback_terms: usize,
+    /// An event gains this share of the relevance of a candidate from the adjacent turns of the
+    /// same session (provenance), so an answer is found through the question it replies to (0 = off).
+    pub neighbour_weight: f64,
 }
 
 impl Default for RetrievalConfig {
@@ -29,6 +32,7 @@ impl Default for RetrievalConfig {
             time_decay: TimeDecay::NONE,
             max_tokens: 1200,
             feedback_terms: 0,
+            neighbour_weight: 0.0,
         }
     }
 }
@@ -183,13 +187,18 @@ impl Service {
         let terms = crate::text::search_tokens(query);
         let offset = self.embedder.query_offset(query);
         let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
+        let neighbour_weight = self.config.retrieval.neighbour_weight;
         let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
+            let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
+            let boosts = neighbour_boosts(&cands, &origins, neighbour_weight);
             let mut out: Vec<ScoredEvent> = cands
                 .into_iter()
-                .filter_map(|cand| {
-                    let origin = ranking::fuse(cand.cosine.map(|c| c + offset), cand.bm25);
+                .zip(origins.into_iter().zip(boosts))
+                .filter_map(|(cand, (origin, boost))| {
                     (origin >= threshold).then(|| {
-                        let scores = ranking::score(origin, &cand.event, &c.schema, now, &req.decay, req.custom_weight);
+                        let mut scores =
+                            ranking::score(origin + boost, &cand.event, &c.schema, now, &req.decay, req.custom_weight);
+                        scores.origin_score = origin;
                         let layer = layer.map(str::to_string).or_else(|| cand.event.scope.clone());
                         ScoredEvent { event: cand.event, scores, layer }
                     })
@@ -230,6 +239,31 @@ impl Service {
         }
         Ok(results)
     }
+}
+
+/// Per candidate: `weight` × the best relevance among the candidates of the same conversation
+/// (else session) whose cited messages are next to its own (message ids one apart) — the turn
+/// before or after.
+fn neighbour_boosts(cands: &[Candidate], origins: &[f64], weight: f64) -> Vec<f64> {
+    let mut boosts = vec![0.0; cands.len()];
+    if weight <= 0.0 {
+        return boosts;
+    }
+    let span = |e: &Event| Some((*e.source_message_ids.iter().min()?, *e.source_message_ids.iter().max()?));
+    let spans: Vec<Option<(i64, i64)>> = cands.iter().map(|c| span(&c.event)).collect();
+    // Message ids grow within a conversation, across the sessions it was closed into.
+    let thread = |e: &Event| e.conversation_id.clone().or_else(|| e.session_id.clone());
+    let threads: Vec<Option<String>> = cands.iter().map(|c| thread(&c.event)).collect();
+    for i in 0..cands.len() {
+        let (Some(ti), Some((lo, hi))) = (&threads[i], spans[i]) else { continue };
+        let best = (0..cands.len())
+            .filter(|&j| j != i && threads[j].as_ref() == Some(ti))
+            .filter(|&j| spans[j].is_some_and(|(l, h)| l == hi + 1 || h + 1 == lo))
+            .map(|j| origins[j])
+            .fold(0.0, f64::max);
+        boosts[i] = weight * best;
+    }
+    boosts
 }
 
 /// Terms that at least two of the first three hits share and the query lacks, most shared first.
@@ -295,6 +329,40 @@ mod tests {
         // first three hits; the fourth hit is not read.
         assert_eq!(terms, vec!["kid".to_string(), "lake".to_string()], "stemmed like the index");
         assert!(feedback_terms(&hits[..1], &query, 5).is_none(), "one hit shares nothing");
+    }
+
+    fn in_session(id: &str, session: &str, messages: &[i64], score: f64) -> ScoredEvent {
+        let mut h = hit(id, "");
+        h.event.session_id = Some(session.into());
+        h.event.source_message_ids = messages.to_vec();
+        h.scores.score = score;
+        h
+    }
+
+    #[test]
+    fn an_event_borrows_from_the_adjacent_turns_of_its_session_only() {
+        let cands: Vec<Candidate> = [
+            in_session("question", "s1", &[10, 11], 0.0),
+            in_session("answer", "s1", &[12, 13], 0.0),
+            in_session("later", "s1", &[20], 0.0),
+            in_session("elsewhere", "s2", &[14], 0.0),
+        ]
+        .into_iter()
+        .map(|h| Candidate { event: h.event, cosine: None, bm25: None })
+        .collect();
+        let origins = [0.8, 0.1, 0.5, 0.9];
+        let b = neighbour_boosts(&cands, &origins, 0.1);
+        assert!((b[0] - 0.01).abs() < 1e-9 && (b[1] - 0.08).abs() < 1e-9, "{b:?}");
+        assert_eq!((b[2], b[3]), (0.0, 0.0), "not adjacent, or another session");
+        assert_eq!(neighbour_boosts(&cands, &origins, 0.0), vec![0.0; 4]);
+        // One conversation closed into two sessions: its turns are still adjacent across them.
+        let mut split = cands.clone();
+        for (c, session) in split.iter_mut().zip(["s1", "s2", "s1", "s9"]) {
+            c.event.session_id = Some(session.into());
+            c.event.conversation_id = Some(if session == "s9" { "other" } else { "conv" }.into());
+        }
+        let b = neighbour_boosts(&split, &origins, 0.1);
+        assert!((b[1] - 0.08).abs() < 1e-9 && b[3] == 0.0, "{b:?}");
     }
 
     #[test]
