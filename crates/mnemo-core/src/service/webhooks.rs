@@ -173,13 +173,11 @@ fn is_private_host(name: &str) -> bool {
     }
 }
 
-fn webhook_id(project: &str, url: &str) -> String {
-    // Config endpoints keep their id (and their pending deliveries) across restarts.
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(b"mnemo-webhook").expect("any key");
-    mac.update(project.as_bytes());
-    mac.update(b"\n");
-    mac.update(url.as_bytes());
-    let h = mac.finalize().into_bytes();
+/// A config endpoint's id: the same for the same project and URL, so it keeps its pending
+/// deliveries across restarts.
+fn config_webhook_id(project: &str, url: &str) -> String {
+    use sha2::Digest;
+    let h = Sha256::digest(format!("{project}\n{url}").as_bytes());
     format!("wh_cfg_{}", h[..8].iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
@@ -218,7 +216,7 @@ impl Service {
                 CoreError::invalid(format!("webhooks[{i}].secret"), "is required (secret or secret_env)")
             })?;
             hooks.push(NewWebhook {
-                id: webhook_id(&spec.project_name, spec.url.trim()),
+                id: config_webhook_id(&spec.project_name, spec.url.trim()),
                 project_name: spec.project_name,
                 url: spec.url.trim().to_string(),
                 secret,
