@@ -57,6 +57,7 @@ pub struct Metrics {
     outcomes: Family<OutcomeLabels, Gauge>,
     rows: Family<KindLabels, Gauge>,
     bytes: Gauge,
+    webhooks: Family<StateLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -79,7 +80,13 @@ impl Default for Metrics {
         );
         registry.register("store_rows", "Rows in the store by kind", rows.clone());
         registry.register("store_bytes", "Bytes of the store's files", bytes.clone());
-        Self { registry, requests, latency, jobs, outcomes, rows, bytes }
+        let webhooks = Family::default();
+        registry.register(
+            "webhook_deliveries",
+            "Webhook deliveries in the outbox by state (dead: attempts exhausted, see webhook/deliveries)",
+            webhooks.clone(),
+        );
+        Self { registry, requests, latency, jobs, outcomes, rows, bytes, webhooks }
     }
 }
 
@@ -129,6 +136,11 @@ pub async fn scrape(State(state): State<AppState>, req: axum::extract::Request) 
             m.rows.get_or_create(&KindLabels { kind: kind.into() }).set(n as i64);
         }
         m.bytes.set(stats.bytes as i64);
+    }
+    if let Ok((pending, delivered, dead)) = svc.webhook_delivery_totals().await {
+        for (st, n) in [("pending", pending), ("delivered", delivered), ("dead", dead)] {
+            m.webhooks.get_or_create(&StateLabels { state: st.into() }).set(n as i64);
+        }
     }
     let o = &svc.job_outcomes;
     for (kind, n) in [("done", &o.done), ("retried", &o.retried), ("failed", &o.failed), ("deferred", &o.deferred)] {

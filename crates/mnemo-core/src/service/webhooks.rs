@@ -229,6 +229,12 @@ impl Service {
         Ok(self.store.sync_config_webhooks(hooks).await?)
     }
 
+    /// Deliveries of every project's endpoints: (pending, delivered, dead), for `/metrics`.
+    pub async fn webhook_delivery_totals(&self) -> CoreResult<(u64, u64, u64)> {
+        let hooks = self.store.list_webhooks(None).await?;
+        Ok(hooks.iter().fold((0, 0, 0), |(p, d, x), w| (p + w.pending, d + w.delivered, x + w.dead)))
+    }
+
     pub async fn list_webhooks(&self, project: &str) -> CoreResult<Vec<Webhook>> {
         Ok(self.store.list_webhooks(Some(project)).await?)
     }
