@@ -213,6 +213,8 @@ pub async fn run(
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
         None => None,
     };
+    // With a dump, every turn of the user (a LoCoMo user has < 1,000) is a candidate.
+    let dump_k = if dump.is_some() { 1000 } else { 50 };
     for q in &questions {
         let user = user_of.get(q.conversation_id.as_str()).context("question of an unknown conversation")?.to_string();
         let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
@@ -263,7 +265,7 @@ pub async fn run(
             .search_candidates(
                 coll.id,
                 filter.clone(),
-                CandidateQuery { vector: Some(qv.clone()), terms: mnemo_core::text::search_tokens(&q.question), k: 50 },
+                CandidateQuery { vector: Some(qv.clone()), terms: mnemo_core::text::search_tokens(&q.question), k: dump_k },
             )
             .await?;
         // The similarity the search fuses: the dot product plus the model's query offset.
