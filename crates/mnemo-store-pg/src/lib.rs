@@ -26,6 +26,7 @@ mod schema;
 mod search;
 mod sql;
 mod stats;
+mod tls;
 mod webhooks;
 
 use crate::sql::backend;
@@ -35,7 +36,6 @@ use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
 use mnemo_core::store::{Store, StoreResult};
-use tokio_postgres::NoTls;
 
 pub use schema::SCHEMA_VERSION;
 
@@ -78,15 +78,14 @@ impl PgStore {
     /// Connects, creates the schema if asked, migrates, and makes sure the vector indexes of the
     /// dimensions in use exist.
     pub async fn connect(o: PgOptions) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config =
-            o.url.parse().map_err(|e| StoreError::backend(format!("store.url: not a PostgreSQL URL ({e})")))?;
+        let (mut config, tls) = tls::configure(&o.url)?;
         if let Some(schema) = &o.schema {
             if bad_schema_name(schema) {
                 return Err(StoreError::backend(format!(
                     "store.schema: \"{schema}\" must be 1 to 63 ASCII letters, digits or underscores"
                 )));
             }
-            let (client, conn) = config.connect(NoTls).await.map_err(|e| connect_error(&o.url, e))?;
+            let (client, conn) = config.connect(tls.clone()).await.map_err(|e| connect_error(&o.url, e))?;
             let task = tokio::spawn(conn);
             client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).await.map_err(backend)?;
             drop(client);
@@ -94,7 +93,7 @@ impl PgStore {
             let given = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
             config.options(format!("{given}-c search_path={schema},public"));
         }
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(o.pool.max(2))
             .build()
@@ -109,7 +108,21 @@ impl PgStore {
         {
             store.vector_index(&c, r.get(0)).await?;
         }
+        match store.connection_security().await? {
+            Some(tls) => tracing::info!(tls, "PostgreSQL: connected over TLS"),
+            None => tracing::info!("PostgreSQL: connected unencrypted (sslmode in store.url decides)"),
+        }
         Ok(store)
+    }
+
+    /// The TLS version of this replica's connections (`"TLSv1.3"`), `None` when unencrypted.
+    pub async fn connection_security(&self) -> StoreResult<Option<String>> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
+            .await
+            .map_err(backend)?;
+        Ok(row.map(|r| r.get(0)))
     }
 
     /// Folds the appended BM25 statistics now (the service's housekeeping loop does it every
@@ -132,7 +145,8 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
     if bad_schema_name(schema) {
         return Err(StoreError::backend(format!("store.schema: {schema:?} is not a plain name")));
     }
-    let (client, conn) = tokio_postgres::connect(url, NoTls).await.map_err(|e| connect_error(url, e))?;
+    let (config, tls) = tls::configure(url)?;
+    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
     let task = tokio::spawn(conn);
     client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.map_err(backend)?;
     drop(client);
@@ -140,10 +154,20 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn connect_error(url: &str, e: impl std::fmt::Display) -> StoreError {
+fn connect_error(url: &str, e: impl std::error::Error) -> StoreError {
     // The URL may hold a password: show only where it points.
     let at = url.rsplit('@').next().unwrap_or(url);
-    StoreError::backend(format!("cannot connect to PostgreSQL at {at}: {e}"))
+    // With the causes: "error performing TLS handshake: invalid peer certificate: UnknownIssuer".
+    let mut why = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !why.contains(&text) {
+            why = format!("{why}: {text}");
+        }
+        cause = c.source();
+    }
+    StoreError::backend(format!("cannot connect to PostgreSQL at {at}: {why}"))
 }
 
 /// Each method delegates to the aggregate module that owns it.

@@ -265,7 +265,11 @@ pub async fn run(
             .search_candidates(
                 coll.id,
                 filter.clone(),
-                CandidateQuery { vector: Some(qv.clone()), terms: mnemo_core::text::search_tokens(&q.question), k: dump_k },
+                CandidateQuery {
+                    vector: Some(qv.clone()),
+                    terms: mnemo_core::text::search_tokens(&q.question),
+                    k: dump_k,
+                },
             )
             .await?;
         // The similarity the search fuses: the dot product plus the model's query offset.

@@ -17,6 +17,7 @@ mod lifecycle;
 mod llm;
 mod mcp;
 mod openapi;
+mod postgres;
 mod privacy;
 mod qa;
 mod real_llm;
