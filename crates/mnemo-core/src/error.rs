@@ -40,6 +40,10 @@ pub enum StoreError {
     /// Input the backend cannot hold (e.g. a NUL character in a PostgreSQL text filter).
     #[error("{0}")]
     Invalid(String),
+    /// The backend cannot be reached right now (a lost or refused database connection): nothing
+    /// was done, and the same request may be retried.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("store backend error: {0}")]
     Backend(#[source] Failure),
 }
@@ -67,6 +71,9 @@ pub enum CoreError {
     Conflict(String),
     #[error("{0}")]
     Overloaded(String),
+    /// A dependency (the database) is unreachable for now; retrying later is the remedy.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("internal error: {0}")]
     Internal(#[source] Failure),
 }
@@ -93,6 +100,7 @@ impl From<StoreError> for CoreError {
             StoreError::NotFound(m) => CoreError::NotFound(m),
             StoreError::Conflict(m) => CoreError::Conflict(m),
             StoreError::Invalid(m) => CoreError::invalid("body", m),
+            StoreError::Unavailable(m) => CoreError::Unavailable(m),
             e @ StoreError::Backend(_) => CoreError::internal_caused("store", e),
         }
     }

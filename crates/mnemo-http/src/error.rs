@@ -50,6 +50,7 @@ impl ApiError {
             CoreError::NotFound(_) => StatusCode::NOT_FOUND,
             CoreError::Conflict(_) => StatusCode::CONFLICT,
             CoreError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
+            CoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             CoreError::Internal(cause) => {
                 tracing::error!(request_id, cause = %cause.chain(), "internal error");
                 return Self::new(
@@ -95,7 +96,12 @@ impl IntoResponse for ApiError {
                 "Error": {"Code": self.vikingdb_code(), "Message": self.message},
             },
         });
-        (self.status, Json(body)).into_response()
+        let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // The database is away: nothing was done, the same request may come again.
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        resp
     }
 }
 

@@ -24,6 +24,7 @@ pub fn document() -> Value {
                     "404": {"$ref": "#/components/responses/Error"},
                     "413": {"$ref": "#/components/responses/Error"},
                     "429": {"$ref": "#/components/responses/Error"},
+                    "503": {"$ref": "#/components/responses/Error"},
                 },
             }
         });

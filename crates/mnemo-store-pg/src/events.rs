@@ -76,7 +76,7 @@ pub(crate) const COMPACT_LOCK: i64 = 0x6d6e_656d_6f02;
 /// Folds the appended statistics changes into `term_stats` / `collection_stats`, in one
 /// transaction; a no-op when another replica is compacting.
 pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
-    let mut conn = pool.get().await.map_err(|e| StoreError::backend(format!("postgres pool: {e}")))?;
+    let mut conn = pool.get().await.map_err(crate::sql::pool_error)?;
     let tx = begin(&mut conn).await?;
     let locked: bool = query_one(&tx, "SELECT pg_try_advisory_xact_lock($1)", &[&COMPACT_LOCK]).await?.get(0);
     if !locked {

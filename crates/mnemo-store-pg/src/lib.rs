@@ -136,7 +136,7 @@ impl PgStore {
     }
 
     async fn client(&self) -> StoreResult<Object> {
-        self.pool.get().await.map_err(|e| StoreError::backend(format!("postgres pool: {e}")))
+        self.pool.get().await.map_err(crate::sql::pool_error)
     }
 }
 

@@ -19,9 +19,42 @@ pub fn backend(e: tokio_postgres::Error) -> StoreError {
             "text values must not contain NUL (\\u0000) characters on the postgres store".into(),
         );
     }
+    if lost_connection(&e) {
+        tracing::warn!(error = %e, "postgres: connection lost");
+        return StoreError::Unavailable(UNAVAILABLE.into());
+    }
     match e.as_db_error() {
         Some(db) => StoreError::backend_caused(format!("postgres: {} ({})", db.message(), db.code().code()), e),
         None => StoreError::backend_caused("postgres", e),
+    }
+}
+
+/// What a client is told while the database cannot be reached (HTTP 503, `Retry-After`).
+pub const UNAVAILABLE: &str = "the database is unreachable (connection lost or refused); retry the request shortly (a write retried with its idempotency key is stored once)";
+
+/// A connection that broke or could not be made, or a server shutting down or starting up:
+/// nothing was committed by the failed statement, and a retry on a new connection may succeed.
+pub fn lost_connection(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        // Class 08: connection exception; 57P01..57P03: admin/crash shutdown, cannot connect now.
+        return code.code().starts_with("08")
+            || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW].contains(code);
+    }
+    // No SQLSTATE: an I/O error on the socket (reset, broken pipe, end of stream).
+    std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// A connection could not be had from the pool: a refused or failed new connection is the
+/// database being away (503); anything else is a fault.
+pub fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => backend(e),
+        deadpool_postgres::PoolError::Timeout(_) => StoreError::Unavailable(UNAVAILABLE.into()),
+        other => StoreError::backend(format!("postgres pool: {other}")),
     }
 }
 

@@ -1524,6 +1524,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     collection_create: {
@@ -1554,6 +1555,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     collection_delete: {
@@ -1584,6 +1586,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     collection_info: {
@@ -1614,6 +1617,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     collection_list: {
@@ -1644,6 +1648,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     event_add: {
@@ -1674,6 +1679,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     event_batch_delete: {
@@ -1704,6 +1710,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     event_delete: {
@@ -1734,6 +1741,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     event_search: {
@@ -1764,6 +1772,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     event_update: {
@@ -1794,6 +1803,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     get_context: {
@@ -1824,6 +1834,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     job_list: {
@@ -1854,6 +1865,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     job_retry: {
@@ -1884,6 +1896,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     maintenance_list: {
@@ -1914,6 +1927,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     maintenance_run: {
@@ -1944,6 +1958,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     ping: {
@@ -1995,6 +2010,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     profile_batch_delete: {
@@ -2025,6 +2041,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     profile_delete: {
@@ -2055,6 +2072,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     profile_search: {
@@ -2085,6 +2103,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     profile_trigger_update: {
@@ -2115,6 +2134,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     profile_update: {
@@ -2145,6 +2165,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     search: {
@@ -2175,6 +2196,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     session_add: {
@@ -2205,6 +2227,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     session_delete: {
@@ -2235,6 +2258,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     session_flush: {
@@ -2265,6 +2289,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     session_info: {
@@ -2295,6 +2320,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     session_streaming_write: {
@@ -2325,6 +2351,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     stats: {
@@ -2355,6 +2382,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     user_export: {
@@ -2385,6 +2413,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     user_forget: {
@@ -2415,6 +2444,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     webhook_create: {
@@ -2445,6 +2475,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     webhook_delete: {
@@ -2475,6 +2506,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     webhook_deliveries: {
@@ -2505,6 +2537,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     webhook_list: {
@@ -2535,6 +2568,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     webhook_redeliver: {
@@ -2565,6 +2599,7 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     healthz: {

@@ -1,6 +1,7 @@
 //! PostgreSQL in production: the server over TLS to the database (`sslmode=verify-full` with the
-//! test cluster's CA, `scripts/setup-postgres`), and a bad TLS setting stopping the start with
-//! its name. Runs when the suite runs on PostgreSQL.
+//! test cluster's CA, `scripts/setup-postgres`), a bad TLS setting stopping the start with its
+//! name, and a database that crashes mid-load (503 with `Retry-After` while it is away, recovery
+//! without a restart, nothing acknowledged lost). Runs when the suite runs on PostgreSQL.
 
 use crate::harness::*;
 use serde_json::json;
@@ -54,4 +55,135 @@ async fn the_server_talks_to_postgres_over_verified_tls() {
         err.contains("sslmode \"verify\" must be one of disable, allow, prefer, require, verify-ca, verify-full"),
         "{err}"
     );
+}
+
+/// A PostgreSQL cluster of this test's own (the shared one serves the other tests), on a free
+/// port, through `scripts/setup-postgres`; stopped and removed when dropped.
+struct OwnCluster {
+    port: u16,
+    url: String,
+}
+
+impl OwnCluster {
+    fn script(port: u16, arg: Option<&str>) -> String {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/setup-postgres");
+        let out = std::process::Command::new(script)
+            .args(arg)
+            .env("MNEMO_PG_PORT", port.to_string())
+            .env("MNEMO_PG_DB", "mnemo_restart")
+            .output()
+            .expect("run setup-postgres");
+        assert!(out.status.success(), "setup-postgres {arg:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn start() -> OwnCluster {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let out = Self::script(port, None);
+        let url = out
+            .lines()
+            .find_map(|l| l.strip_prefix("export MNEMO_TEST_DATABASE_URL="))
+            .expect("the URL is printed")
+            .to_string();
+        OwnCluster { port, url }
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        Self::script(self.port, Some("stop"));
+        let _ = std::fs::remove_dir_all(format!("/tmp/mnemo-pg-{}", self.port));
+        let _ = std::fs::remove_dir_all(format!("/tmp/mnemo-pg-{}-tls", self.port));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_crash_mid_load_answers_503_recovers_by_itself_and_loses_nothing_acknowledged() {
+    if postgres_url().is_none() {
+        eprintln!("a_database_crash_mid_load…: SKIPPED (needs MNEMO_TEST_STORE=postgres)");
+        return;
+    }
+    let db = OwnCluster::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, data) = (tmp.path().join("m.yaml"), tmp.path().join("data"));
+    std::fs::write(&cfg, "").unwrap();
+    let s = Server::spawn(&cfg, &data, "127.0.0.1:0", &[("MNEMO_STORE__URL", db.url.as_str())]).expect("starts");
+
+    // One client writing message after message, each with its own idempotency key; it records
+    // what was acknowledged and every other answer.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (client, base) = (s.client.clone(), s.base.clone());
+    let flag = stop.clone();
+    let load = tokio::spawn(async move {
+        let (mut acked, mut refused, mut other) = (Vec::new(), Vec::new(), Vec::new());
+        let mut i = 0usize;
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            let body = json!({"collection_name": "c", "conversation_id": "load", "metadata": {"user_id": "u"},
+                "extract_trigger": {"message_count": 100000},
+                "messages": [{"role": "user", "content": format!("message number {i}"), "idempotency_key": format!("k{i}")}]});
+            match client.post(format!("{base}/api/memory/session/streaming_write")).json(&body).send().await {
+                Ok(r) if r.status().is_success() => acked.push(i),
+                Ok(r) if r.status() == 503 => {
+                    let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+                    let msg: serde_json::Value = r.json().await.unwrap();
+                    refused.push((i, retry, msg["message"].as_str().unwrap_or_default().to_string()));
+                }
+                Ok(r) => other.push(format!("{i}: {} {}", r.status(), r.text().await.unwrap_or_default())),
+                Err(e) => other.push(format!("{i}: {e}")),
+            }
+            i += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        (i, acked, refused, other)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+
+    // The database crashes (no checkpoint) and stays away for a while.
+    OwnCluster::script(db.port, Some("crash"));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (st, body) =
+        s.post("event/search", json!({"collection_name": "c", "query": "message", "filter": {"user_id": "u"}})).await;
+    assert_eq!(st, 503, "a read while the database is away: {body}");
+    assert!(body["message"].as_str().unwrap().contains("database is unreachable"), "{body}");
+
+    // It comes back (recovering from its WAL); the same server process serves again by itself.
+    OwnCluster::script(db.port, None);
+    eventually(30, "writes succeed again", || async {
+        let (st, _) = s
+            .post("event/search", json!({"collection_name": "c", "query": "message", "filter": {"user_id": "u"}}))
+            .await;
+        (st == 200).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (sent, acked, refused, other) = load.await.unwrap();
+
+    assert!(other.is_empty(), "every answer was a success or a 503: {other:?}");
+    assert!(!refused.is_empty(), "the outage was seen by the client");
+    for (i, retry, msg) in &refused {
+        assert_eq!(retry.as_deref(), Some("1"), "Retry-After on {i}");
+        assert!(msg.contains("database is unreachable") && msg.contains("idempotency key"), "{i}: {msg}");
+    }
+    let last_refused = refused.iter().map(|r| r.0).max().unwrap();
+    assert!(acked.iter().any(|&i| i > last_refused), "writes were acknowledged again after the outage");
+
+    // Every acknowledged message survived the crash; retrying the refused ones with their keys
+    // stores each exactly once.
+    let stored: Vec<String> =
+        s.all_messages("load").await.iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
+    for i in &acked {
+        assert!(stored.contains(&format!("message number {i}")), "acknowledged message {i} is stored");
+    }
+    for (i, _, _) in &refused {
+        s.write(
+            "load",
+            json!([{"role": "user", "content": format!("message number {i}"), "idempotency_key": format!("k{i}")}]),
+            json!({"message_count": 100000}),
+            "u",
+        )
+        .await;
+    }
+    let stored = s.all_messages("load").await;
+    assert_eq!(stored.len(), sent, "each of the {sent} messages once");
 }
