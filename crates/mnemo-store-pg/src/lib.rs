@@ -38,6 +38,7 @@ use mnemo_core::model::*;
 use mnemo_core::store::{Store, StoreResult};
 
 pub use schema::SCHEMA_VERSION;
+pub use stats::ESTIMATE_FROM as STATS_ESTIMATE_FROM;
 
 #[derive(Clone, Debug)]
 pub struct PgOptions {
