@@ -90,6 +90,15 @@ pub struct ExtractionOutput {
     pub typed_profile_changes: Vec<(String, Vec<ProfileChange>)>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Set by the service (`extraction.dedup_similarity`): a store shared by replicas looks
+    /// again, under its per-user lock, for a stored twin of each new event — exact text or a
+    /// similarity at least this — that a job committing on another replica added meanwhile.
+    pub dedup_similarity: Option<f32>,
+}
+
+/// Text compared for exact duplicates: case, spacing and punctuation do not count.
+pub fn normalized_text(s: &str) -> String {
+    s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
 }
 
 #[derive(Debug, Error)]

@@ -27,6 +27,39 @@ pub(crate) async fn lock_user(tx: &Tx<'_>, cid: CollectionId, user: &str) -> Sto
     Ok(())
 }
 
+/// The user's stored active event of the same type that `e` duplicates — the same text, or a
+/// similarity of at least `threshold` — among its three nearest, as the service's own dedup
+/// decides (an exact duplicate is its own nearest neighbour).
+async fn stored_twin(
+    tx: &Tx<'_>,
+    cid: CollectionId,
+    user: &str,
+    e: &mnemo_core::extract::ExtractedEvent,
+    threshold: Option<f32>,
+) -> StoreResult<Option<String>> {
+    use mnemo_core::extract::normalized_text;
+    let Some(v) = e.embedding.as_ref() else { return Ok(None) };
+    let rows = query_all(
+        tx,
+        "SELECT e.id, e.memory_info, (-(v.vec <#> $4))::real FROM events e
+         JOIN event_subjects s ON s.event_id = e.id AND s.collection_id = $1 AND s.kind = 'u' AND s.subject_id = $2
+         JOIN event_vectors v ON v.event_id = e.id AND v.dim = $5
+         WHERE e.collection_id = $1 AND e.memory_type = $3 AND e.status = 'active' AND e.id <> COALESCE($6, '')
+         ORDER BY v.vec <#> $4, e.id LIMIT 3",
+        &[&cid, &user, &e.memory_type, &pgvector::Vector::from(v.clone()), &(v.len() as i32), &e.supersedes],
+    )
+    .await?;
+    let text = normalized_text(&event_text(&e.memory_info));
+    Ok(rows
+        .iter()
+        .find(|r| {
+            let info: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(r.get::<_, &str>(1)).unwrap_or_default();
+            normalized_text(&event_text(&info)) == text || threshold.is_some_and(|t| r.get::<_, f32>(2) >= t)
+        })
+        .map(|r| r.get(0)))
+}
+
 /// Failed jobs matching `filter` (over `$2`…; `$1` is now) queued again from their first attempt,
 /// their sessions too; `automatic` counts the re-queue. Returns the ids.
 async fn requeue(tx: &Tx<'_>, filter: &str, params: &[SqlParam<'_>], automatic: bool) -> StoreResult<Vec<String>> {
@@ -115,7 +148,13 @@ impl PgStore {
         let mut stats = TermStats::default();
         let mut ids = Vec::with_capacity(output.events.len());
         for e in &output.events {
-            if let Some(target) = &e.merge_into
+            // Another replica may have committed a twin of this event for the same user after
+            // this job's own dedup looked (the lock above orders the two commits).
+            let twin = match (&meta.user_id, &e.merge_into) {
+                (Some(user), None) => stored_twin(&tx, cid, user, e, output.dedup_similarity).await?,
+                _ => None,
+            };
+            if let Some(target) = e.merge_into.as_ref().or(twin.as_ref())
                 && merge_event_row(&tx, &mut stats, cid, target, e, now).await?
             {
                 ids.push(target.clone());

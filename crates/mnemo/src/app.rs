@@ -188,6 +188,7 @@ pub fn service_on(
             })?,
             daily_token_budget: (e.daily_token_budget > 0).then_some(e.daily_token_budget),
             project_token_budgets: e.project_token_budgets.clone(),
+            commit_delay: Duration::from_millis(e.fault_injection.commit_delay_ms.min(60_000)),
         },
         webhooks: webhook_policy(cfg),
     };

@@ -434,6 +434,9 @@ pub struct FaultInjectionConfig {
     pub fail_first_attempts: u32,
     /// Every extraction waits this long first (a slow model).
     pub delay_ms: u64,
+    /// Every job waits this long between its near-duplicate check and its commit (the window in
+    /// which another replica can commit the same memory).
+    pub commit_delay_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]

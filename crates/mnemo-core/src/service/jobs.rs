@@ -23,6 +23,9 @@ pub struct ExtractionPolicy {
     pub daily_token_budget: Option<u64>,
     /// Per-project budgets overriding `daily_token_budget`.
     pub project_token_budgets: HashMap<String, u64>,
+    /// Drills only (`extraction.fault_injection.commit_delay_ms`): a wait between a job's dedup
+    /// and its commit, widening the window in which another replica commits a twin.
+    pub commit_delay: std::time::Duration,
 }
 
 impl Default for ExtractionPolicy {
@@ -32,6 +35,7 @@ impl Default for ExtractionPolicy {
             utc_offset: chrono::FixedOffset::east_opt(0).expect("UTC"),
             daily_token_budget: None,
             project_token_budgets: HashMap::new(),
+            commit_delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -187,6 +191,10 @@ impl Service {
                 let lock = self.user_lock(claimed.collection.id, claimed.meta.user_id.as_deref());
                 let _guard = lock.lock().await;
                 output.events = self.dedup(&claimed, std::mem::take(&mut output.events)).await;
+                output.dedup_similarity = self.config.extraction.dedup_similarity;
+                if !self.config.extraction.commit_delay.is_zero() {
+                    tokio::time::sleep(self.config.extraction.commit_delay).await;
+                }
                 let (n, merged) =
                     (output.events.len(), output.events.iter().filter(|e| e.merge_into.is_some()).count());
                 match self.store.complete_job(&lease, output, self.now()).await {
@@ -449,7 +457,4 @@ impl Service {
     }
 }
 
-/// Text compared for exact duplicates: case, spacing and punctuation do not count.
-fn normalized(s: &str) -> String {
-    s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
-}
+use crate::extract::normalized_text as normalized;

@@ -187,3 +187,52 @@ async fn a_database_crash_mid_load_answers_503_recovers_by_itself_and_loses_noth
     let stored = s.all_messages("load").await;
     assert_eq!(stored.len(), sent, "each of the {sent} messages once");
 }
+
+/// Two replicas extracting the same user's two sessions at the same moment: each job's own dedup
+/// looks before the other commits, so only the store's check under the per-user lock can see the
+/// twin. Every user ends with one event per distinct text, citing the messages of both sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_extracting_one_user_together_do_not_duplicate_memories() {
+    if postgres_url().is_none() {
+        eprintln!("replicas_extracting_one_user_together…: SKIPPED (needs MNEMO_TEST_STORE=postgres)");
+        return;
+    }
+    const USERS: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, data) = (dir.path().join("m.yaml"), dir.path().join("data"));
+    // Slow jobs, and a second between each job's own near-duplicate check and its commit: both
+    // sessions of a user are checked before either commits (one per replica for most users;
+    // within one replica the service's per-user lock already orders them).
+    std::fs::write(
+        &cfg,
+        "session:\n  poll_interval_ms: 50\nextraction:\n  workers: 2\n  fault_injection:\n    delay_ms: 500\n    commit_delay_ms: 1000\n",
+    )
+    .unwrap();
+    let replicas: Vec<Server> =
+        (0..2).map(|_| Server::spawn(&cfg, &data, "127.0.0.1:0", &[]).expect("replica starts")).collect();
+    let trigger = json!({"message_count": 2});
+    for u in 0..USERS {
+        let talk = msgs(&[
+            ("user", &format!("I keep {} beehives in the orchard behind the house", u + 2)),
+            ("assistant", "That is a lot of honey!"),
+        ]);
+        for (r, conv) in ["a", "b"].iter().enumerate() {
+            replicas[r].write(&format!("u{u}-{conv}"), talk.clone(), trigger.clone(), &format!("u{u}")).await;
+        }
+    }
+    let s = &replicas[0];
+    eventually(60, "every session extracted", || async {
+        let jobs = s.ok("job/list", json!({"collection_name": "c", "state": "done", "limit": 100})).await;
+        (jobs["jobs"].as_array().unwrap().len() == 2 * USERS).then_some(())
+    })
+    .await;
+    for u in 0..USERS {
+        let found = s
+            .ok("event/search", json!({"collection_name": "c", "filter": {"user_id": format!("u{u}")}, "limit": 50}))
+            .await;
+        let events = found["result_list"].as_array().unwrap();
+        assert_eq!(events.len(), 1, "user u{u}: one memory, not one per replica: {found}");
+        let sources = events[0]["source_message_ids"].as_array().unwrap().len();
+        assert_eq!(sources, 4, "the memory cites both sessions' messages: {found}");
+    }
+}
