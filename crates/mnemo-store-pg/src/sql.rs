@@ -20,7 +20,15 @@ pub fn backend(e: tokio_postgres::Error) -> StoreError {
         );
     }
     if lost_connection(&e) {
-        tracing::warn!(error = %e, "postgres: connection lost");
+        // Every request fails the same way while the database is away: say it every 5 s at most.
+        static LAST_WARN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if now >= LAST_WARN.load(std::sync::atomic::Ordering::Relaxed) + 5 {
+            LAST_WARN.store(now, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(error = %e, "postgres: the database is unreachable; requests answer 503 until it is back (repeats muted for 5 s)");
+        } else {
+            tracing::debug!(error = %e, "postgres: the database is unreachable");
+        }
         return StoreError::Unavailable(UNAVAILABLE.into());
     }
     match e.as_db_error() {
