@@ -602,6 +602,24 @@ pub struct CandidateQuery {
     pub terms: Vec<String>,
     /// How many candidates each part returns at most.
     pub k: usize,
+    /// The vector part's answer — (event id, cosine), best first — already known from a query
+    /// with the same vector, filter and `k` (a search's second hop): the store uses it instead
+    /// of scanning the scope again. The cosines of full-text hits outside it are still computed.
+    pub vector_hits: Option<Vec<(String, f32)>>,
+}
+
+impl CandidateQuery {
+    /// The vector part of a candidate list this query returned: the `k` candidates of highest
+    /// cosine. Exact because every candidate outside the vector part (a full-text hit) scores
+    /// at most the vector part's lowest cosine; ties are broken by id, as the stores do.
+    pub fn vector_hits_of(&self, candidates: &[Candidate]) -> Option<Vec<(String, f32)>> {
+        self.vector.as_ref()?;
+        let mut hits: Vec<(String, f32)> =
+            candidates.iter().filter_map(|c| Some((c.event.id.clone(), c.cosine?))).collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        hits.truncate(self.k);
+        Some(hits)
+    }
 }
 
 /// A search candidate with its raw signals; core fuses them into a score.

@@ -47,6 +47,9 @@ pub async fn candidates(
     // issued concurrently on one connection, so the search costs fewer round trips.
     let vector = async {
         let (Some(qv), Some(dim)) = (&qv, dim) else { return Ok(HashMap::new()) };
+        if let Some(hits) = &q.vector_hits {
+            return Ok(hits.iter().cloned().collect());
+        }
         let rows = if small {
             let ids: Vec<&String> = scope.iter().map(|(id, _)| id).collect();
             query_all(

@@ -19,12 +19,45 @@ pub(crate) fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> Sto
     .map_err(backend)
 }
 
+/// Bits of a clustered rowid below the subject's bucket: a bucket holds 2^40 events.
+const BUCKET_SHIFT: u32 = 40;
+/// Buckets 1 ..= 2^22 − 1 (bucket 0 holds the rowids of events written before schema v11).
+const BUCKETS: u64 = (1 << 22) - 1;
+
+/// The rowid for a new event of this collection and subject (its first user, else its first
+/// assistant): the next free one in the subject's bucket, so one subject's events are contiguous
+/// in `events` and `event_vectors` and a scoped search reads a few pages instead of one per event.
+/// Subjects whose buckets collide share a range (interleaved, still correct).
+pub(crate) fn clustered_rowid(conn: &Connection, cid: CollectionId, subject: &str) -> StoreResult<i64> {
+    // FNV-1a: stable across builds and versions, so a subject keeps its bucket after an upgrade.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cid.to_le_bytes().iter().chain(subject.as_bytes()) {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let lo = ((1 + h % BUCKETS) << BUCKET_SHIFT) as i64;
+    let hi = lo + (1i64 << BUCKET_SHIFT) - 1;
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT rowid FROM events WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid DESC LIMIT 1")
+        .map_err(backend)?
+        .query_row([lo, hi], |r| r.get(0))
+        .optional()
+        .map_err(backend)?;
+    match last {
+        None => Ok(lo),
+        Some(r) if r < hi => Ok(r + 1),
+        // 2^40 events of one bucket: SQLite picks a free rowid itself.
+        Some(_) => conn.query_row("SELECT max(rowid) + 1 FROM events", [], |r| r.get(0)).map_err(backend),
+    }
+}
+
 pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
     let id = new_id("evt");
+    let subject = e.user_id.first().or(e.assistant_id.first()).map(String::as_str).unwrap_or("");
+    let rowid = clustered_rowid(conn, e.collection_id, subject)?;
     conn.prepare_cached(
-        "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
+        "INSERT INTO events(rowid, id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
                             class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14,?15)",
+         VALUES (?16,?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14,?15)",
     )
     .map_err(backend)?
     .execute(params![
@@ -42,21 +75,21 @@ pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<S
         json(&e.memory_info),
         json(&e.source_message_ids),
         e.now,
-        e.expires_at
+        e.expires_at,
+        rowid
     ])
     .map_err(backend)?;
-    let rowid = conn.last_insert_rowid();
     index_event(conn, e.collection_id, &id, rowid, &e.memory_info, e.embedding.as_deref())?;
     let mut subj = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (?1,?2,?3,?4)",
+            "INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id, event_rowid) VALUES (?1,?2,?3,?4,?5)",
         )
         .map_err(backend)?;
     for u in &e.user_id {
-        subj.execute(params![e.collection_id, "u", u, id]).map_err(backend)?;
+        subj.execute(params![e.collection_id, "u", u, id, rowid]).map_err(backend)?;
     }
     for a in &e.assistant_id {
-        subj.execute(params![e.collection_id, "a", a, id]).map_err(backend)?;
+        subj.execute(params![e.collection_id, "a", a, id, rowid]).map_err(backend)?;
     }
     Ok(id)
 }
@@ -78,10 +111,13 @@ pub(crate) fn index_event(
         .map_err(backend)?;
     set_terms(conn, cid, rowid, Some(&terms))?;
     if let Some(v) = vector {
-        conn.prepare_cached("INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) VALUES (?1,?2,?3)")
-            .map_err(backend)?
-            .execute(params![id, cid, vec_to_blob(v)])
-            .map_err(backend)?;
+        // The vector's rowid is its event's: a subject's vectors are as contiguous as its events.
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO event_vectors(rowid, event_id, collection_id, vec) VALUES (?4,?1,?2,?3)",
+        )
+        .map_err(backend)?
+        .execute(params![id, cid, vec_to_blob(v), rowid])
+        .map_err(backend)?;
     }
     Ok(())
 }
@@ -202,13 +238,13 @@ pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, V
     list(
         &mut sql,
         &mut args,
-        "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({}))",
+        "rowid IN (SELECT event_rowid FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({}))",
         &f.user_id,
     );
     list(
         &mut sql,
         &mut args,
-        "id IN (SELECT event_id FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({}))",
+        "rowid IN (SELECT event_rowid FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({}))",
         &f.assistant_id,
     );
     list(&mut sql, &mut args, "memory_type IN ({})", &f.memory_type);
@@ -396,7 +432,7 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 conn.execute(
-                    "INSERT OR REPLACE INTO event_vectors(event_id, collection_id, vec) SELECT id, collection_id, ?3 FROM events WHERE collection_id=?1 AND id=?2",
+                    "INSERT OR REPLACE INTO event_vectors(rowid, event_id, collection_id, vec) SELECT rowid, id, collection_id, ?3 FROM events WHERE collection_id=?1 AND id=?2",
                     params![cid, id, vec_to_blob(&vector)],
                 )
                 .map_err(backend)?;

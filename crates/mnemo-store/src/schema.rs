@@ -317,6 +317,25 @@ const MIGRATIONS: &[&str] = &[
         WHERE c.id = NEW.collection_id AND instr(w.events, ' job.failed ') > 0;
     END;
     "#,
+    // v11: per-user locality. New events take rowids clustered by their first user (or
+    // assistant) — `events::clustered_rowid` — so one user's rows sit next to each other in
+    // the table; a vector's rowid is its event's, so its vectors do too; a subject row carries the
+    // event's rowid, so a scoped search goes from the subject index to the rows without the id
+    // index. Rows written before keep their rowids (not clustered, still found).
+    r#"
+    ALTER TABLE event_subjects ADD COLUMN event_rowid INTEGER;
+    UPDATE event_subjects SET event_rowid = (SELECT rowid FROM events WHERE events.id = event_subjects.event_id);
+    CREATE TABLE event_vectors_v11(
+        event_id TEXT PRIMARY KEY REFERENCES events(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL,
+        vec BLOB NOT NULL              -- little-endian f32, unit length; rowid = events.rowid
+    );
+    INSERT INTO event_vectors_v11(rowid, event_id, collection_id, vec)
+        SELECT e.rowid, v.event_id, v.collection_id, v.vec FROM event_vectors v JOIN events e ON e.id = v.event_id;
+    DROP TABLE event_vectors;
+    ALTER TABLE event_vectors_v11 RENAME TO event_vectors;
+    CREATE INDEX event_vectors_collection ON event_vectors(collection_id);
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -328,13 +347,22 @@ pub fn migrate_with(
     conn: &mut Connection,
     after: impl Fn(&rusqlite::Transaction, usize) -> rusqlite::Result<()>,
 ) -> rusqlite::Result<Result<(), String>> {
+    migrate_to(conn, SCHEMA_VERSION, after)
+}
+
+/// [`migrate_with`] up to `target` only (tests build the data directory of an older release).
+pub(crate) fn migrate_to(
+    conn: &mut Connection,
+    target: i64,
+    after: impl Fn(&rusqlite::Transaction, usize) -> rusqlite::Result<()>,
+) -> rusqlite::Result<Result<(), String>> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if current > SCHEMA_VERSION {
         return Ok(Err(format!(
             "the data directory has schema version {current}, newer than this mnemo understands ({SCHEMA_VERSION}); upgrade mnemo"
         )));
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+    for (i, sql) in MIGRATIONS.iter().enumerate().take(target as usize).skip(current as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
         after(&tx, i + 1)?;

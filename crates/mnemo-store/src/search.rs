@@ -46,10 +46,12 @@ pub fn candidates(
 ) -> Result<Vec<Candidate>, StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
     let mut cosine: HashMap<String, f32> = HashMap::new();
-    if let Some(qv) = &q.vector {
+    if let Some(hits) = q.vector.as_ref().and(q.vector_hits.as_ref()) {
+        cosine = hits.iter().cloned().collect();
+    } else if let Some(qv) = &q.vector {
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT v.event_id, v.vec FROM event_vectors v WHERE v.event_id IN (SELECT id FROM events WHERE {where_sql})"
+                "SELECT v.event_id, v.vec FROM event_vectors v WHERE v.rowid IN (SELECT rowid FROM events WHERE {where_sql})"
             ))
             .map_err(backend)?;
         let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;

@@ -86,7 +86,7 @@ async fn small_scope_bm25_equals_fts5_and_statistics_stay_exact() {
                 conn,
                 cid,
                 &EventFilter { user_id: vec!["u0".into(), "u1".into()], active_only: true, ..Default::default() },
-                &CandidateQuery { vector: None, terms: q.clone(), k: 100 },
+                &CandidateQuery { vector: None, terms: q.clone(), k: 100, vector_hits: None },
             )
             .unwrap();
             Ok((fts, ours, stats))
@@ -125,4 +125,152 @@ async fn small_scope_bm25_equals_fts5_and_statistics_stay_exact() {
         .await
         .unwrap();
     assert_eq!((docs, bad_df), (events, 0), "document and per-term counts are exact after updates and deletes");
+}
+
+fn unit(seed: u64, dim: usize) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v: Vec<f32> = (0..dim)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    mnemo_core::embed::normalize(&mut v);
+    v
+}
+
+/// (rowids of each user's events, vectors whose rowid is not their event's, subject rows whose
+/// `event_rowid` is not their event's).
+async fn layout(s: &SqliteStore, users: usize) -> (Vec<Vec<i64>>, i64, i64) {
+    s.read(move |conn| {
+        let mut per_user = Vec::new();
+        for u in 0..users {
+            let mut stmt = conn
+                .prepare("SELECT e.rowid FROM events e JOIN event_subjects s ON s.event_id = e.id WHERE s.subject_id = ?1 ORDER BY e.rowid")
+                .unwrap();
+            let rows: Vec<i64> =
+                stmt.query_map([format!("u{u}")], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+            per_user.push(rows);
+        }
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        Ok((
+            per_user,
+            count("SELECT count(*) FROM event_vectors v JOIN events e ON e.id = v.event_id WHERE v.rowid != e.rowid"),
+            count("SELECT count(*) FROM event_subjects s JOIN events e ON e.id = s.event_id WHERE s.event_rowid IS NOT e.rowid"),
+        ))
+    })
+    .await
+    .unwrap()
+}
+
+/// A scoped vector search returns exactly the user's events, each with its exact cosine.
+async fn assert_scoped_search(s: &SqliteStore, cid: CollectionId, user: &str, want: &[(String, Vec<f32>)]) {
+    let q = unit(999, 64);
+    let got = s
+        .search_candidates(
+            cid,
+            EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() },
+            CandidateQuery { vector: Some(q.clone()), terms: vec![], k: 100, vector_hits: None },
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.len(), want.len(), "{user}: every event of the user and no other");
+    for (id, v) in want {
+        let c = got.iter().find(|c| &c.event.id == id).unwrap_or_else(|| panic!("{user}: {id} missing"));
+        assert_eq!(c.cosine, Some(mnemo_core::embed::dot(&q, v)), "{id}: the cosine of its own vector");
+    }
+}
+
+#[tokio::test]
+async fn a_users_events_and_vectors_are_contiguous_however_writes_interleave() {
+    let (_d, s, c) = setup().await;
+    let mut written: Vec<Vec<(String, Vec<f32>)>> = vec![vec![]; 3];
+    for i in 0..30u64 {
+        let u = (i % 3) as usize;
+        let v = unit(i, 64);
+        let e = s
+            .insert_event(NewEvent {
+                embedding: Some(v.clone()),
+                ..NewEvent::of_user(
+                    c.id,
+                    EVENT_V1,
+                    format!("u{u}"),
+                    json!({"summary": format!("event {i}")}).as_object().unwrap().clone(),
+                    i as i64,
+                )
+            })
+            .await
+            .unwrap();
+        written[u].push((e.id, v));
+    }
+    let (per_user, bad_vectors, bad_subjects) = layout(&s, 3).await;
+    assert_eq!((bad_vectors, bad_subjects), (0, 0), "vectors and subject rows carry their event's rowid");
+    for (u, rows) in per_user.iter().enumerate() {
+        assert_eq!(rows.len(), 10);
+        assert_eq!(rows[9] - rows[0], 9, "u{u}'s ten events take ten consecutive rowids: {rows:?}");
+    }
+    for (u, want) in written.iter().enumerate() {
+        assert_scoped_search(&s, c.id, &format!("u{u}"), want).await;
+    }
+}
+
+#[tokio::test]
+async fn a_data_directory_of_schema_v10_keeps_its_events_and_vectors_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut written: Vec<Vec<(String, Vec<f32>)>> = vec![vec![]; 2];
+    {
+        // The previous release's layout: SQLite's own rowids, vectors with rowids of their own.
+        let mut conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        schema::migrate_to(&mut conn, 10, |_, _| Ok(())).unwrap().unwrap();
+        conn.execute(
+            "INSERT INTO collections(id, project_name, collection_name, schema_json, created_at, embedding_model, embedding_dim)
+             VALUES (1, 'default', 'c1', ?1, 1, 'test-hashing', 64)",
+            [serde_json::to_string(&CollectionSchema::default()).unwrap()],
+        )
+        .unwrap();
+        for i in 0..8u64 {
+            let (id, u, v) = (format!("evt_{i}"), (i % 2) as usize, unit(i, 64));
+            conn.execute(
+                "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, class, status, time, memory_info, source_message_ids, created_at, updated_at)
+                 VALUES (?1, 1, ?2, ?3, '[]', 'conclusion', 'active', ?4, '{\"summary\":\"x\"}', '[]', 1, 1)",
+                rusqlite::params![id, EVENT_V1, format!("[\"u{u}\"]"), i as i64],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (1, 'u', ?1, ?2)",
+                rusqlite::params![format!("u{u}"), id],
+            )
+            .unwrap();
+            written[u].push((id, v));
+        }
+        // Vectors written in the other order: their rowids are not their events'.
+        for (id, v) in written.iter().flatten().rev() {
+            conn.execute(
+                "INSERT INTO event_vectors(event_id, collection_id, vec) VALUES (?1, 1, ?2)",
+                rusqlite::params![id, crate::rows::vec_to_blob(v)],
+            )
+            .unwrap();
+        }
+    }
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let (_, bad_vectors, bad_subjects) = layout(&s, 2).await;
+    assert_eq!((bad_vectors, bad_subjects), (0, 0), "the upgrade re-keys vectors and fills the subjects' rowids");
+    for (u, want) in written.iter().enumerate() {
+        assert_scoped_search(&s, 1, &format!("u{u}"), want).await;
+    }
+    // New events of an old user go to the user's bucket, after the old ones; both are found.
+    let v = unit(100, 64);
+    let e = s
+        .insert_event(NewEvent {
+            embedding: Some(v.clone()),
+            ..NewEvent::of_user(1, EVENT_V1, "u0", json!({"summary": "new"}).as_object().unwrap().clone(), 100)
+        })
+        .await
+        .unwrap();
+    written[0].push((e.id, v));
+    assert_scoped_search(&s, 1, "u0", &written[0]).await;
+    let (per_user, _, _) = layout(&s, 2).await;
+    assert!(per_user[0].last().unwrap() > &(1 << 40), "the new event's rowid is in a bucket: {:?}", per_user[0]);
 }

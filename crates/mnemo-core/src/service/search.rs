@@ -209,8 +209,10 @@ impl Service {
             out
         };
         let k = (req.limit as usize * 3).max(50);
-        let cq = CandidateQuery { vector: qv, terms, k };
-        let mut results = ranked(self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?, None);
+        let cq = CandidateQuery { vector: qv, terms, k, vector_hits: None };
+        let first = self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?;
+        let vector_hits = cq.vector_hits_of(&first);
+        let mut results = ranked(first, None);
         let n_feedback = self.config.retrieval.feedback_terms;
         if n_feedback > 0
             && results.len() >= 2
@@ -219,7 +221,8 @@ impl Service {
             // Second hop: the query plus what its best hits share, fused with the first by rank.
             let mut terms = cq.terms.clone();
             terms.extend(extra);
-            let q2 = CandidateQuery { vector: cq.vector.clone(), terms, k };
+            // Same vector and filter: the first hop's vector part is reused, not scanned again.
+            let q2 = CandidateQuery { vector: cq.vector.clone(), terms, k, vector_hits };
             let second = ranked(self.store.search_candidates(c.id, filter.clone(), q2).await?, None);
             results = fuse_by_rank(results, second, req.limit as usize);
         }

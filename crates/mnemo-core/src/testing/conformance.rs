@@ -429,8 +429,12 @@ pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_tra
         ids.push(s.insert_event(e).await.unwrap().id);
     }
     let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
-    let q =
-        |terms: &[&str]| CandidateQuery { vector: None, terms: terms.iter().map(|t| t.to_string()).collect(), k: 10 };
+    let q = |terms: &[&str]| CandidateQuery {
+        vector: None,
+        terms: terms.iter().map(|t| t.to_string()).collect(),
+        k: 10,
+        vector_hits: None,
+    };
     let got = s.search_candidates(c.id, f.clone(), q(&["咖啡"])).await.unwrap();
     assert_eq!((got.len(), got[0].event.id.as_str()), (1, ids[0].as_str()));
     assert!(got[0].bm25.unwrap() > 0.0);
@@ -444,13 +448,17 @@ pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_tra
     );
     let qv = embed("puppy named Max", EmbedKind::Query).await;
     let got = s
-        .search_candidates(c.id, f.clone(), CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 1 })
+        .search_candidates(
+            c.id,
+            f.clone(),
+            CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 1, vector_hits: None },
+        )
         .await
         .unwrap();
     assert_eq!(got[0].event.id, ids[1]);
     assert!(got[0].cosine.unwrap() > 0.5);
     assert!(s.delete_event(c.id, &ids[1]).await.unwrap());
-    let q = CandidateQuery { vector: Some(qv), terms: vec!["max".into()], k: 10 };
+    let q = CandidateQuery { vector: Some(qv), terms: vec!["max".into()], k: 10, vector_hits: None };
     let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
     assert!(got.iter().all(|g| g.event.id != ids[1]), "a deleted event leaves vectors and terms");
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
@@ -485,7 +493,11 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
     h.settle().await;
     let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
     let got = s
-        .search_candidates(c.id, f.clone(), CandidateQuery { vector: None, terms: search_tokens("bees"), k: 10 })
+        .search_candidates(
+            c.id,
+            f.clone(),
+            CandidateQuery { vector: None, terms: search_tokens("bees"), k: 10, vector_hits: None },
+        )
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "full text still finds the event");
@@ -494,7 +506,10 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
         s.set_event_vector(c.id, &e.id, v.clone()).await.unwrap();
     }
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
-    let got = s.search_candidates(c.id, f, CandidateQuery { vector: Some(v), terms: vec![], k: 10 }).await.unwrap();
+    let got = s
+        .search_candidates(c.id, f, CandidateQuery { vector: Some(v), terms: vec![], k: 10, vector_hits: None })
+        .await
+        .unwrap();
     assert_eq!(got.len(), 2, "the new vectors are searched");
     assert!(got.iter().all(|g| (g.cosine.unwrap() - 1.0).abs() < 1e-5));
 }
@@ -547,7 +562,7 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let qv = embed("kyoto piano", EmbedKind::Query).await;
     let f = EventFilter { user_id: vec!["u0".into()], active_only: true, ..Default::default() };
     let mine: Vec<&String> = docs.iter().filter(|(_, (u, _))| u == "u0").map(|(id, _)| id).collect();
-    let q = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100 };
+    let q = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100, vector_hits: None };
     let before = s.search_candidates(c.id, f.clone(), q.clone()).await.unwrap();
     h.settle().await;
     let after = s.search_candidates(c.id, f, q).await.unwrap();
@@ -561,6 +576,20 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
         let got_cos = cand.cosine.expect("every candidate has a vector");
         assert!((got_cos - want_cos).abs() < 1e-5, "{id}: cosine {got_cos} vs reference {want_cos}");
     }
+    // A second hop (other terms, same vector, filter and k) given the first's vector part gives
+    // exactly what scanning again gives.
+    let f = EventFilter { user_id: vec!["u0".into()], active_only: true, ..Default::default() };
+    let first = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 3, vector_hits: None };
+    let hits = first.vector_hits_of(&s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap());
+    assert_eq!(hits.as_ref().map(Vec::len), Some(3));
+    let second = CandidateQuery { terms: vec!["咖啡".into(), "coffee".into()], ..first };
+    let key = |mut v: Vec<Candidate>| {
+        v.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+        v.into_iter().map(|c| (c.event.id, c.cosine, c.bm25)).collect::<Vec<_>>()
+    };
+    let scanned = key(s.search_candidates(c.id, f.clone(), second.clone()).await.unwrap());
+    let reused = key(s.search_candidates(c.id, f, CandidateQuery { vector_hits: hits, ..second }).await.unwrap());
+    assert_eq!(reused, scanned, "a reused vector part changes no candidate and no score");
 }
 
 /// More events than a small scope, a filter that keeps 2% of them: the search still returns the
@@ -584,12 +613,13 @@ pub async fn a_filtered_search_over_a_large_scope_finds_the_filtered_events(h: &
     h.settle().await;
     let probe = &rare[17].1;
     let f = EventFilter { memory_type: vec!["rare".into()], active_only: true, ..Default::default() };
-    let q = CandidateQuery { vector: Some(embed(probe, EmbedKind::Query).await), terms: vec![], k: 10 };
+    let q =
+        CandidateQuery { vector: Some(embed(probe, EmbedKind::Query).await), terms: vec![], k: 10, vector_hits: None };
     let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
     assert_eq!(got.len(), 10, "k filtered events");
     assert!(got.iter().all(|g| g.event.memory_type == "rare"));
     assert!(got.iter().any(|g| g.event.id == rare[17].0), "the nearest filtered event is found");
-    let q = CandidateQuery { vector: None, terms: vec![format!("n{}", 17 * 50)], k: 10 };
+    let q = CandidateQuery { vector: None, terms: vec![format!("n{}", 17 * 50)], k: 10, vector_hits: None };
     let got = s.search_candidates(c.id, f, q).await.unwrap();
     assert_eq!(
         got.iter().map(|g| g.event.id.as_str()).collect::<Vec<_>>(),
@@ -655,7 +685,12 @@ pub async fn a_deleted_conversation_leaves_nothing_and_spares_the_others(h: &imp
     assert_eq!(left.iter().map(|e| e.conversation_id.as_deref()).collect::<Vec<_>>(), vec![Some("kept")]);
     let jobs = s.list_jobs(c.id, JobFilter { limit: 10, ..Default::default() }).await.unwrap();
     assert_eq!(jobs.iter().map(|j| j.session_id.clone()).collect::<Vec<_>>(), vec![Some(sessions[1].clone())]);
-    let q = CandidateQuery { vector: Some(vec![1.0; 64]), terms: crate::text::search_tokens("hiking"), k: 10 };
+    let q = CandidateQuery {
+        vector: Some(vec![1.0; 64]),
+        terms: crate::text::search_tokens("hiking"),
+        k: 10,
+        vector_hits: None,
+    };
     let found = s.search_candidates(c.id, EventFilter::default(), q).await.unwrap();
     assert!(found.iter().all(|f| f.event.conversation_id.as_deref() == Some("kept")), "no trace of the deleted one");
     assert!(s.delete_conversation(c.id, "gone").await.unwrap().is_empty(), "a second time: nothing");

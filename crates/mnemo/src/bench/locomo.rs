@@ -224,8 +224,13 @@ pub async fn run(
         // Baselines: one signal each, straight from the same index.
         let t = Instant::now();
         let terms = mnemo_core::text::search_tokens(&q.question);
-        let mut c =
-            store.search_candidates(coll.id, filter.clone(), CandidateQuery { vector: None, terms, k: 10 }).await?;
+        let mut c = store
+            .search_candidates(
+                coll.id,
+                filter.clone(),
+                CandidateQuery { vector: None, terms, k: 10, vector_hits: None },
+            )
+            .await?;
         c.sort_by(|a, b| b.bm25.unwrap_or(0.0).total_cmp(&a.bm25.unwrap_or(0.0)));
         results[0].2.push(t.elapsed().as_secs_f64() * 1000.0);
         results[0]
@@ -240,7 +245,7 @@ pub async fn run(
             .search_candidates(
                 coll.id,
                 filter.clone(),
-                CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10 },
+                CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10, vector_hits: None },
             )
             .await?;
         c.sort_by(|a, b| b.cosine.unwrap_or(-1.0).total_cmp(&a.cosine.unwrap_or(-1.0)));
@@ -269,6 +274,7 @@ pub async fn run(
                     vector: Some(qv.clone()),
                     terms: mnemo_core::text::search_tokens(&q.question),
                     k: dump_k,
+                    vector_hits: None,
                 },
             )
             .await?;

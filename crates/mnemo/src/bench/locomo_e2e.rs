@@ -365,6 +365,7 @@ pub(super) async fn run(
                             vector: Some(qv),
                             terms: mnemo_core::text::search_tokens(&q.question),
                             k: 100,
+                            vector_hits: None,
                         },
                     )
                     .await?;

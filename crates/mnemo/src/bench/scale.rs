@@ -1,7 +1,7 @@
 //! `mnemo bench scale`: search and get_context latency, cold start and memory at 100k–1M events.
 //!
-//! For each size N: N events spread over U users (N/U each; synthetic clustered 512-d vectors and
-//! texts, written through the store's normal insert path with their vectors and full-text terms)
+//! For each size N: N events spread over U users (N/U each; synthetic clustered vectors of the
+//! configured model's dimension and texts, written through the store's normal insert path with their vectors and full-text terms)
 //! in a fresh data directory. Then, in this process: `event/search` for one user through the
 //! `Service` — with the query embedded by the configured model (the real path), and with a
 //! precomputed vector (no embedding) — and `get_context`; 300 queries each over random users.
@@ -41,7 +41,7 @@ fn p50_p95(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 /// Writes the events; returns the collection and the ingest rate (events/s).
-async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Result<(CollectionId, f64)> {
+async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str, dim: usize) -> Result<(CollectionId, f64)> {
     let c = store
         .ensure_collection(NewCollection {
             project_name: "default".into(),
@@ -49,7 +49,7 @@ async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Res
             description: String::new(),
             schema: CollectionSchema::default(),
             embedding_model: model.into(),
-            embedding_dim: 512,
+            embedding_dim: dim as u32,
             created_at: 0,
         })
         .await?;
@@ -60,7 +60,7 @@ async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str) -> Res
         return Ok((c.id, f64::NAN));
     }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ n as u64);
-    let centres: Vec<Vec<f32>> = (0..64).map(|_| (0..512).map(|_| rng.f()).collect()).collect();
+    let centres: Vec<Vec<f32>> = (0..64).map(|_| (0..dim).map(|_| rng.f()).collect()).collect();
     let mut pending = Vec::new();
     let t0 = Instant::now();
     for i in 0..n {
@@ -139,11 +139,13 @@ async fn cold_start(data: &std::path::Path, env: &[(String, String)], users: usi
 }
 
 pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mut cfg: Config) -> Result<()> {
+    let embedder = crate::app::build_embedder(&cfg)?;
     println!(
-        "scale benchmark: N events over {users} users (N/{users} per user), 512-d vectors, 300 queries per measure, k = 10, stores {:?}",
+        "scale benchmark: N events over {users} users (N/{users} per user), {}-d vectors ({}), 300 queries per measure, k = 10, stores {:?}",
+        embedder.dimension(),
+        embedder.model_id(),
         stores.stores
     );
-    let embedder = crate::app::build_embedder(&cfg)?;
     let mut rows = Vec::new();
     for &n in sizes {
         for store in &stores.stores {
@@ -156,14 +158,19 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
             };
             let db = crate::app::open_store(&cfg).await?;
             let service = crate::app::service_on(&cfg, Arc::new(SystemClock), embedder.clone(), db.clone())?;
-            let ingest = fill(db.clone(), n, users, embedder.model_id()).await?.1;
+            let ingest = fill(db.clone(), n, users, embedder.model_id(), embedder.dimension()).await?.1;
             service.check_embedding_model().await?;
             let target = Target { project: "default".into(), collection: "scale".into() };
             let mut rng = Rng(42);
-            let (mut embed_only, mut with_embed, mut no_embed, mut ctx) = (vec![], vec![], vec![], vec![]);
+            let (mut embed_only, mut with_embed, mut no_embed, mut ctx, mut ctx_again) =
+                (vec![], vec![], vec![], vec![], vec![]);
             let c = service.collection_for_read(&target).await?;
             for i in 0..300 {
-                let user = format!("user-{}", rng.next() as usize % users);
+                // Each measure asks for its own random user, so each pays the same first-touch
+                // reads (a user's pages are rarely all in cache at 1M); `ctx_again` is the same
+                // user's next call, as in a running conversation.
+                let mut user = || format!("user-{}", rng.next() as usize % users);
+                let (user_a, user_b, user) = (user(), user(), user());
                 let q = QUERIES[i % QUERIES.len()];
                 let t = Instant::now();
                 let qv = embedder.embed(&[q.to_string()], EmbedKind::Query).await?.pop().context("vector")?;
@@ -171,35 +178,43 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
                 let req = EventSearch::new(
                     target.clone(),
                     Some(q.to_string()),
-                    EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                    EventFilter { user_id: vec![user_a], ..Default::default() },
                     10,
                 );
                 let t = Instant::now();
                 service.search_events(req).await?;
                 with_embed.push(ms(t));
-                let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
+                let filter = EventFilter { user_id: vec![user_b], active_only: true, ..Default::default() };
                 let terms = mnemo_core::text::search_tokens(q);
                 let t = Instant::now();
-                db.search_candidates(c.id, filter, CandidateQuery { vector: Some(qv), terms, k: 10 }).await?;
+                db.search_candidates(
+                    c.id,
+                    filter,
+                    CandidateQuery { vector: Some(qv), terms, k: 10, vector_hits: None },
+                )
+                .await?;
                 no_embed.push(ms(t));
+                let context = ContextRequest {
+                    target: target.clone(),
+                    conversation_id: format!("conv-{user}"),
+                    query: Some(q.to_string()),
+                    event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                    event_limit: 5,
+                    decay: TimeDecay::NONE,
+                    similarity_threshold: None,
+                    profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
+                    profile_limit: 1,
+                    max_tokens: 1200,
+                    include: Include::default(),
+                    locale: None,
+                };
                 let t = Instant::now();
-                service
-                    .get_context(ContextRequest {
-                        target: target.clone(),
-                        conversation_id: format!("conv-{user}"),
-                        query: Some(q.to_string()),
-                        event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
-                        event_limit: 5,
-                        decay: TimeDecay::NONE,
-                        similarity_threshold: None,
-                        profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
-                        profile_limit: 1,
-                        max_tokens: 1200,
-                        include: Include::default(),
-                        locale: None,
-                    })
-                    .await?;
+                service.get_context(context.clone()).await?;
                 ctx.push(ms(t));
+                let again = ContextRequest { query: Some(QUERIES[(i + 1) % QUERIES.len()].to_string()), ..context };
+                let t = Instant::now();
+                service.get_context(again).await?;
+                ctx_again.push(ms(t));
             }
             let _ = service.flush_hits().await;
             let bytes = match store.as_str() {
@@ -209,10 +224,11 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
             drop(service);
             drop(db);
             let (cold, rss, hwm) = cold_start(&cfg.store.path, &env, users).await?;
-            let (e, w, s, x) = (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx));
+            let (e, w, s, x, xa) =
+                (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx), p50_p95(ctx_again));
             let label = if store == "postgres" && !cfg.store.hnsw { "postgres (hnsw: false)" } else { store.as_str() };
             let row = format!(
-                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
+                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
                 n as f64 / users as f64,
                 ingest,
                 e.0,
@@ -223,6 +239,8 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
                 w.1,
                 x.0,
                 x.1,
+                xa.0,
+                xa.1,
                 cold,
                 rss,
                 hwm,
@@ -233,9 +251,9 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
         }
     }
     println!(
-        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | cold start to first search | serve RSS after 200 searches / peak | data on disk |"
+        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | get_context, same user again | cold start to first search | serve RSS after 200 searches / peak | data on disk |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         println!("{r}");
     }

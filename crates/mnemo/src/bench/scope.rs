@@ -78,13 +78,19 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
                 .search_candidates(
                     c.id,
                     filter.clone(),
-                    CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10 },
+                    CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10, vector_hits: None },
                 )
                 .await?;
             vec_only.push(t.elapsed().as_secs_f64() * 1000.0);
             let terms = vec![WORDS[q % WORDS.len()].to_string(), WORDS[(q * 7) % WORDS.len()].to_string()];
             let t = Instant::now();
-            store.search_candidates(c.id, filter.clone(), CandidateQuery { vector: Some(qv), terms, k: 10 }).await?;
+            store
+                .search_candidates(
+                    c.id,
+                    filter.clone(),
+                    CandidateQuery { vector: Some(qv), terms, k: 10, vector_hits: None },
+                )
+                .await?;
             hybrid.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         for v in [&mut base, &mut vec_only, &mut hybrid] {
