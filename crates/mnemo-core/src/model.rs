@@ -610,8 +610,10 @@ pub struct CandidateQuery {
 
 impl CandidateQuery {
     /// The vector part of a candidate list this query returned: the `k` candidates of highest
-    /// cosine. Exact because every candidate outside the vector part (a full-text hit) scores
-    /// at most the vector part's lowest cosine; ties are broken by id, as the stores do.
+    /// cosine. With an exact scan (every user-scoped search) it is the store's vector part, since
+    /// a full-text hit outside it scores at most its lowest cosine — up to which of several
+    /// exactly equal cosines at the k-th place is kept. Over a large scope on PostgreSQL (HNSW,
+    /// approximate) it may hold a full-text hit of higher cosine than an HNSW hit: no worse.
     pub fn vector_hits_of(&self, candidates: &[Candidate]) -> Option<Vec<(String, f32)>> {
         self.vector.as_ref()?;
         let mut hits: Vec<(String, f32)> =

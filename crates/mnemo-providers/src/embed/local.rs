@@ -208,10 +208,7 @@ impl LocalEmbedder {
                 handles.into_iter().map(|h| h.join().map_err(panicked)?).collect::<Result<Vec<Sessions>, String>>()?;
             let tokenizers = Tokenizers {
                 use_: use_tok.join().map_err(panicked)??,
-                e5: match e5_tok {
-                    Some(h) => Some(h.join().map_err(panicked)??),
-                    None => None,
-                },
+                e5: e5_tok.map(|h| h.join().map_err(panicked)?).transpose()?,
             };
             Ok::<_, String>((tokenizers, pool))
         })?;
