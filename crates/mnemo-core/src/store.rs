@@ -32,11 +32,14 @@ pub trait Store: Send + Sync + 'static {
     fn housekeeping_interval(&self) -> Option<std::time::Duration> {
         None
     }
-    /// Periodic upkeep that keeps reads fast but is never needed for correctness (PostgreSQL:
-    /// folding the appended BM25 statistics). Runs on the service's shutdown path like every
-    /// other background loop.
-    async fn housekeeping(&self) -> StoreResult<()> {
-        Ok(())
+    /// Upkeep that keeps reads fast but is never needed for correctness (PostgreSQL: folding the
+    /// appended BM25 statistics; SQLite: moving events written before schema v11 next to their
+    /// users' in batches). The loop calls it at start and then every
+    /// [`Store::housekeeping_interval`]; `Ok(true)` means more is waiting, and the next call comes
+    /// after a pause as long as this one took (upkeep gets at most half of the store's time).
+    /// Stops with the service like every other background loop.
+    async fn housekeeping(&self) -> StoreResult<bool> {
+        Ok(false)
     }
 
     // --- collections

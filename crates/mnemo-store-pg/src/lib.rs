@@ -182,8 +182,8 @@ impl Store for PgStore {
         Some(COMPACT_EVERY)
     }
 
-    async fn housekeeping(&self) -> StoreResult<()> {
-        self.compact_stats().await.map(|_| ())
+    async fn housekeeping(&self) -> StoreResult<bool> {
+        self.compact_stats().await.map(|_| false)
     }
 
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {

@@ -80,11 +80,17 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 // Vectors of another model recorded before are not comparable: they go.
-                conn.execute(
-                    "DELETE FROM event_vectors WHERE collection_id=?1 AND EXISTS (SELECT 1 FROM collections WHERE id=?1 AND embedding_model IS NOT NULL AND (embedding_model<>?2 OR embedding_dim IS NOT ?3))",
-                    params![id, model, dim],
-                )
-                .map_err(backend)?;
+                let mut tables = vec!["event_vectors"];
+                if crate::events::has_legacy_vectors(conn)? {
+                    tables.push(crate::events::LEGACY_VECTORS);
+                }
+                for table in tables {
+                    conn.execute(
+                        &format!("DELETE FROM {table} WHERE collection_id=?1 AND EXISTS (SELECT 1 FROM collections WHERE id=?1 AND embedding_model IS NOT NULL AND (embedding_model<>?2 OR embedding_dim IS NOT ?3))"),
+                        params![id, model, dim],
+                    )
+                    .map_err(backend)?;
+                }
                 conn.execute(
                     "UPDATE collections SET embedding_model=?2, embedding_dim=?3 WHERE id=?1",
                     params![id, model, dim],
@@ -120,6 +126,9 @@ impl SqliteStore {
                 .map_err(backend)?;
                 conn.execute("DELETE FROM term_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 conn.execute("DELETE FROM collection_stats WHERE collection_id=?1", [id]).map_err(backend)?;
+                if crate::events::has_legacy_vectors(conn)? {
+                    conn.execute("DELETE FROM event_vectors_legacy WHERE collection_id=?1", [id]).map_err(backend)?;
+                }
                 for t in [
                     "event_vectors",
                     "event_subjects",

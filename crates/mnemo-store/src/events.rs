@@ -8,6 +8,9 @@ use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 pub(crate) fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
     conn.query_row(
@@ -23,6 +26,38 @@ pub(crate) fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> Sto
 const BUCKET_SHIFT: u32 = 40;
 /// Buckets 1 ..= 2^22 − 1 (bucket 0 holds the rowids of events written before schema v11).
 const BUCKETS: u64 = (1 << 22) - 1;
+/// The first rowid of bucket 1: rows below it were written before schema v11 and are moved into
+/// their subject's bucket in the background ([`relocate_legacy`]).
+pub(crate) const FIRST_CLUSTERED: i64 = 1 << BUCKET_SHIFT;
+/// Vectors of events written before schema v11, keyed by event id, until [`relocate_legacy`]
+/// has moved them all into `event_vectors` (then the table is dropped).
+pub(crate) const LEGACY_VECTORS: &str = "event_vectors_legacy";
+
+/// Whether `event_vectors_legacy` still exists (a data directory upgraded from schema v10 whose
+/// relocation has not finished). A look at the schema table: microseconds.
+pub(crate) fn has_legacy_vectors(conn: &Connection) -> StoreResult<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?1)")
+        .map_err(backend)?
+        .query_row([LEGACY_VECTORS], |r| r.get(0))
+        .map_err(backend)
+}
+
+/// Removes an event's vector from the legacy table, if that table is still there: the event's
+/// vector is being written to `event_vectors` or the event is going.
+fn forget_legacy_vector(conn: &Connection, id: &str) -> StoreResult<()> {
+    if has_legacy_vectors(conn)? {
+        conn.prepare_cached("DELETE FROM event_vectors_legacy WHERE event_id=?1")
+            .map_err(backend)?
+            .execute([id])
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// The subject an event is clustered by: its first user, else its first assistant.
+fn cluster_subject<'a>(user_ids: &'a [String], assistant_ids: &'a [String]) -> &'a str {
+    user_ids.first().or(assistant_ids.first()).map(String::as_str).unwrap_or("")
+}
 
 /// The rowid for a new event of this collection and subject (its first user, else its first
 /// assistant): the next free one in the subject's bucket, so one subject's events are contiguous
@@ -50,10 +85,137 @@ pub(crate) fn clustered_rowid(conn: &Connection, cid: CollectionId, subject: &st
     }
 }
 
+/// Moves up to `limit` events written before schema v11 (rowids below [`FIRST_CLUSTERED`], in
+/// write order) to the end of their subject's bucket, with everything keyed by their rowid: the
+/// full-text row, the vector (out of the legacy table if it is still there), the subject rows'
+/// `event_rowid`. Ids, contents and BM25 statistics do not change and no webhook fires. Returns how
+/// many moved; 0 means none is left, and the legacy vector table has been dropped.
+pub(crate) fn relocate_legacy(conn: &Connection, limit: usize) -> StoreResult<usize> {
+    type Row = (i64, String, CollectionId, String, String, Option<String>);
+    let rows: Vec<Row> = conn
+        .prepare_cached(
+            "SELECT rowid, id, collection_id, user_ids, assistant_ids, terms FROM events WHERE rowid < ?1 ORDER BY rowid LIMIT ?2",
+        )
+        .map_err(backend)?
+        .query_map(params![FIRST_CLUSTERED, limit as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+        })
+        .map_err(backend)?
+        .collect::<Result<_, _>>()
+        .map_err(backend)?;
+    let legacy = has_legacy_vectors(conn)?;
+    if rows.is_empty() {
+        if legacy {
+            conn.execute_batch("DROP TABLE event_vectors_legacy").map_err(backend)?;
+        }
+        return Ok(0);
+    }
+    let ids = |j: &str| serde_json::from_str::<Vec<String>>(j).unwrap_or_default();
+    for (old, id, cid, user_ids, assistant_ids, terms) in &rows {
+        let new = clustered_rowid(conn, *cid, cluster_subject(&ids(user_ids), &ids(assistant_ids)))?;
+        let run = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> StoreResult<usize> {
+            conn.prepare_cached(sql).map_err(backend)?.execute(p).map_err(backend)
+        };
+        run("UPDATE events SET rowid=?2 WHERE rowid=?1", &[old, &new])?;
+        run("DELETE FROM event_fts WHERE rowid=?1", &[old])?;
+        if let Some(t) = terms {
+            run("INSERT INTO event_fts(rowid, terms) VALUES (?1, ?2)", &[&new, t])?;
+        }
+        // A vector already re-keyed (an upgrade by the first v11 release, or written since) moves
+        // with its event; one in the legacy table moves over, unless a newer one exists.
+        run("UPDATE event_vectors SET rowid=?2 WHERE rowid=?1 AND event_id=?3", &[old, &new, id])?;
+        if legacy {
+            run(
+                "INSERT OR IGNORE INTO event_vectors(rowid, event_id, collection_id, vec)
+                 SELECT ?2, event_id, collection_id, vec FROM event_vectors_legacy WHERE event_id=?1",
+                &[id, &new],
+            )?;
+            run("DELETE FROM event_vectors_legacy WHERE event_id=?1", &[id])?;
+        }
+        run("UPDATE event_subjects SET event_rowid=?2 WHERE event_id=?1", &[id, &new])?;
+    }
+    Ok(rows.len())
+}
+
+/// The background relocation of a data directory upgraded from schema v10: whether it is still
+/// pending, its adaptive batch size, and its progress for the log.
+pub(crate) struct Relocation {
+    pending: AtomicBool,
+    batch: AtomicUsize,
+    moved: AtomicU64,
+    started: Mutex<Option<Instant>>,
+}
+
+/// A relocation batch aims at this much of the writer's time (it shares a group commit with
+/// foreground writes, which wait for it).
+const RELOCATE_BATCH_TARGET: Duration = Duration::from_millis(25);
+
+impl Relocation {
+    pub(crate) fn new(conn: &Connection) -> StoreResult<Self> {
+        let old_rows: bool = conn
+            .query_row("SELECT EXISTS (SELECT 1 FROM events WHERE rowid < ?1)", [FIRST_CLUSTERED], |r| r.get(0))
+            .map_err(backend)?;
+        let pending = old_rows || has_legacy_vectors(conn)?;
+        if pending {
+            tracing::info!(
+                "events written before schema v11 are moved next to their users' in the background; reads find them meanwhile"
+            );
+        }
+        Ok(Self {
+            pending: AtomicBool::new(pending),
+            batch: AtomicUsize::new(64),
+            moved: AtomicU64::new(0),
+            started: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+}
+
+impl SqliteStore {
+    /// One batch of the relocation; `Ok(true)` while more is left.
+    pub(crate) async fn relocate_step(&self) -> StoreResult<bool> {
+        let r = &self.relocation;
+        if !r.pending() {
+            return Ok(false);
+        }
+        let started = *r.started.lock().expect("relocation clock").get_or_insert_with(Instant::now);
+        let limit = r.batch.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let moved = self.writer.write(move |conn| relocate_legacy(conn, limit)).await?;
+        let took = t.elapsed();
+        // Batches of about RELOCATE_BATCH_TARGET: halve when slower, double when much faster.
+        let next = if took > RELOCATE_BATCH_TARGET * 2 {
+            limit / 2
+        } else if took < RELOCATE_BATCH_TARGET / 2 {
+            limit * 2
+        } else {
+            limit
+        };
+        r.batch.store(next.clamp(16, 8192), Ordering::Relaxed);
+        let before = r.moved.fetch_add(moved as u64, Ordering::Relaxed);
+        let total = before + moved as u64;
+        if moved == 0 {
+            r.pending.store(false, Ordering::Relaxed);
+            tracing::info!(
+                events = total,
+                seconds = started.elapsed().as_secs(),
+                "events written before schema v11 are in place"
+            );
+            return Ok(false);
+        }
+        if total / 100_000 > before / 100_000 {
+            tracing::info!(events = total, "moving events written before schema v11 next to their users'");
+        }
+        Ok(true)
+    }
+}
+
 pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<String> {
     let id = new_id("evt");
-    let subject = e.user_id.first().or(e.assistant_id.first()).map(String::as_str).unwrap_or("");
-    let rowid = clustered_rowid(conn, e.collection_id, subject)?;
+    let rowid = clustered_rowid(conn, e.collection_id, cluster_subject(&e.user_id, &e.assistant_id))?;
     conn.prepare_cached(
         "INSERT INTO events(rowid, id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
                             class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at)
@@ -118,6 +280,7 @@ pub(crate) fn index_event(
         .map_err(backend)?
         .execute(params![id, cid, vec_to_blob(v), rowid])
         .map_err(backend)?;
+        forget_legacy_vector(conn, id)?;
     }
     Ok(())
 }
@@ -204,6 +367,7 @@ pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -
         .map_err(backend)?
         .execute([id])
         .map_err(backend)?;
+    forget_legacy_vector(conn, id)?;
     conn.prepare_cached("DELETE FROM event_subjects WHERE event_id=?1")
         .map_err(backend)?
         .execute([id])
@@ -211,6 +375,12 @@ pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -
     conn.prepare_cached("DELETE FROM events WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
     Ok(true)
 }
+
+/// A subject row's event rowid: `event_rowid`, or — for a row written before schema v11 whose
+/// event the background relocation has not reached yet — a look-up by event id (`coalesce`
+/// evaluates it only then).
+const SUBJECT_ROWID: &str =
+    "coalesce(event_rowid, (SELECT l.rowid FROM events l WHERE l.id = event_subjects.event_id))";
 
 /// Builds `WHERE` conditions for an event filter; `?1` is always the collection id.
 pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue>) {
@@ -238,13 +408,17 @@ pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, V
     list(
         &mut sql,
         &mut args,
-        "rowid IN (SELECT event_rowid FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({}))",
+        &format!(
+            "rowid IN (SELECT {SUBJECT_ROWID} FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({{}}))"
+        ),
         &f.user_id,
     );
     list(
         &mut sql,
         &mut args,
-        "rowid IN (SELECT event_rowid FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({}))",
+        &format!(
+            "rowid IN (SELECT {SUBJECT_ROWID} FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({{}}))"
+        ),
         &f.assistant_id,
     );
     list(&mut sql, &mut args, "memory_type IN ({})", &f.memory_type);
@@ -416,9 +590,14 @@ impl SqliteStore {
 
     pub(crate) async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
         self.read(move |conn| {
+            let legacy = if has_legacy_vectors(conn)? {
+                " AND id NOT IN (SELECT event_id FROM event_vectors_legacy WHERE collection_id=?1)"
+            } else {
+                ""
+            };
             let mut stmt = conn
                 .prepare(&format!(
-                    "SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id NOT IN (SELECT event_id FROM event_vectors WHERE collection_id=?1) LIMIT ?2"
+                    "SELECT {EVENT_COLS} FROM events WHERE collection_id=?1 AND id NOT IN (SELECT event_id FROM event_vectors WHERE collection_id=?1){legacy} LIMIT ?2"
                 ))
                 .map_err(backend)?;
             let rows = stmt.query_map(params![cid, limit], event_from_row).map_err(backend)?;
@@ -436,6 +615,7 @@ impl SqliteStore {
                     params![cid, id, vec_to_blob(&vector)],
                 )
                 .map_err(backend)?;
+                forget_legacy_vector(conn, &id)?;
                 Ok(())
             })
             .await

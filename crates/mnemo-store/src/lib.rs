@@ -62,6 +62,7 @@ pub struct SqliteStore {
     writer: Writer,
     readers: Arc<Mutex<Vec<Connection>>>,
     options: SqliteOptions,
+    relocation: events::Relocation,
 }
 
 pub const DB_FILE: &str = "mnemo.db";
@@ -76,13 +77,19 @@ impl SqliteStore {
         schema::migrate_with(&mut conn, |tx, version| match version {
             7 => backfill_terms(tx)
                 .map(|n| tracing::info!(events = n, "indexed the terms of events written before schema v7")),
+            11 => {
+                let empty: bool =
+                    tx.query_row("SELECT NOT EXISTS (SELECT 1 FROM event_vectors_legacy)", [], |r| r.get(0))?;
+                if empty { tx.execute_batch("DROP TABLE event_vectors_legacy") } else { Ok(()) }
+            }
             _ => Ok(()),
         })
         .map_err(backend)?
         .map_err(StoreError::backend)?;
         // Jobs left `running` by a previous process of this single-process store resume now.
         conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
-        Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options })
+        let relocation = events::Relocation::new(&conn)?;
+        Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options, relocation })
     }
 
     pub fn path(&self) -> &Path {
@@ -151,6 +158,15 @@ pub(crate) fn backend(e: impl std::error::Error + Send + Sync + 'static) -> Stor
 impl Store for SqliteStore {
     fn engine(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn housekeeping_interval(&self) -> Option<std::time::Duration> {
+        // Only the relocation after an upgrade from schema v10 (see `events::Relocation`).
+        self.relocation.pending().then_some(std::time::Duration::from_secs(60))
+    }
+
+    async fn housekeeping(&self) -> StoreResult<bool> {
+        self.relocate_step().await
     }
 
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {

@@ -49,9 +49,18 @@ pub fn candidates(
     if let Some(hits) = q.vector.as_ref().and(q.vector_hits.as_ref()) {
         cosine = hits.iter().cloned().collect();
     } else if let Some(qv) = &q.vector {
+        // Until the background relocation has moved them, vectors of events written before
+        // schema v11 are in the legacy table, keyed by event id.
+        let legacy = if crate::events::has_legacy_vectors(conn)? {
+            format!(
+                " UNION ALL SELECT lv.event_id, lv.vec FROM event_vectors_legacy lv WHERE lv.event_id IN (SELECT id FROM events WHERE {where_sql})"
+            )
+        } else {
+            String::new()
+        };
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT v.event_id, v.vec FROM event_vectors v WHERE v.rowid IN (SELECT rowid FROM events WHERE {where_sql})"
+                "SELECT v.event_id, v.vec FROM event_vectors v WHERE v.rowid IN (SELECT rowid FROM events WHERE {where_sql}){legacy}"
             ))
             .map_err(backend)?;
         let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;
@@ -158,7 +167,13 @@ fn load_candidates(
     }
     let mut out = Vec::with_capacity(ids.len());
     let mut load = conn.prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1")).map_err(backend)?;
-    let mut vec_of = conn.prepare_cached("SELECT vec FROM event_vectors WHERE event_id=?1").map_err(backend)?;
+    let mut vec_of = conn
+        .prepare_cached(if crate::events::has_legacy_vectors(conn)? {
+            "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
+        } else {
+            "SELECT vec FROM event_vectors WHERE event_id=?1"
+        })
+        .map_err(backend)?;
     for id in ids {
         let event = load.query_row([&id], event_from_row).map_err(backend)?;
         let cos = match (cosine.get(&id), &q.vector) {

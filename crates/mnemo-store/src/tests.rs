@@ -216,8 +216,32 @@ async fn a_users_events_and_vectors_are_contiguous_however_writes_interleave() {
     }
 }
 
+/// A scoped full-text search for `word` finds exactly `id` (the event's terms moved with it).
+async fn assert_term_search(s: &SqliteStore, cid: CollectionId, user: &str, word: &str, id: &str) {
+    let got = s
+        .search_candidates(
+            cid,
+            EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() },
+            CandidateQuery { vector: None, terms: vec![word.into()], k: 100, vector_hits: None },
+        )
+        .await
+        .unwrap();
+    let hits: Vec<&str> = got.iter().filter(|c| c.bm25.is_some()).map(|c| c.event.id.as_str()).collect();
+    assert_eq!(hits, vec![id], "{user}: full-text \"{word}\"");
+}
+
+/// Rows of the legacy vector table (None: the table is gone).
+async fn legacy_vectors(s: &SqliteStore) -> Option<i64> {
+    s.read(|conn| {
+        Ok(crate::events::has_legacy_vectors(conn)?
+            .then(|| conn.query_row("SELECT count(*) FROM event_vectors_legacy", [], |r| r.get(0)).unwrap()))
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
-async fn a_data_directory_of_schema_v10_keeps_its_events_and_vectors_after_the_upgrade() {
+async fn a_data_directory_of_schema_v10_is_usable_at_once_and_relocated_in_the_background() {
     let dir = tempfile::tempdir().unwrap();
     let mut written: Vec<Vec<(String, Vec<f32>)>> = vec![vec![]; 2];
     {
@@ -230,14 +254,16 @@ async fn a_data_directory_of_schema_v10_keeps_its_events_and_vectors_after_the_u
             [serde_json::to_string(&CollectionSchema::default()).unwrap()],
         )
         .unwrap();
-        for i in 0..8u64 {
+        for i in 0..10u64 {
             let (id, u, v) = (format!("evt_{i}"), (i % 2) as usize, unit(i, 64));
             conn.execute(
-                "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, class, status, time, memory_info, source_message_ids, created_at, updated_at)
-                 VALUES (?1, 1, ?2, ?3, '[]', 'conclusion', 'active', ?4, '{\"summary\":\"x\"}', '[]', 1, 1)",
-                rusqlite::params![id, EVENT_V1, format!("[\"u{u}\"]"), i as i64],
+                "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, class, status, time, memory_info, source_message_ids, created_at, updated_at, terms)
+                 VALUES (?1, 1, ?2, ?3, '[]', 'conclusion', 'active', ?4, '{\"summary\":\"x\"}', '[]', 1, 1, ?5)",
+                rusqlite::params![id, EVENT_V1, format!("[\"u{u}\"]"), i as i64, format!("word{i}")],
             )
             .unwrap();
+            conn.execute("INSERT INTO event_fts(rowid, terms) SELECT rowid, terms FROM events WHERE id=?1", [&id])
+                .unwrap();
             conn.execute(
                 "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id) VALUES (1, 'u', ?1, ?2)",
                 rusqlite::params![format!("u{u}"), id],
@@ -245,6 +271,7 @@ async fn a_data_directory_of_schema_v10_keeps_its_events_and_vectors_after_the_u
             .unwrap();
             written[u].push((id, v));
         }
+        conn.execute("INSERT INTO collection_stats(collection_id, docs, tokens) VALUES (1, 10, 10)", []).unwrap();
         // Vectors written in the other order: their rowids are not their events'.
         for (id, v) in written.iter().flatten().rev() {
             conn.execute(
@@ -255,12 +282,15 @@ async fn a_data_directory_of_schema_v10_keeps_its_events_and_vectors_after_the_u
         }
     }
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
-    let (_, bad_vectors, bad_subjects) = layout(&s, 2).await;
-    assert_eq!((bad_vectors, bad_subjects), (0, 0), "the upgrade re-keys vectors and fills the subjects' rowids");
+    // Right after the upgrade nothing has moved, and every read already finds everything.
+    assert!(s.relocation.pending());
+    assert_eq!(legacy_vectors(&s).await, Some(10), "the vectors wait in the legacy table");
     for (u, want) in written.iter().enumerate() {
         assert_scoped_search(&s, 1, &format!("u{u}"), want).await;
     }
-    // New events of an old user go to the user's bucket, after the old ones; both are found.
+    assert_term_search(&s, 1, "u1", "word3", "evt_3").await;
+    // Writes meanwhile: a new event of an old user goes to the user's bucket; a re-embedded old
+    // event's vector leaves the legacy table; a deleted one takes its legacy vector along.
     let v = unit(100, 64);
     let e = s
         .insert_event(NewEvent {
@@ -270,7 +300,59 @@ async fn a_data_directory_of_schema_v10_keeps_its_events_and_vectors_after_the_u
         .await
         .unwrap();
     written[0].push((e.id, v));
-    assert_scoped_search(&s, 1, "u0", &written[0]).await;
-    let (per_user, _, _) = layout(&s, 2).await;
-    assert!(per_user[0].last().unwrap() > &(1 << 40), "the new event's rowid is in a bucket: {:?}", per_user[0]);
+    let v = unit(200, 64);
+    s.set_event_vector(1, "evt_2", v.clone()).await.unwrap();
+    written[0][1].1 = v;
+    assert!(s.delete_event(1, "evt_4").await.unwrap());
+    written[0].remove(2);
+    assert_eq!(legacy_vectors(&s).await, Some(8));
+    for (u, want) in written.iter().enumerate() {
+        assert_scoped_search(&s, 1, &format!("u{u}"), want).await;
+    }
+    // The background steps, run to the end: every old event in its user's bucket, contiguous,
+    // vectors and terms moved along, the legacy table gone; reads answer exactly as before.
+    let mut steps = 0;
+    while s.relocate_step().await.unwrap() {
+        steps += 1;
+        assert!(steps < 100, "the relocation ends");
+    }
+    assert!(!s.relocation.pending());
+    assert_eq!(legacy_vectors(&s).await, None, "the legacy table is dropped at the end");
+    let (per_user, bad_vectors, bad_subjects) = layout(&s, 2).await;
+    assert_eq!((bad_vectors, bad_subjects), (0, 0), "vectors and subject rows carry their event's new rowid");
+    for (u, rows) in per_user.iter().enumerate() {
+        assert!(rows[0] >= crate::events::FIRST_CLUSTERED, "u{u}: {rows:?}");
+        assert_eq!(rows.last().unwrap() - rows[0], rows.len() as i64 - 1, "u{u}'s events are contiguous: {rows:?}");
+    }
+    for (u, want) in written.iter().enumerate() {
+        assert_scoped_search(&s, 1, &format!("u{u}"), want).await;
+    }
+    assert_term_search(&s, 1, "u1", "word3", "evt_3").await;
+    assert_term_search(&s, 1, "u0", "word8", "evt_8").await;
+    // The full-text index (what scopes over 5,000 events match through) points at the new rowids.
+    let matched: Vec<(String, String)> = s
+        .read(|conn| {
+            let mut stmt = conn
+                .prepare("SELECT e.terms, e.id FROM event_fts JOIN events e ON e.rowid = event_fts.rowid WHERE event_fts MATCH ?1")
+                .unwrap();
+            let mut all = Vec::new();
+            for i in 0..10 {
+                let rows = stmt.query_map([format!("word{i}")], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+                all.extend(rows.map(Result::unwrap));
+            }
+            Ok(all)
+        })
+        .await
+        .unwrap();
+    let want: Vec<(String, String)> =
+        (0..10).filter(|i| *i != 4).map(|i| (format!("word{i}"), format!("evt_{i}"))).collect();
+    assert_eq!(matched, want, "each old event's full-text row follows it");
+    let docs: i64 =
+        s.read(|c| Ok(c.query_row("SELECT docs FROM collection_stats", [], |r| r.get(0)).unwrap())).await.unwrap();
+    assert_eq!(docs, 10, "BM25 statistics untouched by the move (one of the ten was deleted, one added)");
+    // Reopened: nothing left to do.
+    drop(s);
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    assert!(!s.relocation.pending());
+    assert!(s.housekeeping_interval().is_none());
 }

@@ -87,11 +87,27 @@ impl Service {
                 }
             }
         }));
-        // Store upkeep (PostgreSQL: BM25 statistics folded), if the store asks for it.
+        // Store upkeep (PostgreSQL: BM25 statistics folded; SQLite: old rows moved into their
+        // users' ranges), if the store asks for it: at start, then every period — or, while the
+        // store says more is waiting, after a pause as long as the last call took.
         if let Some(period) = self.store.housekeeping_interval() {
-            handles.push(self.spawn_every(&shutdown, period, |svc| async move {
-                if let Err(e) = svc.store.housekeeping().await {
-                    tracing::warn!(error = %e, "store housekeeping failed");
+            let svc = self.clone();
+            let mut stop = shutdown.clone();
+            handles.push(tokio::spawn(async move {
+                while !*stop.borrow() {
+                    let started = std::time::Instant::now();
+                    let wait = match svc.store.housekeeping().await {
+                        Ok(true) => started.elapsed(),
+                        Ok(false) => period,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "store housekeeping failed");
+                            period
+                        }
+                    };
+                    tokio::select! {
+                        _ = stop.changed() => {}
+                        _ = tokio::time::sleep(wait) => {}
+                    }
                 }
             }));
         }

@@ -293,9 +293,23 @@ async fn a_data_directory_of_the_previous_release_is_reindexed() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("re-embedded with use-m3+e5-small-int8"), "{stdout}");
 
-    let s = Server::spawn(&cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
+    let log = dir.path().join("serve.log");
+    let s =
+        Server::spawn_with_log(&cfg, &data, "127.0.0.1:0", &[], Some(&log)).expect("the re-indexed directory starts");
     let r = s.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
     assert_eq!(r["result_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
+    // Its events (written before schema v11) move next to their users' in the background; the
+    // same search answers the same after.
+    eventually(60, "the relocation of the old events", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("events written before schema v11 are in place")
+            .then_some(())
+    })
+    .await;
+    let again = s.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
+    let first = |r: &Value| (r["result_list"][0]["event_id"].clone(), r["result_list"][0]["memory_info"].clone());
+    assert_eq!(first(&again), first(&r), "the same answer after the relocation");
     let r = s
         .ok(
             "event/search",
