@@ -22,13 +22,16 @@ impl Default for Redaction {
 
 pub const PRIVATE_PLACEHOLDER: &str = "[private]";
 
+// Word boundaries are ASCII ones, `(?-u:\b)`: Chinese has no spaces, and a Unicode `\b` sees
+// no boundary between a Han character and a secret glued to it ("用这个sk-…"). They also keep the
+// regexes on the lazy DFA (a Unicode `\b` sends non-ASCII text to the slower backtracker).
 static PRIVATE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?is)<private>.*?(?:</private>|\z)").unwrap());
 static PEM: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?s)-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\z)").unwrap()
 });
 static KEYS: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
-        r"\b(?:sk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}",
+        r"(?-u:\b)(?:sk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}",
         r"|AKIA[0-9A-Z]{16}",
         r"|gh[pousr]_[A-Za-z0-9]{30,}",
         r"|github_pat_[A-Za-z0-9_]{30,}",
@@ -38,11 +41,12 @@ static KEYS: LazyLock<Regex> = LazyLock::new(|| {
     ))
     .unwrap()
 });
-static BEARER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/-]{12,}=*").unwrap());
+static BEARER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)(?-u:\b)(bearer)\s+[A-Za-z0-9._~+/-]{12,}=*").unwrap());
 static PAIRS: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)\b(password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|access[_-]?key|access[_-]?token|auth[_-]?token|token)(\s*[:=：]\s*)("[^"]*"|'[^']*'|[^\s,;，；]+)|(密码|口令|密钥|令牌)(\s*(?:[:=：]|是|为)\s*)([^\s,;，；。]+)"#).unwrap()
+    Regex::new(r#"(?i)(?-u:\b)(password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|access[_-]?key|access[_-]?token|auth[_-]?token|token)(\s*[:=：]\s*)("[^"]*"|'[^']*'|[^\s,;，；]+)|(密码|口令|密钥|令牌)(\s*(?:[:=：]|是|为)\s*)([^\s,;，；。]+)"#).unwrap()
 });
-static CARD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\d(?:[ -]?\d){12,18}\b").unwrap());
+static CARD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?-u:\b)\d(?:[ -]?\d){12,18}(?-u:\b)").unwrap());
 
 fn luhn(digits: &str) -> bool {
     let ds: Vec<u32> = digits.chars().filter_map(|c| c.to_digit(10)).collect();
@@ -61,7 +65,7 @@ fn luhn(digits: &str) -> bool {
 impl Redaction {
     pub fn apply<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out: Cow<'a, str> = Cow::Borrowed(text);
-        if self.private_tags && out.to_ascii_lowercase().contains("<private>") {
+        if self.private_tags && text.as_bytes().windows(9).any(|w| w.eq_ignore_ascii_case(b"<private>")) {
             out = Cow::Owned(PRIVATE.replace_all(&out, PRIVATE_PLACEHOLDER).into_owned());
         }
         if self.secrets {
@@ -142,5 +146,18 @@ mod tests {
         check("card 4111 1111 1111 1111 exp", "card [REDACTED CARD] exp");
         check("order 1234 5678 9012 3456 is not a card", "order 1234 5678 9012 3456 is not a card");
         check("我家宝宝1岁，住在上海", "我家宝宝1岁，住在上海");
+    }
+
+    #[test]
+    fn secrets_glued_to_chinese_text_are_masked() {
+        // Chinese has no spaces: a secret follows a Han character directly, which is a word
+        // character for a Unicode `\b` (so no boundary there) — the boundaries are ASCII ones.
+        check("用这个sk-proj-abcdefghijklmnop1234调用接口", "用这个[REDACTED SECRET]调用接口");
+        check("卡号4111111111111111，有效期", "卡号[REDACTED CARD]，有效期");
+        check("我的password=hunter2吧", "我的password=[REDACTED]");
+        check("请带上Bearer abc.def-ghi_jkl012345访问", "请带上Bearer [REDACTED]访问");
+        // Still no match inside a longer ASCII word.
+        check("mask-proj-abcdefghijklmnop1234", "mask-proj-abcdefghijklmnop1234");
+        check("xpassword=1", "xpassword=1");
     }
 }

@@ -23,17 +23,17 @@ pub(crate) fn load_conversation(
     cid: CollectionId,
     conv: &str,
 ) -> StoreResult<Option<ConversationRow>> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT meta_json, open_messages, open_tokens FROM conversations WHERE collection_id=?1 AND conversation_id=?2",
-        params![cid, conv],
-        |r| {
-            Ok(ConversationRow {
-                meta: parse_meta(&r.get::<_, String>(0)?),
-                open_messages: r.get::<_, i64>(1)? as u64,
-                open_tokens: r.get::<_, i64>(2)? as u64,
-            })
-        },
     )
+    .map_err(backend)?
+    .query_row(params![cid, conv], |r| {
+        Ok(ConversationRow {
+            meta: parse_meta(&r.get::<_, String>(0)?),
+            open_messages: r.get::<_, i64>(1)? as u64,
+            open_tokens: r.get::<_, i64>(2)? as u64,
+        })
+    })
     .optional()
     .map_err(backend)
 }
@@ -46,13 +46,14 @@ pub(crate) fn upsert_conversation(conn: &Connection, req: &AppendRequest) -> Sto
         open_tokens: 0,
     });
     row.meta.merge(&req.meta);
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO conversations(collection_id, conversation_id, meta_json, wait_timeout_ms, last_write_at, created_at)
          VALUES (?1,?2,?3,?4,?5,?5)
          ON CONFLICT(collection_id, conversation_id) DO UPDATE SET meta_json=excluded.meta_json,
              wait_timeout_ms=excluded.wait_timeout_ms, last_write_at=excluded.last_write_at",
-        params![req.collection_id, req.conversation_id, meta_json(&row.meta), req.trigger.wait_timeout_ms(), req.now],
     )
+    .map_err(backend)?
+    .execute(params![req.collection_id, req.conversation_id, meta_json(&row.meta), req.trigger.wait_timeout_ms(), req.now])
     .map_err(backend)?;
     Ok(row)
 }
@@ -186,10 +187,11 @@ impl SqliteStore {
                 let open_messages = row.open_messages + stored;
                 let open_tokens = row.open_tokens + tokens;
                 let deadline = (open_messages > 0).then(|| req.now + req.trigger.wait_timeout_ms());
-                conn.execute(
+                conn.prepare_cached(
                     "UPDATE conversations SET open_messages=?3, open_tokens=?4, idle_deadline=?5 WHERE collection_id=?1 AND conversation_id=?2",
-                    params![req.collection_id, req.conversation_id, open_messages as i64, open_tokens as i64, deadline],
                 )
+                .map_err(backend)?
+                .execute(params![req.collection_id, req.conversation_id, open_messages as i64, open_tokens as i64, deadline])
                 .map_err(backend)?;
                 let reason = if stored > 0 { req.trigger.evaluate(open_tokens, open_messages, largest) } else { None };
                 let closed = match reason {

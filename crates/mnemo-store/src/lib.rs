@@ -133,6 +133,9 @@ fn open_conn(path: &Path, o: &SqliteOptions, read_only: bool) -> rusqlite::Resul
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     let conn = Connection::open_with_flags(path, flags)?;
+    // rusqlite keeps 16 prepared statements by default; the writer alone uses more than that on
+    // a write with extraction, and an evicted one is parsed again on its next use.
+    conn.set_prepared_statement_cache_capacity(128);
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     if !read_only {
         conn.pragma_update(None, "journal_mode", "WAL")?;

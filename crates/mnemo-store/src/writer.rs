@@ -75,6 +75,11 @@ impl Writer {
     }
 }
 
+/// Runs a statement kept prepared: the per-request SAVEPOINT / RELEASE are not parsed again each time.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
     while let Ok(first) = rx.recv() {
         let (mut batch, mut raw) = (Vec::new(), Vec::new());
@@ -95,19 +100,19 @@ fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
             raw.into_iter().for_each(|f| f(&conn));
             continue;
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = run_cached(&conn, "BEGIN IMMEDIATE") {
             tracing::error!(error = %e, "BEGIN failed; dropping a batch of writes unacknowledged");
             continue; // dropping the jobs drops their senders: callers see an error, nothing is acked
         }
         let mut delivers = Vec::with_capacity(batch.len());
         for job in batch {
-            if let Err(e) = conn.execute_batch("SAVEPOINT req") {
+            if let Err(e) = run_cached(&conn, "SAVEPOINT req") {
                 tracing::error!(error = %e, "SAVEPOINT failed");
                 continue;
             }
             match catch_unwind(AssertUnwindSafe(|| job(&conn))) {
                 Ok(Some(deliver)) => {
-                    let _ = conn.execute_batch("RELEASE req");
+                    let _ = run_cached(&conn, "RELEASE req");
                     delivers.push(deliver);
                 }
                 Ok(None) => {
@@ -119,7 +124,7 @@ fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
                 }
             }
         }
-        let committed = conn.execute_batch("COMMIT").map_err(|e| {
+        let committed = run_cached(&conn, "COMMIT").map_err(|e| {
             tracing::error!(error = %e, "COMMIT failed");
             let _ = conn.execute_batch("ROLLBACK");
             StoreError::backend(format!("commit failed: {e}"))

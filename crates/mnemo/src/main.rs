@@ -13,6 +13,12 @@ use clap::{Parser, Subcommand};
 use config::Config;
 use std::path::PathBuf;
 
+/// mimalloc instead of glibc's malloc: a request allocates and frees many small buffers on
+/// several threads, and glibc's malloc/free/consolidate were ~9% of the server's CPU on the write
+/// path (docs/benchmarks.md, "Write path").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "mnemo", version, about = "mnemo — a memory service for LLM applications")]
 struct Cli {
