@@ -327,6 +327,14 @@ const MIGRATIONS: &[&str] = &[
     END $$;
     CREATE TRIGGER webhook_jobs AFTER UPDATE OF state ON jobs FOR EACH ROW EXECUTE FUNCTION mnemo_webhook_jobs();
     "#,
+    // v4: vectors in their rows. A row over 2 KB (every vector of 512 dimensions or more) had its
+    // vector moved to the TOAST table, so reading one cost a TOAST index look-up and two chunk
+    // reads besides the row. With the target at a page, only a row that cannot fit one (~2,000
+    // dimensions) goes out of line. (`SET STORAGE MAIN` on `vec` is not it: the toaster then
+    // moves `event_id` out instead.) Rows written before keep their TOASTed vectors.
+    r#"
+    ALTER TABLE event_vectors SET (toast_tuple_target = 8160);
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
