@@ -148,7 +148,7 @@ pub(crate) struct Relocation {
 
 /// A relocation batch aims at this much of the writer's time (it shares a group commit with
 /// foreground writes, which wait for it).
-const RELOCATE_BATCH_TARGET: Duration = Duration::from_millis(25);
+const RELOCATE_BATCH_TARGET: Duration = Duration::from_millis(10);
 
 impl Relocation {
     pub(crate) fn new(conn: &Connection) -> StoreResult<Self> {

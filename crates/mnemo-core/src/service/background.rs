@@ -89,7 +89,7 @@ impl Service {
         }));
         // Store upkeep (PostgreSQL: BM25 statistics folded; SQLite: old rows moved into their
         // users' ranges), if the store asks for it: at start, then every period — or, while the
-        // store says more is waiting, after a pause as long as the last call took.
+        // store says more is waiting, after a pause three times as long as the last call took.
         if let Some(period) = self.store.housekeeping_interval() {
             let svc = self.clone();
             let mut stop = shutdown.clone();
@@ -97,7 +97,8 @@ impl Service {
                 while !*stop.borrow() {
                     let started = std::time::Instant::now();
                     let wait = match svc.store.housekeeping().await {
-                        Ok(true) => started.elapsed(),
+                        // A quarter of the store's time at most (see `Store::housekeeping`).
+                        Ok(true) => started.elapsed() * 3,
                         Ok(false) => period,
                         Err(e) => {
                             tracing::warn!(error = %e, "store housekeeping failed");
