@@ -80,11 +80,7 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 // Vectors of another model recorded before are not comparable: they go.
-                let mut tables = vec!["event_vectors"];
-                if crate::events::has_legacy_vectors(conn)? {
-                    tables.push(crate::events::LEGACY_VECTORS);
-                }
-                for table in tables {
+                for table in crate::events::vector_tables(conn)? {
                     conn.execute(
                         &format!("DELETE FROM {table} WHERE collection_id=?1 AND EXISTS (SELECT 1 FROM collections WHERE id=?1 AND embedding_model IS NOT NULL AND (embedding_model<>?2 OR embedding_dim IS NOT ?3))"),
                         params![id, model, dim],
@@ -126,19 +122,8 @@ impl SqliteStore {
                 .map_err(backend)?;
                 conn.execute("DELETE FROM term_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 conn.execute("DELETE FROM collection_stats WHERE collection_id=?1", [id]).map_err(backend)?;
-                if crate::events::has_legacy_vectors(conn)? {
-                    conn.execute("DELETE FROM event_vectors_legacy WHERE collection_id=?1", [id]).map_err(backend)?;
-                }
-                for t in [
-                    "event_vectors",
-                    "event_subjects",
-                    "events",
-                    "profiles",
-                    "jobs",
-                    "sessions",
-                    "messages",
-                    "conversations",
-                ] {
+                let rest = ["event_subjects", "events", "profiles", "jobs", "sessions", "messages", "conversations"];
+                for t in crate::events::vector_tables(conn)?.iter().chain(&rest) {
                     conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id]).map_err(backend)?;
                 }
                 Ok(conn.execute("DELETE FROM collections WHERE id=?1", [id]).map_err(backend)? > 0)

@@ -42,6 +42,11 @@ pub(crate) fn has_legacy_vectors(conn: &Connection) -> StoreResult<bool> {
         .map_err(backend)
 }
 
+/// The tables vectors are in: `event_vectors`, and the legacy one while it exists.
+pub(crate) fn vector_tables(conn: &Connection) -> StoreResult<&'static [&'static str]> {
+    Ok(if has_legacy_vectors(conn)? { &["event_vectors", LEGACY_VECTORS] } else { &["event_vectors"] })
+}
+
 /// Removes an event's vector from the legacy table, if that table is still there: the event's
 /// vector is being written to `event_vectors` or the event is going.
 fn forget_legacy_vector(conn: &Connection, id: &str) -> StoreResult<()> {
