@@ -465,6 +465,32 @@ impl NewEvent {
             now: time,
         }
     }
+
+    /// The event as its insert stores it under `id`: active, never hit, created and updated at
+    /// `now` (a store returns this instead of reading the row back).
+    pub fn stored_as(self, id: String) -> Event {
+        Event {
+            id,
+            memory_type: self.memory_type,
+            user_id: self.user_id,
+            assistant_id: self.assistant_id,
+            group_id: self.group_id,
+            session_id: self.session_id,
+            conversation_id: self.conversation_id,
+            scope: self.scope,
+            class: self.class,
+            status: "active".into(),
+            time: self.time,
+            memory_info: self.memory_info,
+            source_message_ids: self.source_message_ids,
+            hit_count: 0,
+            last_hit_at: None,
+            created_at: self.now,
+            updated_at: self.now,
+            expires_at: self.expires_at,
+            superseded_by: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]

@@ -50,22 +50,36 @@ impl TermStats {
             terms.push(term);
             deltas.push(d);
         }
-        if !cids.is_empty() {
+        let (mut doc_cids, mut docs, mut tokens) = (vec![], vec![], vec![]);
+        for (cid, (d, t)) in self.docs.into_iter().filter(|(_, d)| *d != (0, 0)) {
+            doc_cids.push(cid);
+            docs.push(d);
+            tokens.push(t);
+        }
+        // Both go out together (pipelined): one round trip.
+        let terms_delta = async {
+            if cids.is_empty() {
+                return Ok(0);
+            }
             execute(
                 tx,
                 "INSERT INTO term_stats_delta(collection_id, term, df) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
                 &[&cids, &terms, &deltas],
             )
-            .await?;
-        }
-        for (cid, (docs, tokens)) in self.docs.into_iter().filter(|(_, d)| *d != (0, 0)) {
+            .await
+        };
+        let docs_delta = async {
+            if doc_cids.is_empty() {
+                return Ok(0);
+            }
             execute(
                 tx,
-                "INSERT INTO collection_stats_delta(collection_id, docs, tokens) VALUES ($1, $2, $3)",
-                &[&cid, &docs, &tokens],
+                "INSERT INTO collection_stats_delta(collection_id, docs, tokens) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])",
+                &[&doc_cids, &docs, &tokens],
             )
-            .await?;
-        }
+            .await
+        };
+        tokio::try_join!(terms_delta, docs_delta)?;
         Ok(())
     }
 }
@@ -124,48 +138,65 @@ pub(crate) async fn insert_event_row(tx: &Tx<'_>, stats: &mut TermStats, e: &New
     // The terms go in with the row (an UPDATE after it would write every index of the row twice).
     let (terms, lexemes) = analyse(&e.memory_info);
     stats.change(e.collection_id, None, Some(&terms));
-    execute(
-        tx,
-        "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
-                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,'active',$11,$12,$13,$14,$14,$15,$16,array_to_tsvector($17::text[]))",
-        &[
-            &id,
-            &e.collection_id,
-            &e.memory_type,
-            &json(&e.user_id),
-            &json(&e.assistant_id),
-            &e.group_id,
-            &e.session_id,
-            &e.conversation_id,
-            &e.scope,
-            &e.class,
-            &e.time,
-            &json(&e.memory_info),
-            &json(&e.source_message_ids),
-            &e.now,
-            &e.expires_at,
-            &terms,
-            &lexemes,
-        ],
-    )
-    .await?;
-    if let Some(v) = &e.embedding {
-        set_vector(tx, e.collection_id, &id, v).await?;
-    }
+    let (user_ids, assistant_ids, memory_info, sources) =
+        (json(&e.user_id), json(&e.assistant_id), json(&e.memory_info), json(&e.source_message_ids));
+    let row_args: [SqlParam<'_>; 17] = [
+        &id,
+        &e.collection_id,
+        &e.memory_type,
+        &user_ids,
+        &assistant_ids,
+        &e.group_id,
+        &e.session_id,
+        &e.conversation_id,
+        &e.scope,
+        &e.class,
+        &e.time,
+        &memory_info,
+        &sources,
+        &e.now,
+        &e.expires_at,
+        &terms,
+        &lexemes,
+    ];
     let subjects: Vec<(&str, &String)> =
         e.user_id.iter().map(|u| ("u", u)).chain(e.assistant_id.iter().map(|a| ("a", a))).collect();
-    if !subjects.is_empty() {
-        let kinds: Vec<&str> = subjects.iter().map(|(k, _)| *k).collect();
-        let ids: Vec<&String> = subjects.iter().map(|(_, s)| *s).collect();
-        execute(
-            tx,
+    let kinds: Vec<&str> = subjects.iter().map(|(k, _)| *k).collect();
+    let subject_ids: Vec<&String> = subjects.iter().map(|(_, s)| *s).collect();
+    let dim = e.embedding.as_ref().map(|v| v.len() as i32);
+    let vec = e.embedding.as_ref().map(|v| pgvector::Vector::from(v.clone()));
+    // The row, its vector and its subjects go out together, one round trip (tokio-postgres
+    // pipelines what is issued together). The statements are prepared first: a prepared
+    // statement's execution is sent when its future is first polled, so the server gets them in
+    // this order — a statement that still had to be prepared would be sent after the ones that
+    // did not, and both tables' foreign keys refuse a row before its event.
+    let (row_st, vector_st, subjects_st) = tokio::try_join!(
+        tx.prepare_cached(
+            "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
+                                class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,'active',$11,$12,$13,$14,$14,$15,$16,array_to_tsvector($17::text[]))"
+        ),
+        tx.prepare_cached("INSERT INTO event_vectors(event_id, collection_id, dim, vec) VALUES ($1, $2, $3, $4)"),
+        tx.prepare_cached(
             "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id)
-             SELECT $1, k, s, $4 FROM unnest($2::text[], $3::text[]) AS t(k, s) ON CONFLICT DO NOTHING",
-            &[&e.collection_id, &kinds, &ids, &id],
-        )
-        .await?;
-    }
+             SELECT $1, k, s, $4 FROM unnest($2::text[], $3::text[]) AS t(k, s) ON CONFLICT DO NOTHING"
+        ),
+    )
+    .map_err(backend)?;
+    let row = tx.execute(&row_st, &row_args);
+    let vector = async {
+        match &vec {
+            Some(vec) => tx.execute(&vector_st, &[&id, &e.collection_id, &dim, vec]).await,
+            None => Ok(0),
+        }
+    };
+    let subjects = async {
+        if kinds.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(&subjects_st, &[&e.collection_id, &kinds, &subject_ids, &id]).await
+    };
+    tokio::try_join!(row, vector, subjects).map_err(backend)?;
     Ok(id)
 }
 
@@ -283,11 +314,8 @@ impl PgStore {
         let mut stats = TermStats::default();
         let id = insert_event_row(&tx, &mut stats, &e).await?;
         stats.flush(&tx).await?;
-        let out = event_by_id(&tx, e.collection_id, &id)
-            .await?
-            .ok_or_else(|| StoreError::backend("inserted event vanished"))?;
         tx.commit().await.map_err(backend)?;
-        Ok(out)
+        Ok(e.stored_as(id))
     }
 
     pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
@@ -365,8 +393,7 @@ impl PgStore {
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
         let mut conn = self.client().await?;
-        let tx = begin_read(&mut conn).await?;
-        crate::search::candidates(&tx, cid, &filter, &q, self.exact_scope).await
+        crate::search::candidates(&mut conn, cid, &filter, &q, self.exact_scope).await
     }
 
     pub(crate) async fn record_hits(&self, cid: CollectionId, mut ids: Vec<String>, now: Millis) -> StoreResult<()> {

@@ -1,14 +1,17 @@
 //! Candidate generation on PostgreSQL, giving the same candidates and the same signals as the
 //! embedded store so `mnemo-core` ranks both alike:
-//! - a scope of up to [`EXACT_SCOPE`] events (configurable) (the usual: one user's) is searched exactly —
-//!   pgvector's inner product over the scope's vectors (btree-prefiltered, no ANN), and BM25
-//!   scored in Rust from the events' terms and the collection's statistics (`text::Bm25Query`);
+//! - a scope of up to [`EXACT_SCOPE`] events (configurable) (the usual: one user's) is searched exactly
+//!   in two round trips and no transaction: one statement returns the scope's events with their
+//!   terms and their inner product with the query (pgvector, btree-prefiltered, no ANN) together
+//!   with the collection's BM25 statistics for the query's tokens; the vector top k and BM25
+//!   (`text::Bm25Query`) are ranked here, and a second statement loads the candidates' rows;
 //! - a larger scope uses the HNSW index of the collection's dimension with
 //!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none), and
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
 use crate::rows::{EVENT_COLS, event_from_row};
-use crate::sql::{SqlParam, Tx, backend, event_filter_sql, query_all, query_one};
+use crate::sql::{SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
+use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
@@ -20,75 +23,174 @@ pub const EXACT_SCOPE: usize = 5_000;
 const LARGE_SCOPE_TEXT_MATCHES: i64 = 20_000;
 
 pub async fn candidates(
-    tx: &Tx<'_>,
+    conn: &mut Object,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
     exact_scope: usize,
 ) -> Result<Vec<Candidate>, StoreError> {
-    let (where_sql, mut a) = event_filter_sql(cid, f);
-    let cap = a.push((exact_scope + 1) as i64);
-    let cols = if q.terms.is_empty() { "id, NULL::text" } else { "id, terms" };
-    let scope: Vec<(String, Option<String>)> =
-        query_all(tx, &format!("SELECT {cols} FROM events WHERE {where_sql} LIMIT {cap}"), &a.refs())
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-    if scope.is_empty() {
-        return Ok(vec![]);
-    }
-    let small = scope.len() <= exact_scope;
     let dim = q.vector.as_ref().map(|v| v.len() as i32);
     let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
-    let k = q.k as i64;
+    let tokens: Vec<String> = {
+        let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+        t.sort();
+        t.dedup();
+        t
+    };
+    let Some(scope) = small_scope(&*conn, cid, f, q, qv.as_ref(), dim, &tokens, exact_scope).await? else {
+        let tx = begin_read(conn).await?;
+        return large_scope(&tx, cid, f, q, qv.as_ref(), dim, &tokens).await;
+    };
+    if scope.docs.is_empty() {
+        return Ok(vec![]);
+    }
+    let k = q.k;
+    let mut cosine: HashMap<String, f32> = match &q.vector_hits {
+        Some(hits) => hits.iter().cloned().collect(),
+        None => {
+            // pgvector's `<#>` is the negated inner product: nearest first, ties by id, as
+            // `ORDER BY vec <#> q, event_id` orders them.
+            let mut near: Vec<(&String, f64)> =
+                scope.docs.iter().filter_map(|(id, _, ip)| Some((id, (*ip)?))).collect();
+            near.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
+            near.truncate(k);
+            near.into_iter().map(|(id, ip)| (id.clone(), (-ip) as f32)).collect()
+        }
+    };
+    let bm25 = if q.terms.is_empty() {
+        HashMap::new()
+    } else {
+        let df = &scope.df;
+        Bm25Query::new(&q.terms, scope.stats, |t| df.get(t).copied().unwrap_or(0))
+            .top_k(scope.docs.iter().map(|(id, terms, _)| (id.clone(), terms.clone())), k)
+    };
+    // The scope's inner products are known already: a full-text hit's cosine needs no query.
+    if q.vector_hits.is_none() && qv.is_some() {
+        for (id, _, ip) in &scope.docs {
+            if let Some(ip) = ip
+                && bm25.contains_key(id)
+            {
+                cosine.entry(id.clone()).or_insert((-ip) as f32);
+            }
+        }
+    }
+    load_candidates(&*conn, cosine, bm25, qv.as_ref(), dim).await
+}
 
+/// A small scope's events (id, terms, inner product with the query) and the BM25 statistics of
+/// the query's tokens.
+struct Scope {
+    docs: Vec<(String, Option<String>, Option<f64>)>,
+    stats: CorpusStats,
+    df: HashMap<String, u64>,
+}
+
+/// One statement, one snapshot: the scope with its signals, or `None` when the scope holds more
+/// than `exact_scope` events (then nothing else was computed).
+#[allow(clippy::too_many_arguments)]
+async fn small_scope(
+    c: &Object,
+    cid: CollectionId,
+    f: &EventFilter,
+    q: &CandidateQuery,
+    qv: Option<&pgvector::Vector>,
+    dim: Option<i32>,
+    tokens: &[String],
+    exact_scope: usize,
+) -> Result<Option<Scope>, StoreError> {
+    let (where_sql, mut a) = event_filter_sql(cid, f);
+    let cap = a.push((exact_scope + 1) as i64);
+    let exact = a.push(exact_scope as i64);
+    let terms = if q.terms.is_empty() { "NULL::text" } else { "s.terms" };
+    let ip = match (qv, dim) {
+        (Some(qv), Some(dim)) if q.vector_hits.is_none() => {
+            let (v, d) = (a.push(qv.clone()), a.push(dim));
+            format!("(SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.id AND v.dim = {d})")
+        }
+        _ => "NULL::float8".into(),
+    };
+    // The statistics rows (kind 1: documents and tokens; kind 2: a token's document frequency)
+    // are the folded figures plus the deltas appended since, as everywhere.
+    let stats = if q.terms.is_empty() {
+        String::new()
+    } else {
+        let t = a.push(tokens.to_vec());
+        format!(
+            "UNION ALL SELECT 1, NULL, NULL, NULL, COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
+                 SELECT docs, tokens FROM collection_stats WHERE collection_id = $1
+                 UNION ALL SELECT docs, tokens FROM collection_stats_delta WHERE collection_id = $1) st
+             UNION ALL SELECT 2, term, NULL, NULL, SUM(df)::bigint, NULL FROM (
+                 SELECT term, df FROM term_stats WHERE collection_id = $1 AND term = ANY({t})
+                 UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id = $1 AND term = ANY({t})) d
+             GROUP BY term"
+        )
+    };
+    let sql = format!(
+        "WITH scope AS MATERIALIZED (SELECT id, terms FROM events WHERE {where_sql} LIMIT {cap}),
+              small AS (SELECT count(*) <= {exact} AS yes FROM scope)
+         SELECT 0, s.id, {terms}, {ip}, NULL::bigint, NULL::bigint FROM scope s WHERE (SELECT yes FROM small)
+         UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM small)
+         {stats}"
+    );
+    let rows = query_all(c, &sql, &a.refs()).await?;
+    let mut out = Scope { docs: Vec::new(), stats: CorpusStats { docs: 0, tokens: 0 }, df: HashMap::new() };
+    for r in rows {
+        match r.get::<_, i32>(0) {
+            0 => out.docs.push((r.get(1), r.get(2), r.get(3))),
+            1 => {
+                out.stats =
+                    CorpusStats { docs: r.get::<_, i64>(4).max(0) as u64, tokens: r.get::<_, i64>(5).max(0) as u64 }
+            }
+            2 => {
+                out.df.insert(r.get(1), r.get::<_, i64>(4).max(0) as u64);
+            }
+            _ => return Ok(None), // more than `exact_scope` events
+        }
+    }
+    Ok(Some(out))
+}
+
+/// A scope too large to scan: HNSW for the vectors, the GIN index for the full text.
+async fn large_scope(
+    tx: &Tx<'_>,
+    cid: CollectionId,
+    f: &EventFilter,
+    q: &CandidateQuery,
+    qv: Option<&pgvector::Vector>,
+    dim: Option<i32>,
+    tokens: &[String],
+) -> Result<Vec<Candidate>, StoreError> {
+    let k = q.k as i64;
     // The vector and the full-text queries go out together: tokio-postgres pipelines queries
     // issued concurrently on one connection, so the search costs fewer round trips.
     let vector = async {
-        let (Some(qv), Some(dim)) = (&qv, dim) else { return Ok(HashMap::new()) };
+        let (Some(qv), Some(dim)) = (qv, dim) else { return Ok(HashMap::new()) };
         if let Some(hits) = &q.vector_hits {
             return Ok(hits.iter().cloned().collect());
         }
-        let rows = if small {
-            let ids: Vec<&String> = scope.iter().map(|(id, _)| id).collect();
-            query_all(
-                tx,
-                "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3 ORDER BY vec <#> $1, event_id LIMIT $4",
-                &[qv, &ids, &dim, &k],
-            )
-            .await?
-        } else {
-            tx.batch_execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
-                .await
-                .map_err(backend)?;
-            let (where_sql, mut a) = event_filter_sql(cid, f);
-            let v = a.push(qv.clone());
-            let lim = a.push(k);
-            let c = a.push(cid);
-            let expr = format!("(v.vec::vector({dim})) <#> {v}::vector({dim})");
-            query_all(
-                tx,
-                &format!(
-                    "SELECT v.event_id, (-({expr}))::real FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c}
-                     AND v.event_id IN (SELECT id FROM events WHERE {where_sql}) ORDER BY {expr} LIMIT {lim}"
-                ),
-                &a.refs(),
-            )
-            .await?
-        };
+        tx.batch_execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
+            .await
+            .map_err(backend)?;
+        let (where_sql, mut a) = event_filter_sql(cid, f);
+        let v = a.push(qv.clone());
+        let lim = a.push(k);
+        let c = a.push(cid);
+        let expr = format!("(v.vec::vector({dim})) <#> {v}::vector({dim})");
+        let rows = query_all(
+            tx,
+            &format!(
+                "SELECT v.event_id, (-({expr}))::real FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c}
+                 AND v.event_id IN (SELECT id FROM events WHERE {where_sql}) ORDER BY {expr} LIMIT {lim}"
+            ),
+            &a.refs(),
+        )
+        .await?;
         Ok::<_, StoreError>(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, f32>(1))).collect::<HashMap<_, _>>())
     };
     let text = async {
         if q.terms.is_empty() {
             return Ok(HashMap::new());
         }
-        let tokens: Vec<String> = {
-            let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
-            t.sort();
-            t.dedup();
-            t
-        };
         // Folded statistics plus the changes appended since the last compaction.
         let stats = async {
             let r = query_one(
@@ -120,9 +222,6 @@ pub async fn candidates(
             )
         };
         let docs = async {
-            if small {
-                return Ok(scope.clone());
-            }
             // Any document holding one of the query's tokens (a superset of BM25's matches).
             let tsquery = tokens
                 .iter()
@@ -136,19 +235,23 @@ pub async fn candidates(
                 "SELECT id, terms FROM events WHERE {where_sql} AND terms_tsv @@ ({tq}::text)::tsquery LIMIT {lim}"
             );
             Ok::<_, StoreError>(
-                query_all(tx, &sql, &a.refs()).await?.iter().map(|r| (r.get(0), r.get(1))).collect::<Vec<_>>(),
+                query_all(tx, &sql, &a.refs())
+                    .await?
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect::<Vec<(String, Option<String>)>>(),
             )
         };
         let (stats, df, docs) = tokio::try_join!(stats, df, docs)?;
         Ok(Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
     };
     let (cosine, bm25) = tokio::try_join!(vector, text)?;
-    load_candidates(tx, cosine, bm25, qv.as_ref(), dim).await
+    load_candidates(tx, cosine, bm25, qv, dim).await
 }
 
 /// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in.
 async fn load_candidates(
-    tx: &Tx<'_>,
+    tx: &impl GenericClient,
     mut cosine: HashMap<String, f32>,
     bm25: HashMap<String, f64>,
     qv: Option<&pgvector::Vector>,

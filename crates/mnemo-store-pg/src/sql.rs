@@ -1,7 +1,7 @@
 //! Small helpers over a pooled transaction: prepared-statement caching, error mapping, and
 //! dynamically built `WHERE` clauses with their arguments.
 
-use deadpool_postgres::Object;
+use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::{CollectionId, EventFilter};
 use mnemo_core::store::StoreResult;
@@ -70,22 +70,22 @@ pub fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
 }
 
-pub async fn query_all(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<Vec<Row>, StoreError> {
+pub async fn query_all(tx: &impl GenericClient, sql: &str, p: &[SqlParam<'_>]) -> Result<Vec<Row>, StoreError> {
     let st = tx.prepare_cached(sql).await.map_err(backend)?;
     tx.query(&st, p).await.map_err(backend)
 }
 
-pub async fn query_opt(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<Option<Row>, StoreError> {
+pub async fn query_opt(tx: &impl GenericClient, sql: &str, p: &[SqlParam<'_>]) -> Result<Option<Row>, StoreError> {
     let st = tx.prepare_cached(sql).await.map_err(backend)?;
     tx.query_opt(&st, p).await.map_err(backend)
 }
 
-pub async fn query_one(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<Row, StoreError> {
+pub async fn query_one(tx: &impl GenericClient, sql: &str, p: &[SqlParam<'_>]) -> Result<Row, StoreError> {
     let st = tx.prepare_cached(sql).await.map_err(backend)?;
     tx.query_one(&st, p).await.map_err(backend)
 }
 
-pub async fn execute(tx: &Tx<'_>, sql: &str, p: &[SqlParam<'_>]) -> Result<u64, StoreError> {
+pub async fn execute(tx: &impl GenericClient, sql: &str, p: &[SqlParam<'_>]) -> Result<u64, StoreError> {
     let st = tx.prepare_cached(sql).await.map_err(backend)?;
     tx.execute(&st, p).await.map_err(backend)
 }

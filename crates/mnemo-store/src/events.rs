@@ -477,7 +477,7 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = insert_event_row(conn, &e)?;
-                event_by_id(conn, e.collection_id, &id)?.ok_or_else(|| StoreError::backend("inserted event vanished"))
+                Ok(e.stored_as(id))
             })
             .await
     }

@@ -383,6 +383,30 @@ pub async fn event_filters_and_batch_delete(h: &impl StoreHarness) {
     let rest = s.list_events(c.id, f(&[], &[]), 10).await.unwrap();
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].user_id, vec!["b".to_string()]);
+
+    // What an insert returns is what a read finds (stores build it instead of reading it back).
+    let full = NewEvent {
+        assistant_id: vec!["bot".into(), "bot2".into()],
+        group_id: Some("g".into()),
+        session_id: Some("s1".into()),
+        conversation_id: Some("conv1".into()),
+        scope: Some("project".into()),
+        class: "fact".into(),
+        source_message_ids: vec![3, 4],
+        embedding: Some(embed("kyoto trip", EmbedKind::Document).await),
+        expires_at: Some(99_000),
+        now: 7_000,
+        ..NewEvent::of_user(
+            c.id,
+            "event_v1",
+            "c",
+            info(serde_json::json!({"summary": "Kyoto 京都 \"trip\"", "n": 1.5})),
+            5_000,
+        )
+    };
+    let inserted = s.insert_event(full).await.unwrap();
+    assert_eq!(s.get_event(c.id, &inserted.id).await.unwrap().as_ref(), Some(&inserted));
+    assert_eq!((inserted.status.as_str(), inserted.created_at, inserted.updated_at), ("active", 7_000, 7_000));
 }
 
 pub async fn concurrent_writes_are_all_durable(h: &impl StoreHarness) {
