@@ -54,9 +54,11 @@ async fn fill(store: Arc<dyn Store>, n: usize, users: usize, model: &str, dim: u
         })
         .await?;
     let have = store.stats().await?.events as usize;
-    if have >= n {
-        // MNEMO_BENCH_KEEP: the data of an earlier run is measured again.
-        println!("  ingest: skipped, the store already holds {have} events");
+    if have > 0 {
+        // MNEMO_BENCH_KEEP: the data of an earlier run is measured again. Never filled twice:
+        // PostgreSQL's count is an estimate (a 1M store may read 999,700), and the generator
+        // would write the same events again.
+        println!("  ingest: skipped, the store already holds ~{have} events");
         return Ok((c.id, f64::NAN));
     }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ n as u64);
