@@ -407,6 +407,25 @@ pub async fn event_filters_and_batch_delete(h: &impl StoreHarness) {
     let inserted = s.insert_event(full).await.unwrap();
     assert_eq!(s.get_event(c.id, &inserted.id).await.unwrap().as_ref(), Some(&inserted));
     assert_eq!((inserted.status.as_str(), inserted.created_at, inserted.updated_at), ("active", 7_000, 7_000));
+
+    // Hits: one per id given, an id given twice counts twice; per day and user in the statistics.
+    let day = 3 * 86_400_000;
+    s.record_hits(c.id, vec![inserted.id.clone(), rest[0].id.clone(), inserted.id.clone()], day + 5).await.unwrap();
+    let hit = |id: String| {
+        let s = s.clone();
+        async move { s.get_event(c.id, &id).await.unwrap().map(|e| (e.hit_count, e.last_hit_at)) }
+    };
+    assert_eq!(hit(inserted.id.clone()).await, Some((2, Some(day + 5))));
+    assert_eq!(hit(rest[0].id.clone()).await, Some((1, Some(day + 5))));
+    let per_day = |user: Option<&str>| {
+        let s = s.clone();
+        let user = user.map(str::to_string);
+        async move { s.memory_stats(c.id, user, 7, day + 10).await.unwrap().hits_per_day }
+    };
+    let total: u64 = per_day(None).await.iter().map(|(_, n)| n).sum();
+    let of_c: u64 = per_day(Some("c")).await.iter().map(|(_, n)| n).sum();
+    let of_b: u64 = per_day(Some("b")).await.iter().map(|(_, n)| n).sum();
+    assert_eq!((total, of_c, of_b), (3, 2, 1));
 }
 
 pub async fn concurrent_writes_are_all_durable(h: &impl StoreHarness) {
