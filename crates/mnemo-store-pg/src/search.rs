@@ -29,18 +29,24 @@ pub async fn candidates(
     q: &CandidateQuery,
     exact_scope: usize,
 ) -> Result<Vec<Candidate>, StoreError> {
-    let dim = q.vector.as_ref().map(|v| v.len() as i32);
-    let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
-    let tokens: Vec<String> = {
-        let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
-        t.sort();
-        t.dedup();
-        t
+    let search = Search {
+        cid,
+        f,
+        q,
+        qv: q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone())),
+        dim: q.vector.as_ref().map(|v| v.len() as i32),
+        tokens: {
+            let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+            t.sort();
+            t.dedup();
+            t
+        },
     };
-    let Some(scope) = small_scope(&*conn, cid, f, q, qv.as_ref(), dim, &tokens, exact_scope).await? else {
+    let Some(scope) = small_scope(&*conn, &search, exact_scope).await? else {
         let tx = begin_read(conn).await?;
-        return large_scope(&tx, cid, f, q, qv.as_ref(), dim, &tokens).await;
+        return large_scope(&tx, &search).await;
     };
+    let (qv, dim) = (search.qv.as_ref(), search.dim);
     if scope.docs.is_empty() {
         return Ok(vec![]);
     }
@@ -74,7 +80,18 @@ pub async fn candidates(
             }
         }
     }
-    load_candidates(&*conn, cosine, bm25, qv.as_ref(), dim).await
+    load_candidates(&*conn, cosine, bm25, qv, dim).await
+}
+
+/// One search's inputs: the query vector in pgvector's form and its dimension, the query's
+/// distinct full-text tokens.
+struct Search<'a> {
+    cid: CollectionId,
+    f: &'a EventFilter,
+    q: &'a CandidateQuery,
+    qv: Option<pgvector::Vector>,
+    dim: Option<i32>,
+    tokens: Vec<String>,
 }
 
 /// A small scope's events (id, terms, inner product with the query) and the BM25 statistics of
@@ -87,17 +104,8 @@ struct Scope {
 
 /// One statement, one snapshot: the scope with its signals, or `None` when the scope holds more
 /// than `exact_scope` events (then nothing else was computed).
-#[allow(clippy::too_many_arguments)]
-async fn small_scope(
-    c: &Object,
-    cid: CollectionId,
-    f: &EventFilter,
-    q: &CandidateQuery,
-    qv: Option<&pgvector::Vector>,
-    dim: Option<i32>,
-    tokens: &[String],
-    exact_scope: usize,
-) -> Result<Option<Scope>, StoreError> {
+async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<Option<Scope>, StoreError> {
+    let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
     let (where_sql, mut a) = event_filter_sql(cid, f);
     let cap = a.push((exact_scope + 1) as i64);
     let exact = a.push(exact_scope as i64);
@@ -151,15 +159,8 @@ async fn small_scope(
 }
 
 /// A scope too large to scan: HNSW for the vectors, the GIN index for the full text.
-async fn large_scope(
-    tx: &Tx<'_>,
-    cid: CollectionId,
-    f: &EventFilter,
-    q: &CandidateQuery,
-    qv: Option<&pgvector::Vector>,
-    dim: Option<i32>,
-    tokens: &[String],
-) -> Result<Vec<Candidate>, StoreError> {
+async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, StoreError> {
+    let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
     let k = q.k as i64;
     // The vector and the full-text queries go out together: tokio-postgres pipelines queries
     // issued concurrently on one connection, so the search costs fewer round trips.
