@@ -77,22 +77,22 @@ pub struct Bm25Query {
 
 impl Bm25Query {
     /// The `k` best-scoring documents (id, analysed terms) with a score above 0, best first (ties
-    /// by id), as id → score.
-    pub fn top_k(
+    /// by id), as id → score. Documents may be borrowed: only the `k` ids kept are copied.
+    pub fn top_k<I: AsRef<str>, T: AsRef<str>>(
         &self,
-        docs: impl IntoIterator<Item = (String, Option<String>)>,
+        docs: impl IntoIterator<Item = (I, Option<T>)>,
         k: usize,
     ) -> std::collections::HashMap<String, f64> {
-        let mut scored: Vec<(f64, String)> = docs
+        let mut scored: Vec<(f64, I)> = docs
             .into_iter()
             .filter_map(|(id, terms)| {
-                let s = self.score(terms.as_deref()?);
+                let s = self.score(terms?.as_ref());
                 (s > 0.0).then_some((s, id))
             })
             .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.as_ref().cmp(b.1.as_ref())));
         scored.truncate(k);
-        scored.into_iter().map(|(s, id)| (id, s)).collect()
+        scored.into_iter().map(|(s, id)| (id.as_ref().to_string(), s)).collect()
     }
 
     pub fn new(query: &[String], stats: CorpusStats, df: impl Fn(&str) -> u64) -> Self {

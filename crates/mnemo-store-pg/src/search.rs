@@ -68,7 +68,7 @@ pub async fn candidates(
     } else {
         let df = &scope.df;
         Bm25Query::new(&q.terms, scope.stats, |t| df.get(t).copied().unwrap_or(0))
-            .top_k(scope.docs.iter().map(|(id, terms, _)| (id.clone(), terms.clone())), k)
+            .top_k(scope.docs.iter().map(|(id, terms, _)| (id, terms.as_ref())), k)
     };
     // The scope's inner products are known already: a full-text hit's cosine needs no query.
     if q.vector_hits.is_none() && qv.is_some() {

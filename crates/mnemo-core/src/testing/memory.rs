@@ -1037,7 +1037,7 @@ impl Store for MemoryStore {
                 }
             }
             let query = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
-            bm25 = query.top_k(scope.iter().map(|r| (r.event.id.clone(), Some(r.terms.clone()))), q.k);
+            bm25 = query.top_k(scope.iter().map(|r| (&r.event.id, Some(&r.terms))), q.k);
         }
         let ids = crate::store::candidate_ids(&cosine, &bm25);
         Ok(ids
