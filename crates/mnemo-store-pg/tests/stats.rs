@@ -3,18 +3,12 @@
 //! made here by setting the estimate (superuser) rather than by writing 100,000 rows.
 
 use mnemo_core::store::Store;
-use mnemo_store_pg::{PgOptions, PgStore};
+mod common;
 
 #[tokio::test]
 async fn big_tables_are_estimated_small_ones_counted() {
-    let Ok(url) = std::env::var("MNEMO_TEST_DATABASE_URL") else {
-        eprintln!("stats on postgres: SKIPPED (set MNEMO_TEST_DATABASE_URL; see scripts/setup-postgres)");
-        return;
-    };
     let schema = "stats_estimates";
-    mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
-    let store =
-        PgStore::connect(PgOptions { pool: 2, schema: Some(schema.into()), ..PgOptions::new(&url) }).await.unwrap();
+    let Some((url, store)) = common::fresh_store("stats", schema).await else { return };
     let s = store.stats().await.unwrap();
     assert_eq!((s.events, s.messages, s.profiles, s.conversations), (0, 0, 0, 0));
     assert!(s.jobs.is_empty(), "{:?}", s.jobs);

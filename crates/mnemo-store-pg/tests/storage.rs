@@ -4,19 +4,14 @@
 
 use mnemo_core::model::*;
 use mnemo_core::store::Store;
-use mnemo_store_pg::{PgOptions, PgStore};
+mod common;
+
 use serde_json::json;
 
 #[tokio::test]
 async fn vectors_of_the_default_model_are_stored_in_their_rows() {
-    let Ok(url) = std::env::var("MNEMO_TEST_DATABASE_URL") else {
-        eprintln!("vector storage on postgres: SKIPPED (set MNEMO_TEST_DATABASE_URL; see scripts/setup-postgres)");
-        return;
-    };
     let schema = "vectors_inline";
-    mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
-    let store =
-        PgStore::connect(PgOptions { pool: 2, schema: Some(schema.into()), ..PgOptions::new(&url) }).await.unwrap();
+    let Some((url, store)) = common::fresh_store("vector storage", schema).await else { return };
     let dim = 896; // the default model pair: 3,588 bytes a vector
     let c = store
         .create_collection(NewCollection {
