@@ -119,6 +119,26 @@ pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
     Ok(n)
 }
 
+/// Gives up to `batch` subject rows written before schema v5 their search copies (the
+/// `subject_doc` trigger fills a row on any update); returns how many it filled. Rows another
+/// replica is filling are skipped, not waited for.
+pub(crate) async fn fill_subject_docs(pool: &Pool, batch: i64) -> StoreResult<u64> {
+    let conn = pool.get().await.map_err(crate::sql::pool_error)?;
+    let n = execute(
+        &conn,
+        "UPDATE event_subjects SET d_state = 0 WHERE ctid IN (
+             SELECT ctid FROM event_subjects WHERE kind = 'u' AND d_state = 0 LIMIT $1 FOR UPDATE SKIP LOCKED)",
+        &[&batch],
+    )
+    .await?;
+    if n > 0 && n < batch as u64 {
+        // The last batch: every row was rewritten, so no page is all-visible and index-only
+        // scans would read the heap for each entry until autovacuum came by. Vacuum now.
+        conn.batch_execute("VACUUM (ANALYZE) event_subjects").await.map_err(backend)?;
+    }
+    Ok(n)
+}
+
 pub(crate) async fn event_by_id(tx: &Tx<'_>, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
     query_opt(tx, &format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=$1 AND id=$2"), &[&cid, &id])
         .await?

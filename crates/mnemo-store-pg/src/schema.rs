@@ -335,6 +335,91 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE event_vectors SET (toast_tuple_target = 8160);
     "#,
+    // v5: a user's search documents side by side. A heap keeps rows in write order, so a user's
+    // events are scattered and a scoped search fetched every one of them twice by primary key
+    // (its row for the terms, its vector) — ~8 buffer touches an event. Each user subject row now
+    // carries what a scoped search reads: the filter columns, the terms and the vector as
+    // `halfvec` (f16), and one covering btree keyed by (collection, user) holds them all, so the
+    // search is an index-only range scan over a few hundred consecutive entries. Half precision
+    // only *orders*: `search::small_scope` re-reads the exact vector of every event whose f16
+    // score cannot be told apart from the k-th (`search::halfvec_bound`), so the candidates and
+    // scores are exactly the f32 ones.
+    //
+    // `d_state` says what the copy holds: 4 = filter columns, | 2 = the vector (or the event has
+    // none), | 1 = the terms; 0 = not filled yet (rows written before v5, which the housekeeping
+    // step fills in batches: `events::fill_subject_docs`). What is missing is read from the
+    // event's own rows, so every row is searchable at every moment. The triggers keep the copy
+    // in step with `events` and `event_vectors` whichever statement changes them. A btree entry
+    // holds at most 2,704 bytes: a vector or terms that would not fit stay out (read from their
+    // rows), as does a vector that f16 cannot represent (a component past ±65,000).
+    r#"
+    ALTER TABLE event_subjects
+        ADD COLUMN d_state SMALLINT NOT NULL DEFAULT 0,
+        ADD COLUMN d_active BOOLEAN,
+        ADD COLUMN d_time BIGINT,
+        ADD COLUMN d_type TEXT,
+        ADD COLUMN d_terms TEXT,
+        ADD COLUMN d_vec halfvec;
+    CREATE INDEX event_subjects_docs ON event_subjects(collection_id, subject_id)
+        INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec) WHERE kind = 'u';
+    CREATE INDEX event_subjects_unfilled ON event_subjects(collection_id) WHERE kind = 'u' AND d_state = 0;
+    -- An index-only scan reads the heap for every entry on a page not yet marked all-visible,
+    -- which only VACUUM does: vacuum after 1% of the rows changed or arrived, not 20%.
+    ALTER TABLE event_subjects SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
+
+    CREATE FUNCTION mnemo_subject_doc() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE e RECORD; v RECORD; room INT;
+    BEGIN
+        IF NEW.kind <> 'u' THEN RETURN NEW; END IF;
+        SELECT status, time, memory_type, terms INTO e FROM events WHERE id = NEW.event_id;
+        SELECT dim, vec INTO v FROM event_vectors WHERE event_id = NEW.event_id;
+        NEW.d_active := e.status = 'active';
+        NEW.d_time := e.time;
+        NEW.d_type := e.memory_type;
+        NEW.d_terms := NULL;
+        NEW.d_vec := NULL;
+        NEW.d_state := 4;
+        -- What is left of an index entry's 2,704 bytes (with room for headers and alignment).
+        room := 2560 - octet_length(NEW.subject_id) - octet_length(NEW.event_id) - COALESCE(octet_length(e.memory_type), 0);
+        IF v.vec IS NULL THEN
+            NEW.d_state := NEW.d_state | 2;
+        ELSIF 8 + 2 * v.dim <= room AND (SELECT max(abs(x)) FROM unnest(v.vec::real[]) x) < 65000 THEN
+            NEW.d_vec := v.vec::halfvec;
+            NEW.d_state := NEW.d_state | 2;
+            room := room - 8 - 2 * v.dim;
+        END IF;
+        IF e.terms IS NULL THEN
+            NEW.d_state := NEW.d_state | 1;
+        ELSIF octet_length(e.terms) <= room THEN
+            NEW.d_terms := e.terms;
+            NEW.d_state := NEW.d_state | 1;
+        END IF;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER subject_doc BEFORE INSERT OR UPDATE ON event_subjects
+        FOR EACH ROW EXECUTE FUNCTION mnemo_subject_doc();
+
+    -- A change to what the copy holds refills it (the trigger above does the work).
+    CREATE FUNCTION mnemo_subject_doc_refresh() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE v_id TEXT;
+    BEGIN
+        IF TG_TABLE_NAME = 'events' THEN
+            v_id := NEW.id;
+        ELSIF TG_OP = 'DELETE' THEN
+            -- A vector deleted with its event (the cascade): the subject rows go too.
+            IF NOT EXISTS (SELECT 1 FROM events WHERE id = OLD.event_id) THEN RETURN NULL; END IF;
+            v_id := OLD.event_id;
+        ELSE
+            v_id := NEW.event_id;
+        END IF;
+        UPDATE event_subjects SET d_state = 0 WHERE event_id = v_id AND kind = 'u';
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER subject_doc_event AFTER UPDATE OF status, time, memory_type, terms ON events
+        FOR EACH ROW EXECUTE FUNCTION mnemo_subject_doc_refresh();
+    CREATE TRIGGER subject_doc_vector AFTER INSERT OR DELETE OR UPDATE OF dim, vec ON event_vectors
+        FOR EACH ROW EXECUTE FUNCTION mnemo_subject_doc_refresh();
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

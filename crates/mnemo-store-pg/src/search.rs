@@ -51,36 +51,108 @@ pub async fn candidates(
         return Ok(vec![]);
     }
     let k = q.k;
-    let mut cosine: HashMap<String, f32> = match &q.vector_hits {
-        Some(hits) => hits.iter().cloned().collect(),
-        None => {
-            // pgvector's `<#>` is the negated inner product: nearest first, ties by id, as
-            // `ORDER BY vec <#> q, event_id` orders them.
-            let mut near: Vec<(&String, f64)> =
-                scope.docs.iter().filter_map(|(id, _, ip)| Some((id, (*ip)?))).collect();
-            near.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
-            near.truncate(k);
-            near.into_iter().map(|(id, ip)| (id.clone(), (-ip) as f32)).collect()
-        }
-    };
     let bm25 = if q.terms.is_empty() {
         HashMap::new()
     } else {
         let df = &scope.df;
         Bm25Query::new(&q.terms, scope.stats, |t| df.get(t).copied().unwrap_or(0))
-            .top_k(scope.docs.iter().map(|(id, terms, _)| (id, terms.as_ref())), k)
+            .top_k(scope.docs.iter().map(|d| (&d.id, d.terms.as_ref())), k)
     };
-    // The scope's inner products are known already: a full-text hit's cosine needs no query.
-    if q.vector_hits.is_none() && qv.is_some() {
-        for (id, _, ip) in &scope.docs {
-            if let Some(ip) = ip
-                && bm25.contains_key(id)
-            {
-                cosine.entry(id.clone()).or_insert((-ip) as f32);
-            }
+    let cosine = match &q.vector_hits {
+        Some(hits) => hits.iter().cloned().collect(),
+        None => match (qv, dim) {
+            (Some(qv), Some(dim)) => vector_part(&*conn, &scope.docs, &bm25, qv, dim, k).await?,
+            _ => HashMap::new(),
+        },
+    };
+    load_candidates(&*conn, cosine, bm25, qv, dim).await
+}
+
+/// The vector part of a small scope: the k events nearest to the query and the cosine of every
+/// full-text hit, exact. Half-precision scores (the user-document index) only decide which
+/// events cannot matter: an event whose f16 score plus its error bound stays below the k-th
+/// lower bound is out; the exact f32 score of every other approximate event is read (one round
+/// trip, by primary key), so the result is what scoring every event in f32 gives.
+async fn vector_part(
+    c: &impl GenericClient,
+    docs: &[Doc],
+    bm25: &HashMap<String, f64>,
+    qv: &pgvector::Vector,
+    dim: i32,
+    k: usize,
+) -> Result<HashMap<String, f32>, StoreError> {
+    let q_norm = qv.as_slice().iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    // (event, score = -inner product as pgvector's `<#>` gives it, error bound of the score)
+    let scored: Vec<(&String, f64, f64)> = docs
+        .iter()
+        .filter_map(|d| {
+            let ip = d.ip?;
+            Some((&d.id, ip, d.approx_norm.map_or(0.0, |n| halfvec_bound(q_norm, n, dim as usize))))
+        })
+        .collect();
+    // The k-th smallest upper bound of `<#>`: an event whose lower bound exceeds it has k
+    // events certainly before it.
+    let kth_upper = {
+        let mut upper: Vec<f64> = scored.iter().map(|(_, ip, b)| ip + b).collect();
+        if upper.len() > k && k > 0 {
+            let (_, kth, _) = upper.select_nth_unstable_by(k - 1, f64::total_cmp);
+            *kth
+        } else {
+            f64::INFINITY
+        }
+    };
+    let in_reach: Vec<&(&String, f64, f64)> = scored.iter().filter(|(_, ip, b)| ip - b <= kth_upper).collect();
+    let refetch: Vec<&String> = in_reach
+        .iter()
+        .filter(|(_, _, b)| *b > 0.0)
+        .map(|(id, _, _)| *id)
+        .chain(scored.iter().filter(|(id, _, b)| *b > 0.0 && bm25.contains_key(*id)).map(|(id, _, _)| *id))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let rows = if refetch.is_empty() {
+        vec![]
+    } else {
+        query_all(
+            c,
+            "SELECT event_id, vec <#> $1 FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
+            &[qv, &refetch, &dim],
+        )
+        .await?
+    };
+    let mut exact: HashMap<&str, f64> =
+        scored.iter().filter(|(_, _, b)| *b == 0.0).map(|(id, ip, _)| (id.as_str(), *ip)).collect();
+    for r in &rows {
+        exact.insert(r.get(0), r.get(1));
+    }
+    // pgvector's `<#>` is the negated inner product: nearest first, ties by id, as
+    // `ORDER BY vec <#> q, event_id` orders them.
+    let mut near: Vec<(&str, f64)> =
+        in_reach.iter().filter_map(|(id, _, _)| Some((id.as_str(), *exact.get(id.as_str())?))).collect();
+    near.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
+    near.truncate(k);
+    let mut cosine: HashMap<String, f32> = near.into_iter().map(|(id, ip)| (id.to_string(), (-ip) as f32)).collect();
+    // The scope's scores are known already: a full-text hit's cosine needs no query.
+    for id in bm25.keys() {
+        if let Some(ip) = exact.get(id.as_str()) {
+            cosine.entry(id.clone()).or_insert((-ip) as f32);
         }
     }
-    load_candidates(&*conn, cosine, bm25, qv, dim).await
+    Ok(cosine)
+}
+
+/// How far pgvector's inner product of the f16 copies (`halfvec <#> halfvec`) can be from the
+/// f32 one (`vector <#> vector`) for a query of norm `q_norm` and a stored vector whose f16 copy
+/// has norm `v_norm`, `dim` components. Each conversion to f16 moves a component by at most
+/// 2^-10 of itself (2^-11 when rounding to nearest, as F16C does; twice that for a truncating
+/// conversion), or by 2^-24 where f16 is subnormal; both products are summed in f32, each sum
+/// off by at most `dim`·2^-24 of Σ|q_i v_i| ≤ ‖q‖‖v‖. So the f16 score is within
+/// (2·2^-10 + 2·dim·2^-24)·‖q‖‖v‖ + dim·2^-24·(‖q‖ + ‖v‖) of the f32 one; 1% more covers the
+/// second-order terms and ‖v‖ against the norm of its copy.
+pub fn halfvec_bound(q_norm: f64, v_norm: f64, dim: usize) -> f64 {
+    let n = dim as f64;
+    let eps = f64::powi(2.0, -24);
+    1.01 * ((f64::powi(2.0, -9) + 2.0 * n * eps) * q_norm * v_norm + n * eps * (q_norm + v_norm))
 }
 
 /// One search's inputs: the query vector in pgvector's form and its dimension, the query's
@@ -94,29 +166,96 @@ struct Search<'a> {
     tokens: Vec<String>,
 }
 
-/// A small scope's events (id, terms, inner product with the query) and the BM25 statistics of
-/// the query's tokens.
+/// An event of a small scope: its terms and the negated inner product of its vector with the
+/// query, exact — or, when `approx_norm` is set, of the vectors' f16 copies (then the norm of
+/// the stored copy, for [`halfvec_bound`]).
+struct Doc {
+    id: String,
+    terms: Option<String>,
+    ip: Option<f64>,
+    approx_norm: Option<f64>,
+}
+
+/// A small scope's events and the BM25 statistics of the query's tokens.
 struct Scope {
-    docs: Vec<(String, Option<String>, Option<f64>)>,
+    docs: Vec<Doc>,
     stats: CorpusStats,
     df: HashMap<String, u64>,
+}
+
+/// Whether the user-document index (schema v5) answers a filter on its own: one or more users
+/// and any of event type, time range and status — the scopes of `event/search` and
+/// `get_context`. A query vector must be representable in f16 (every usual embedding is).
+fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) -> bool {
+    !f.user_id.is_empty()
+        && f.assistant_id.is_empty()
+        && f.group_id.is_empty()
+        && f.session_id.is_empty()
+        && f.conversation_id.is_empty()
+        && f.scope.is_empty()
+        && qv.is_none_or(|v| v.as_slice().iter().all(|x| x.abs() < 65_000.0))
 }
 
 /// One statement, one snapshot: the scope with its signals, or `None` when the scope holds more
 /// than `exact_scope` events (then nothing else was computed).
 async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<Option<Scope>, StoreError> {
     let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
-    let (where_sql, mut a) = event_filter_sql(cid, f);
+    let want_ip = q.vector_hits.is_none() && qv.is_some();
+    let (scope_sql, terms, ip, norm, mut a) = if user_docs_serve(f, qv) {
+        // An index-only range scan of the user's entries; a row not filled yet (written before
+        // v5, being refilled) is filtered and read through its event's rows instead.
+        let (rest_sql, mut a) = event_filter_sql(cid, &EventFilter { user_id: vec![], ..f.clone() });
+        let users = a.push(f.user_id.clone());
+        let mut filled = String::from("TRUE");
+        if f.active_only {
+            filled.push_str(" AND s.d_active");
+        }
+        if !f.memory_type.is_empty() {
+            filled.push_str(&format!(" AND s.d_type = ANY({})", a.push(f.memory_type.clone())));
+        }
+        if let Some(t) = f.start_time {
+            filled.push_str(&format!(" AND s.d_time >= {}", a.push(t)));
+        }
+        if let Some(t) = f.end_time {
+            filled.push_str(&format!(" AND s.d_time <= {}", a.push(t)));
+        }
+        let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
+        let scope_sql = format!(
+            "SELECT {distinct} s.event_id AS id, s.d_state, s.d_terms, s.d_vec FROM event_subjects s
+             WHERE s.collection_id = $1 AND s.kind = 'u' AND s.subject_id = ANY({users})
+               AND CASE WHEN s.d_state >= 4 THEN {filled}
+                   ELSE EXISTS (SELECT 1 FROM events WHERE id = s.event_id AND {rest_sql}) END"
+        );
+        let terms =
+            "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.id) END";
+        let (ip, norm) = match (qv, dim) {
+            (Some(qv), Some(dim)) if want_ip => {
+                let (v, d) = (a.push(qv.clone()), a.push(dim));
+                (
+                    format!(
+                        "CASE WHEN s.d_state & 2 = 2 THEN CASE WHEN vector_dims(s.d_vec) = {d} THEN s.d_vec <#> (SELECT {v}::vector::halfvec) END
+                         ELSE (SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.id AND v.dim = {d}) END"
+                    ),
+                    format!("CASE WHEN s.d_state & 2 = 2 AND vector_dims(s.d_vec) = {d} THEN l2_norm(s.d_vec) END"),
+                )
+            }
+            _ => ("NULL::float8".into(), "NULL::float8".into()),
+        };
+        (scope_sql, terms.to_string(), ip, norm, a)
+    } else {
+        let (where_sql, mut a) = event_filter_sql(cid, f);
+        let ip = match (qv, dim) {
+            (Some(qv), Some(dim)) if want_ip => {
+                let (v, d) = (a.push(qv.clone()), a.push(dim));
+                format!("(SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.id AND v.dim = {d})")
+            }
+            _ => "NULL::float8".into(),
+        };
+        (format!("SELECT id, terms FROM events WHERE {where_sql}"), "s.terms".into(), ip, "NULL::float8".into(), a)
+    };
     let cap = a.push((exact_scope + 1) as i64);
     let exact = a.push(exact_scope as i64);
-    let terms = if q.terms.is_empty() { "NULL::text" } else { "s.terms" };
-    let ip = match (qv, dim) {
-        (Some(qv), Some(dim)) if q.vector_hits.is_none() => {
-            let (v, d) = (a.push(qv.clone()), a.push(dim));
-            format!("(SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.id AND v.dim = {d})")
-        }
-        _ => "NULL::float8".into(),
-    };
+    let terms = if q.terms.is_empty() { "NULL::text" } else { &terms };
     // The statistics rows (kind 1: documents and tokens; kind 2: a token's document frequency)
     // are the folded figures plus the deltas appended since, as everywhere.
     let stats = if q.terms.is_empty() {
@@ -124,33 +263,33 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
     } else {
         let t = a.push(tokens.to_vec());
         format!(
-            "UNION ALL SELECT 1, NULL, NULL, NULL, COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
+            "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
                  SELECT docs, tokens FROM collection_stats WHERE collection_id = $1
                  UNION ALL SELECT docs, tokens FROM collection_stats_delta WHERE collection_id = $1) st
-             UNION ALL SELECT 2, term, NULL, NULL, SUM(df)::bigint, NULL FROM (
+             UNION ALL SELECT 2, term, NULL, NULL, NULL, SUM(df)::bigint, NULL FROM (
                  SELECT term, df FROM term_stats WHERE collection_id = $1 AND term = ANY({t})
                  UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id = $1 AND term = ANY({t})) d
              GROUP BY term"
         )
     };
     let sql = format!(
-        "WITH scope AS MATERIALIZED (SELECT id, terms FROM events WHERE {where_sql} LIMIT {cap}),
+        "WITH scope AS MATERIALIZED ({scope_sql} LIMIT {cap}),
               small AS (SELECT count(*) <= {exact} AS yes FROM scope)
-         SELECT 0, s.id, {terms}, {ip}, NULL::bigint, NULL::bigint FROM scope s WHERE (SELECT yes FROM small)
-         UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM small)
+         SELECT 0, s.id, {terms}, {ip}, {norm}, NULL::bigint, NULL::bigint FROM scope s WHERE (SELECT yes FROM small)
+         UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM small)
          {stats}"
     );
     let rows = query_all(c, &sql, &a.refs()).await?;
     let mut out = Scope { docs: Vec::new(), stats: CorpusStats { docs: 0, tokens: 0 }, df: HashMap::new() };
     for r in rows {
         match r.get::<_, i32>(0) {
-            0 => out.docs.push((r.get(1), r.get(2), r.get(3))),
+            0 => out.docs.push(Doc { id: r.get(1), terms: r.get(2), ip: r.get(3), approx_norm: r.get(4) }),
             1 => {
                 out.stats =
-                    CorpusStats { docs: r.get::<_, i64>(4).max(0) as u64, tokens: r.get::<_, i64>(5).max(0) as u64 }
+                    CorpusStats { docs: r.get::<_, i64>(5).max(0) as u64, tokens: r.get::<_, i64>(6).max(0) as u64 }
             }
             2 => {
-                out.df.insert(r.get(1), r.get::<_, i64>(4).max(0) as u64);
+                out.df.insert(r.get(1), r.get::<_, i64>(5).max(0) as u64);
             }
             _ => return Ok(None), // more than `exact_scope` events
         }

@@ -1,4 +1,4 @@
-//! Vectors live in their rows: without schema v4 (`toast_tuple_target` a page) every row over
+//! How the PostgreSQL store lays its data out. Vectors live in their rows: without schema v4 (`toast_tuple_target` a page) every row over
 //! 2 KB had its vector moved to the TOAST table, and each read cost a TOAST index look-up and
 //! chunk reads.
 
@@ -75,5 +75,152 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         .unwrap();
     let best = got.iter().max_by(|a, b| a.cosine.partial_cmp(&b.cosine).unwrap()).unwrap();
     assert_eq!(best.event.id, ids[7], "the event whose dominant component the query names");
+    mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
+}
+
+/// Schema v5's user-document index answers a user-scoped search with exactly what the events'
+/// own rows give — after updates of status, time, text and vector, for events whose terms or
+/// vector do not fit an index entry, for rows written before v5 (not filled yet), and after the
+/// housekeeping step has filled them.
+#[tokio::test]
+async fn the_user_document_index_answers_like_the_event_rows() {
+    let schema = "user_docs";
+    let Some((url, store)) = common::fresh_store("user documents", schema).await else { return };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let mut x = 99u64;
+    let mut next = move || {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) as usize
+    };
+    let words = ["coffee", "hike", "kyoto", "piano", "bees", "咖啡", "上海", "formula", "garden", "train"];
+    let mut collections = Vec::new();
+    for (name, dim) in [("small", 48usize), ("wide", 1_400)] {
+        let c = store
+            .create_collection(NewCollection {
+                project_name: "default".into(),
+                collection_name: name.into(),
+                description: String::new(),
+                schema: CollectionSchema::default(),
+                embedding_model: "test".into(),
+                embedding_dim: dim as u32,
+                created_at: 0,
+            })
+            .await
+            .unwrap();
+        collections.push((c.id, dim));
+    }
+    let vector = |dim: usize, next: &mut dyn FnMut() -> usize| {
+        let mut v: Vec<f32> = (0..dim).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        mnemo_core::embed::normalize(&mut v);
+        v
+    };
+    let mut ids = Vec::new();
+    for &(cid, dim) in &collections {
+        for i in 0..240 {
+            let n = if i % 60 == 7 { 700 } else { 3 + next() % 12 }; // some too long for an index entry
+            let text = (0..n).map(|_| words[next() % words.len()]).collect::<Vec<_>>().join(" ");
+            let info = json!({"summary": text}).as_object().unwrap().clone();
+            let e = NewEvent {
+                embedding: (i % 37 != 5).then(|| vector(dim, &mut next)), // and some without a vector
+                conversation_id: Some("conv".into()),
+                ..NewEvent::of_user(cid, if i % 2 == 0 { "a" } else { "b" }, format!("u{}", i % 3), info, i as i64)
+            };
+            ids.push((cid, dim, store.insert_event(e).await.unwrap().id));
+        }
+    }
+    // Changes after the write: each must reach the copy.
+    for (j, (cid, dim, id)) in ids.iter().enumerate().filter(|(j, _)| j % 11 == 0) {
+        let patch = match j % 4 {
+            0 => EventPatch { status: Some("archived".into()), ..Default::default() },
+            1 => EventPatch { time: Some(10_000 + j as i64), ..Default::default() },
+            2 => EventPatch {
+                memory_info: Some(json!({"summary": "kyoto piano kyoto"}).as_object().unwrap().clone()),
+                embedding: Some(vector(*dim, &mut next)),
+                ..Default::default()
+            },
+            _ => {
+                store.set_event_vector(*cid, id, vector(*dim, &mut next)).await.unwrap();
+                continue;
+            }
+        };
+        store.update_event(*cid, id, patch, 50_000).await.unwrap();
+    }
+    store.compact_stats().await.unwrap();
+
+    async fn states(c: &tokio_postgres::Client, schema: &str) -> Vec<(i16, i64)> {
+        let sql =
+            format!("SELECT d_state, count(*) FROM {schema}.event_subjects WHERE kind = 'u' GROUP BY 1 ORDER BY 1");
+        c.query(&sql, &[]).await.unwrap().iter().map(|r| (r.get(0), r.get(1))).collect()
+    }
+    let mut queries = Vec::new();
+    for _ in 0..12 {
+        let terms: Vec<String> = (0..2).map(|_| words[next() % words.len()].to_string()).collect();
+        queries.push((terms, next()));
+    }
+    let check = |label: &'static str| {
+        let (store, collections, queries) = (&store, &collections, &queries);
+        async move {
+            for &(cid, dim) in collections {
+                for (qi, (terms, seed)) in queries.iter().enumerate() {
+                    let mut s = *seed as u64;
+                    let mut qnext = || {
+                        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        (s >> 33) as usize
+                    };
+                    let mut qv: Vec<f32> = (0..dim).map(|_| (qnext() % 2001) as f32 / 1000.0 - 1.0).collect();
+                    mnemo_core::embed::normalize(&mut qv);
+                    let user_id = if qi % 4 == 3 {
+                        vec!["u0".to_string(), "u2".to_string()]
+                    } else {
+                        vec![format!("u{}", qi % 3)]
+                    };
+                    let filter = EventFilter {
+                        user_id,
+                        active_only: true,
+                        memory_type: if qi % 5 == 1 { vec!["b".into()] } else { vec![] },
+                        start_time: (qi % 6 == 2).then_some(40),
+                        end_time: (qi % 6 == 2).then_some(20_000),
+                        ..Default::default()
+                    };
+                    // The same scope through the events' rows: a conversation filter every event matches.
+                    let rows_filter = EventFilter { conversation_id: vec!["conv".into()], ..filter.clone() };
+                    let q = CandidateQuery {
+                        vector: (qi % 7 != 4).then_some(qv),
+                        terms: terms.clone(),
+                        k: [1, 5, 10, 30][qi % 4],
+                        vector_hits: None,
+                    };
+                    let key = |mut v: Vec<Candidate>| {
+                        v.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+                        v.into_iter().map(|c| (c.event.id, c.cosine, c.bm25)).collect::<Vec<_>>()
+                    };
+                    let fast = key(store.search_candidates(cid, filter, q.clone()).await.unwrap());
+                    let rows = key(store.search_candidates(cid, rows_filter, q).await.unwrap());
+                    assert!(!rows.is_empty(), "{label}: collection {cid}, query {qi} finds something ({fast:?})");
+                    assert_eq!(fast, rows, "{label}: collection {cid}, query {qi}");
+                }
+            }
+        }
+    };
+    // Filled by the triggers: everything (7), a vector but no terms (6: the long texts), terms
+    // but no vector (5: 1,400 f16 dimensions leave no room beside the key), neither (4).
+    let filled = states(&client, schema).await;
+    assert_eq!(filled.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [4, 5, 6, 7], "{filled:?}");
+    check("filled by the triggers").await;
+
+    // Rows as schema v4 left them (the columns v5 added empty), searched, then filled by housekeeping.
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.event_subjects DISABLE TRIGGER subject_doc;
+             UPDATE {schema}.event_subjects SET d_state = 0, d_active = NULL, d_time = NULL, d_type = NULL, d_terms = NULL, d_vec = NULL;
+             ALTER TABLE {schema}.event_subjects ENABLE TRIGGER subject_doc;"
+        ))
+        .await
+        .unwrap();
+    check("written before v5").await;
+    while store.housekeeping().await.unwrap() {}
+    assert_eq!(states(&client, schema).await, filled, "housekeeping fills what the triggers would have");
+    check("filled by housekeeping").await;
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }

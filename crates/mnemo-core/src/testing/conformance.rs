@@ -51,6 +51,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(concurrent_writes_are_all_durable);
     scenario!(candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace);
     scenario!(both_signals_equal_the_reference_computation);
+    scenario!(scores_closer_than_half_precision_rank_exactly);
     scenario!(a_filtered_search_over_a_large_scope_finds_the_filtered_events);
     scenario!(export_and_forget_a_user);
     scenario!(a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text);
@@ -633,6 +634,64 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let scanned = key(s.search_candidates(c.id, f.clone(), second.clone()).await.unwrap());
     let reused = key(s.search_candidates(c.id, f, CandidateQuery { vector_hits: hits, ..second }).await.unwrap());
     assert_eq!(reused, scanned, "a reused vector part changes no candidate and no score");
+}
+
+/// Scores 2.8·10⁻⁵ apart — below what a half-precision copy of the vectors can tell apart —
+/// still rank exactly, with exact cosines: a store that orders by a compressed copy (PostgreSQL's
+/// user-document index) must re-score every event the copy cannot place.
+pub async fn scores_closer_than_half_precision_rank_exactly(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    // Event i scores 2.8·10⁻⁵ more than event i − 1 against `base`, but its two components move
+    // in opposite directions across f16's spacing (4.9·10⁻⁴ there) at different events, so the
+    // f16 copies' scores step up and down: their order is not the true one, without ties that
+    // would hide it (a store re-scoring too few events returns the wrong ones).
+    let mut base = vec![0.0f32; 64];
+    (base[0], base[1]) = (std::f32::consts::FRAC_1_SQRT_2, std::f32::consts::FRAC_1_SQRT_2);
+    let scaled = |i: usize| {
+        let mut v = vec![0.0f32; 64];
+        (v[0], v[1], v[2]) = (0.6 + i as f32 * 1e-4, 0.55 - i as f32 * 0.6e-4, 0.3);
+        v
+    };
+    let mut order: Vec<usize> = (0..40).collect();
+    let mut x = 5u64;
+    for i in (1..order.len()).rev() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let mut id_of = HashMap::new();
+    for &i in &order {
+        let e = NewEvent {
+            embedding: Some(scaled(i)),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary(&format!("near tie {i}")), i as i64)
+        };
+        id_of.insert(i, s.insert_event(e).await.unwrap().id);
+    }
+    for (i, text) in ["用户住在上海", "the user keeps bees", "a hike in the alps"].iter().enumerate() {
+        let e = NewEvent {
+            embedding: Some(embed(text, EmbedKind::Document).await),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary(text), 100 + i as i64)
+        };
+        s.insert_event(e).await.unwrap();
+    }
+    h.settle().await;
+    let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
+    for k in [1, 5, 12] {
+        let q = CandidateQuery { vector: Some(base.clone()), terms: vec![], k, vector_hits: None };
+        let mut got: Vec<(String, f32)> = s
+            .search_candidates(c.id, f.clone(), q)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|g| (g.event.id, g.cosine.unwrap()))
+            .collect();
+        got.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let want: Vec<&String> = (40 - k..40).rev().map(|i| &id_of[&i]).collect();
+        assert_eq!(got.iter().map(|g| &g.0).collect::<Vec<_>>(), want, "k = {k}: the k largest scores, in order");
+        for (rank, (_, cos)) in got.iter().enumerate() {
+            let want_cos = crate::embed::dot(&base, &scaled(39 - rank));
+            assert!((cos - want_cos).abs() < 2e-6, "k = {k}, rank {rank}: cosine {cos} vs {want_cos}");
+        }
+    }
 }
 
 /// More events than a small scope, a filter that keeps 2% of them: the search still returns the
