@@ -398,9 +398,24 @@ impl PgStore {
         filter: EventFilter,
         limit: u32,
     ) -> StoreResult<Vec<Event>> {
-        let (where_sql, mut a) = event_filter_sql(cid, &filter);
-        let lim = a.push(limit as i64);
-        let sql = format!("SELECT {EVENT_COLS} FROM events WHERE {where_sql} ORDER BY time DESC, id DESC LIMIT {lim}");
+        let (sql, a) = if filter.user_id.len() == 1 && crate::search::user_docs_serve(&filter, None) {
+            // One user's newest: ordered in the user-document index, only the rows kept are read.
+            let (scope_where, mut a) = crate::search::user_docs_where(cid, &filter);
+            let lim = a.push(limit as i64);
+            let sql = format!(
+                "SELECT {EVENT_COLS} FROM events WHERE id IN (
+                     SELECT s.event_id FROM event_subjects s WHERE {scope_where}
+                     ORDER BY CASE WHEN s.d_state >= 4 THEN s.d_time ELSE (SELECT time FROM events e WHERE e.id = s.event_id) END DESC,
+                              s.event_id DESC
+                     LIMIT {lim})
+                 ORDER BY time DESC, id DESC"
+            );
+            (sql, a)
+        } else {
+            let (where_sql, mut a) = event_filter_sql(cid, &filter);
+            let lim = a.push(limit as i64);
+            (format!("SELECT {EVENT_COLS} FROM events WHERE {where_sql} ORDER BY time DESC, id DESC LIMIT {lim}"), a)
+        };
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)

@@ -339,7 +339,7 @@ const MIGRATIONS: &[&str] = &[
     // events are scattered and a scoped search fetched every one of them twice by primary key
     // (its row for the terms, its vector) — ~8 buffer touches an event. Each user subject row now
     // carries what a scoped search reads: the filter columns, the terms and the vector as
-    // `halfvec` (f16), and one covering btree keyed by (collection, user) holds them all, so the
+    // `halfvec` (f16) with the vector's norm, and one covering btree keyed by (collection, user) holds them all, so the
     // search is an index-only range scan over a few hundred consecutive entries. Half precision
     // only *orders*: `search::small_scope` re-reads the exact vector of every event whose f16
     // score cannot be told apart from the k-th (`search::halfvec_bound`), so the candidates and
@@ -359,9 +359,10 @@ const MIGRATIONS: &[&str] = &[
         ADD COLUMN d_time BIGINT,
         ADD COLUMN d_type TEXT,
         ADD COLUMN d_terms TEXT,
-        ADD COLUMN d_vec halfvec;
+        ADD COLUMN d_vec halfvec,
+        ADD COLUMN d_norm REAL;
     CREATE INDEX event_subjects_docs ON event_subjects(collection_id, subject_id)
-        INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec) WHERE kind = 'u';
+        INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec, d_norm) WHERE kind = 'u';
     CREATE INDEX event_subjects_unfilled ON event_subjects(collection_id) WHERE kind = 'u' AND d_state = 0;
     -- An index-only scan reads the heap for every entry on a page not yet marked all-visible,
     -- which only VACUUM does: vacuum after 1% of the rows changed or arrived, not 20%.
@@ -378,13 +379,16 @@ const MIGRATIONS: &[&str] = &[
         NEW.d_type := e.memory_type;
         NEW.d_terms := NULL;
         NEW.d_vec := NULL;
+        NEW.d_norm := NULL;
         NEW.d_state := 4;
         -- What is left of an index entry's 2,704 bytes (with room for headers and alignment).
-        room := 2560 - octet_length(NEW.subject_id) - octet_length(NEW.event_id) - COALESCE(octet_length(e.memory_type), 0);
+        room := 2556 - octet_length(NEW.subject_id) - octet_length(NEW.event_id) - COALESCE(octet_length(e.memory_type), 0);
         IF v.vec IS NULL THEN
             NEW.d_state := NEW.d_state | 2;
-        ELSIF 8 + 2 * v.dim <= room AND (SELECT max(abs(x)) FROM unnest(v.vec::real[]) x) < 65000 THEN
+        -- f16 holds every component when the norm is under 65,000 (no component exceeds it).
+        ELSIF 8 + 2 * v.dim <= room AND -(v.vec <#> v.vec) < 65000.0 * 65000.0 THEN
             NEW.d_vec := v.vec::halfvec;
+            NEW.d_norm := sqrt(-(v.vec <#> v.vec));
             NEW.d_state := NEW.d_state | 2;
             room := room - 8 - 2 * v.dim;
         END IF;

@@ -1,16 +1,19 @@
 //! Candidate generation on PostgreSQL, giving the same candidates and the same signals as the
 //! embedded store so `mnemo-core` ranks both alike:
 //! - a scope of up to [`EXACT_SCOPE`] events (configurable) (the usual: one user's) is searched exactly
-//!   in two round trips and no transaction: one statement returns the scope's events with their
-//!   terms and their inner product with the query (pgvector, btree-prefiltered, no ANN) together
-//!   with the collection's BM25 statistics for the query's tokens; the vector top k and BM25
-//!   (`text::Bm25Query`) are ranked here, and a second statement loads the candidates' rows;
+//!   without a transaction: one statement returns the scope's events with their terms and their
+//!   inner product with the query (pgvector, no ANN) together with the collection's BM25
+//!   statistics for the query's tokens — for a user scope from the user-document index (schema
+//!   v5: an index-only range scan, f16 scores), else from the event rows; the vector top k and
+//!   BM25 (`text::Bm25Query`) are ranked here, the exact f32 scores of the events f16 cannot
+//!   place are read by primary key ([`halfvec_bound`]), and a last statement loads the
+//!   candidates' rows;
 //! - a larger scope uses the HNSW index of the collection's dimension with
 //!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none), and
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
 use crate::rows::{EVENT_COLS, event_from_row};
-use crate::sql::{SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
+use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
@@ -142,13 +145,13 @@ async fn vector_part(
 }
 
 /// How far pgvector's inner product of the f16 copies (`halfvec <#> halfvec`) can be from the
-/// f32 one (`vector <#> vector`) for a query of norm `q_norm` and a stored vector whose f16 copy
-/// has norm `v_norm`, `dim` components. Each conversion to f16 moves a component by at most
+/// f32 one (`vector <#> vector`) for a query of norm `q_norm` and a stored vector of norm `v_norm`
+/// (as the copy records it: computed in f32), `dim` components. Each conversion to f16 moves a component by at most
 /// 2^-10 of itself (2^-11 when rounding to nearest, as F16C does; twice that for a truncating
 /// conversion), or by 2^-24 where f16 is subnormal; both products are summed in f32, each sum
 /// off by at most `dim`·2^-24 of Σ|q_i v_i| ≤ ‖q‖‖v‖. So the f16 score is within
 /// (2·2^-10 + 2·dim·2^-24)·‖q‖‖v‖ + dim·2^-24·(‖q‖ + ‖v‖) of the f32 one; 1% more covers the
-/// second-order terms and ‖v‖ against the norm of its copy.
+/// second-order terms and the rounding of the norms.
 pub fn halfvec_bound(q_norm: f64, v_norm: f64, dim: usize) -> f64 {
     let n = dim as f64;
     let eps = f64::powi(2.0, -24);
@@ -167,8 +170,8 @@ struct Search<'a> {
 }
 
 /// An event of a small scope: its terms and the negated inner product of its vector with the
-/// query, exact — or, when `approx_norm` is set, of the vectors' f16 copies (then the norm of
-/// the stored copy, for [`halfvec_bound`]).
+/// query, exact — or, when `approx_norm` is set, of the vectors' f16 copies (then the stored
+/// vector's norm, for [`halfvec_bound`]).
 struct Doc {
     id: String,
     terms: Option<String>,
@@ -186,7 +189,7 @@ struct Scope {
 /// Whether the user-document index (schema v5) answers a filter on its own: one or more users
 /// and any of event type, time range and status — the scopes of `event/search` and
 /// `get_context`. A query vector must be representable in f16 (every usual embedding is).
-fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) -> bool {
+pub(crate) fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) -> bool {
     !f.user_id.is_empty()
         && f.assistant_id.is_empty()
         && f.group_id.is_empty()
@@ -196,52 +199,64 @@ fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) -> bool {
         && qv.is_none_or(|v| v.as_slice().iter().all(|x| x.abs() < 65_000.0))
 }
 
+/// The condition on `event_subjects s` that selects a filter's events through the user-document
+/// index (when [`user_docs_serve`]): an index-only range scan of the users' entries; a row not
+/// filled yet (written before v5, or being refilled) is filtered through its event's row instead.
+pub(crate) fn user_docs_where(cid: CollectionId, f: &EventFilter) -> (String, Args) {
+    let (rest_sql, mut a) = event_filter_sql(cid, &EventFilter { user_id: vec![], ..f.clone() });
+    let users = a.push(f.user_id.clone());
+    let mut filled = String::from("TRUE");
+    if f.active_only {
+        filled.push_str(" AND s.d_active");
+    }
+    if !f.memory_type.is_empty() {
+        filled.push_str(&format!(" AND s.d_type = ANY({})", a.push(f.memory_type.clone())));
+    }
+    if let Some(t) = f.start_time {
+        filled.push_str(&format!(" AND s.d_time >= {}", a.push(t)));
+    }
+    if let Some(t) = f.end_time {
+        filled.push_str(&format!(" AND s.d_time <= {}", a.push(t)));
+    }
+    let sql = format!(
+        "s.collection_id = $1 AND s.kind = 'u' AND s.subject_id = ANY({users})
+         AND CASE WHEN s.d_state >= 4 THEN {filled} ELSE EXISTS (SELECT 1 FROM events WHERE id = s.event_id AND {rest_sql}) END"
+    );
+    (sql, a)
+}
+
 /// One statement, one snapshot: the scope with its signals, or `None` when the scope holds more
 /// than `exact_scope` events (then nothing else was computed).
 async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<Option<Scope>, StoreError> {
     let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
     let want_ip = q.vector_hits.is_none() && qv.is_some();
     let (scope_sql, terms, ip, norm, mut a) = if user_docs_serve(f, qv) {
-        // An index-only range scan of the user's entries; a row not filled yet (written before
-        // v5, being refilled) is filtered and read through its event's rows instead.
-        let (rest_sql, mut a) = event_filter_sql(cid, &EventFilter { user_id: vec![], ..f.clone() });
-        let users = a.push(f.user_id.clone());
-        let mut filled = String::from("TRUE");
-        if f.active_only {
-            filled.push_str(" AND s.d_active");
-        }
-        if !f.memory_type.is_empty() {
-            filled.push_str(&format!(" AND s.d_type = ANY({})", a.push(f.memory_type.clone())));
-        }
-        if let Some(t) = f.start_time {
-            filled.push_str(&format!(" AND s.d_time >= {}", a.push(t)));
-        }
-        if let Some(t) = f.end_time {
-            filled.push_str(&format!(" AND s.d_time <= {}", a.push(t)));
-        }
+        // Scored inside the scope: only the scores are materialised, never the f16 copies.
+        let (scope_where, mut a) = user_docs_where(cid, f);
         let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
-        let scope_sql = format!(
-            "SELECT {distinct} s.event_id AS id, s.d_state, s.d_terms, s.d_vec FROM event_subjects s
-             WHERE s.collection_id = $1 AND s.kind = 'u' AND s.subject_id = ANY({users})
-               AND CASE WHEN s.d_state >= 4 THEN {filled}
-                   ELSE EXISTS (SELECT 1 FROM events WHERE id = s.event_id AND {rest_sql}) END"
-        );
-        let terms =
-            "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.id) END";
+        let terms = if q.terms.is_empty() {
+            "NULL::text"
+        } else {
+            "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END"
+        };
         let (ip, norm) = match (qv, dim) {
             (Some(qv), Some(dim)) if want_ip => {
                 let (v, d) = (a.push(qv.clone()), a.push(dim));
                 (
                     format!(
                         "CASE WHEN s.d_state & 2 = 2 THEN CASE WHEN vector_dims(s.d_vec) = {d} THEN s.d_vec <#> (SELECT {v}::vector::halfvec) END
-                         ELSE (SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.id AND v.dim = {d}) END"
+                         ELSE (SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.event_id AND v.dim = {d}) END"
                     ),
-                    format!("CASE WHEN s.d_state & 2 = 2 AND vector_dims(s.d_vec) = {d} THEN l2_norm(s.d_vec) END"),
+                    format!("CASE WHEN s.d_state & 2 = 2 AND vector_dims(s.d_vec) = {d} THEN s.d_norm::float8 END"),
                 )
             }
             _ => ("NULL::float8".into(), "NULL::float8".into()),
         };
-        (scope_sql, terms.to_string(), ip, norm, a)
+        let scope_sql = format!(
+            "SELECT {distinct} s.event_id AS id, {terms} AS terms, {ip} AS ip, {norm} AS norm
+             FROM event_subjects s WHERE {scope_where}"
+        );
+        (scope_sql, "s.terms".to_string(), "s.ip".to_string(), "s.norm".to_string(), a)
     } else {
         let (where_sql, mut a) = event_filter_sql(cid, f);
         let ip = match (qv, dim) {

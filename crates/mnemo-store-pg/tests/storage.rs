@@ -195,6 +195,16 @@ async fn the_user_document_index_answers_like_the_event_rows() {
                         v.sort_by(|a, b| a.event.id.cmp(&b.event.id));
                         v.into_iter().map(|c| (c.event.id, c.cosine, c.bm25)).collect::<Vec<_>>()
                     };
+                    // Listing (newest first) too.
+                    let limit = [1, 7, 500][qi % 3];
+                    let ids = |v: Vec<Event>| v.into_iter().map(|e| (e.id, e.time)).collect::<Vec<_>>();
+                    let listed = ids(store.list_events(cid, filter.clone(), limit).await.unwrap());
+                    assert!(!listed.is_empty(), "{label}: collection {cid}, query {qi} lists something");
+                    assert_eq!(
+                        listed,
+                        ids(store.list_events(cid, rows_filter.clone(), limit).await.unwrap()),
+                        "{label}: list {qi}"
+                    );
                     let fast = key(store.search_candidates(cid, filter, q.clone()).await.unwrap());
                     let rows = key(store.search_candidates(cid, rows_filter, q).await.unwrap());
                     assert!(!rows.is_empty(), "{label}: collection {cid}, query {qi} finds something ({fast:?})");
