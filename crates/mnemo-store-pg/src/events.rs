@@ -427,6 +427,18 @@ impl PgStore {
         filter: EventFilter,
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
+        if let Some(read) = &self.read_pool {
+            let on_replica = async {
+                let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
+                crate::search::candidates(&mut conn, cid, &filter, &q, self.exact_scope).await
+            };
+            match on_replica.await {
+                Ok(found) => return Ok(found),
+                // Down, lagging past a recovery conflict, not yet holding the schema: the
+                // primary answers (said every 5 s at most).
+                Err(e) => crate::sql::warn_muted(&format!("postgres read replica: {e}; searching on the primary")),
+            }
+        }
         let mut conn = self.client().await?;
         crate::search::candidates(&mut conn, cid, &filter, &q, self.exact_scope).await
     }

@@ -54,16 +54,23 @@ pub struct PgOptions {
     /// Maintain an HNSW index per vector dimension (false: every vector search is exact — fine
     /// when searches are scoped to users, and writes are cheaper; an existing index is kept).
     pub hnsw: bool,
+    /// A streaming replica (hot standby) of the same database for event searches — `event/search`
+    /// and the searches of `get_context` — so search capacity grows with replicas while writes
+    /// go to `url`. A search there sees what the replica has replayed (replication lag); on any
+    /// error there it runs on the primary instead.
+    pub read_url: Option<String>,
 }
 
 impl PgOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), pool: 16, schema: None, exact_scope: search::EXACT_SCOPE, hnsw: true }
+        Self { url: url.into(), pool: 16, schema: None, exact_scope: search::EXACT_SCOPE, hnsw: true, read_url: None }
     }
 }
 
 pub struct PgStore {
     pool: Pool,
+    /// Searches go here when a read replica is configured.
+    read_pool: Option<Pool>,
     exact_scope: usize,
     hnsw: bool,
 }
@@ -74,6 +81,21 @@ const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// the database's time each: a row costs two primary-key reads and an f16 conversion).
 const SUBJECT_DOCS_BATCH: i64 = 1_000;
 
+/// A pool whose connections see `schema` first.
+fn pool_of(
+    mut config: tokio_postgres::Config,
+    tls: tls::Connector,
+    schema: Option<&str>,
+    size: usize,
+) -> Result<Pool, StoreError> {
+    if let Some(schema) = schema {
+        let given = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
+        config.options(format!("{given}-c search_path={schema},public"));
+    }
+    let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Pool::builder(manager).max_size(size.max(2)).build().map_err(|e| StoreError::backend(format!("postgres pool: {e}")))
+}
+
 fn bad_schema_name(s: &str) -> bool {
     s.is_empty() || s.len() > 63 || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
@@ -82,7 +104,7 @@ impl PgStore {
     /// Connects, creates the schema if asked, migrates, and makes sure the vector indexes of the
     /// dimensions in use exist.
     pub async fn connect(o: PgOptions) -> Result<Self, StoreError> {
-        let (mut config, tls) = tls::configure(&o.url)?;
+        let (config, tls) = tls::configure(&o.url)?;
         if let Some(schema) = &o.schema {
             if bad_schema_name(schema) {
                 return Err(StoreError::backend(format!(
@@ -94,15 +116,17 @@ impl PgStore {
             client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).await.map_err(backend)?;
             drop(client);
             let _ = task.await;
-            let given = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
-            config.options(format!("{given}-c search_path={schema},public"));
         }
-        let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-        let pool = Pool::builder(manager)
-            .max_size(o.pool.max(2))
-            .build()
-            .map_err(|e| StoreError::backend(format!("postgres pool: {e}")))?;
-        let store = Self { pool, exact_scope: o.exact_scope.max(1), hnsw: o.hnsw };
+        let pool = pool_of(config, tls, o.schema.as_deref(), o.pool)?;
+        // The replica's pool connects lazily: a replica that is down does not stop the start.
+        let read_pool = match &o.read_url {
+            Some(url) => {
+                let (config, tls) = tls::configure(url)?;
+                Some(pool_of(config, tls, o.schema.as_deref(), o.pool)?)
+            }
+            None => None,
+        };
+        let store = Self { pool, read_pool, exact_scope: o.exact_scope.max(1), hnsw: o.hnsw };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::backend)?;
         for r in c

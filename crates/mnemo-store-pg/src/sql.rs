@@ -20,20 +20,32 @@ pub fn backend(e: tokio_postgres::Error) -> StoreError {
         );
     }
     if lost_connection(&e) {
-        // Every request fails the same way while the database is away: say it every 5 s at most.
-        static LAST_WARN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if now >= LAST_WARN.load(std::sync::atomic::Ordering::Relaxed) + 5 {
-            LAST_WARN.store(now, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(error = %e, "postgres: the database is unreachable; requests answer 503 until it is back (repeats muted for 5 s)");
-        } else {
-            tracing::debug!(error = %e, "postgres: the database is unreachable");
-        }
+        // Every request fails the same way while the database is away: said every 5 s at most.
+        warn_muted(&format!("postgres: the database is unreachable ({e}); requests answer 503 until it is back"));
         return StoreError::Unavailable(UNAVAILABLE.into());
     }
     match e.as_db_error() {
         Some(db) => StoreError::backend_caused(format!("postgres: {} ({})", db.message(), db.code().code()), e),
         None => StoreError::backend_caused("postgres", e),
+    }
+}
+
+/// A warning that every request would repeat while a database is away: logged once every 5 s
+/// per call site at most (a debug line otherwise).
+#[track_caller]
+pub fn warn_muted(what: &str) {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static LAST: Mutex<Option<HashMap<(&'static str, u32), u64>>> = Mutex::new(None);
+    let at = std::panic::Location::caller();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let seen = last.get_or_insert_with(HashMap::new).entry((at.file(), at.line())).or_insert(0);
+    if now >= *seen + 5 {
+        *seen = now;
+        tracing::warn!("{what} (repeats muted for 5 s)");
+    } else {
+        tracing::debug!("{what}");
     }
 }
 

@@ -128,6 +128,7 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
                 pool: cfg.store.pool.clamp(2, 1000),
                 schema: cfg.store.schema.clone(),
                 hnsw: cfg.store.hnsw,
+                read_url: cfg.store.read_url.clone(),
                 ..mnemo_store_pg::PgOptions::new(url)
             };
             Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)

@@ -327,6 +327,8 @@ pub struct StoreConfig {
     /// postgres: keep an HNSW index per vector dimension (for searches whose scope exceeds
     /// 5,000 events); false makes writes cheaper when every search is scoped to a user.
     pub hnsw: bool,
+    /// postgres: a streaming replica (hot standby) of `url` that serves event searches.
+    pub read_url: Option<String>,
 }
 
 impl Default for StoreConfig {
@@ -340,6 +342,7 @@ impl Default for StoreConfig {
             pool: 16,
             schema: None,
             hnsw: true,
+            read_url: None,
         }
     }
 }
