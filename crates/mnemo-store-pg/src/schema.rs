@@ -365,8 +365,11 @@ const MIGRATIONS: &[&str] = &[
         INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec, d_norm) WHERE kind = 'u';
     CREATE INDEX event_subjects_unfilled ON event_subjects(collection_id) WHERE kind = 'u' AND d_state = 0;
     -- An index-only scan reads the heap for every entry on a page not yet marked all-visible,
-    -- which only VACUUM does: vacuum after 1% of the rows changed or arrived, not 20%.
-    ALTER TABLE event_subjects SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
+    -- which only VACUUM does: vacuum after 1% of the rows changed or arrived, not 20%. And a
+    -- row with its copies (~2 KB) stays whole in its page rather than sending the f16 vector to
+    -- TOAST (as for event_vectors in v4: no TOAST row and TOAST index entry per write).
+    ALTER TABLE event_subjects SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01,
+                                    toast_tuple_target = 8160);
 
     CREATE FUNCTION mnemo_subject_doc() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE e RECORD; v RECORD; room INT;

@@ -41,6 +41,10 @@ async fn searches_run_on_the_read_replica_and_fall_back_to_the_primary() {
     let (Ok(url), Ok(standby_url)) =
         (std::env::var("MNEMO_TEST_DATABASE_URL"), std::env::var("MNEMO_TEST_PG_STANDBY_URL"))
     else {
+        assert!(
+            std::env::var_os("CI").is_none() || std::env::var_os("MNEMO_TEST_DATABASE_URL").is_none(),
+            "CI runs this test: scripts/test starts the standby (./scripts/setup-postgres standby)"
+        );
         eprintln!(
             "read replica on postgres: SKIPPED (set MNEMO_TEST_DATABASE_URL and MNEMO_TEST_PG_STANDBY_URL; see scripts/setup-postgres standby)"
         );
