@@ -5,6 +5,7 @@
 use mnemo_core::model::*;
 use mnemo_core::store::Store;
 use mnemo_store_pg::{PgOptions, PgStore};
+mod common;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -62,18 +63,7 @@ async fn searches_run_on_the_read_replica_and_fall_back_to_the_primary() {
         ..PgOptions::new(&url)
     };
     let store = PgStore::connect(opts(&standby_url)).await.unwrap();
-    let c = store
-        .create_collection(NewCollection {
-            project_name: "default".into(),
-            collection_name: "c".into(),
-            description: String::new(),
-            schema: CollectionSchema::default(),
-            embedding_model: "test".into(),
-            embedding_dim: 8,
-            created_at: 0,
-        })
-        .await
-        .unwrap();
+    let c = common::collection(&store, "c", 8).await;
     let first = store.insert_event(event(c.id, "the user keeps bees in the garden", 1)).await.unwrap();
     store.compact_stats().await.unwrap();
     caught_up(&primary, &standby).await;

@@ -13,18 +13,7 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
     let schema = "vectors_inline";
     let Some((url, store)) = common::fresh_store("vector storage", schema).await else { return };
     let dim = 896; // the default model pair: 3,588 bytes a vector
-    let c = store
-        .create_collection(NewCollection {
-            project_name: "default".into(),
-            collection_name: "c".into(),
-            description: String::new(),
-            schema: CollectionSchema::default(),
-            embedding_model: "test".into(),
-            embedding_dim: dim as u32,
-            created_at: 0,
-        })
-        .await
-        .unwrap();
+    let c = common::collection(&store, "c", dim as u32).await;
     let mut ids = Vec::new();
     for i in 0..20 {
         // Incompressible like a real embedding: small pseudo-random components, one dominant.
@@ -96,18 +85,7 @@ async fn the_user_document_index_answers_like_the_event_rows() {
     let words = ["coffee", "hike", "kyoto", "piano", "bees", "咖啡", "上海", "formula", "garden", "train"];
     let mut collections = Vec::new();
     for (name, dim) in [("small", 48usize), ("wide", 1_400)] {
-        let c = store
-            .create_collection(NewCollection {
-                project_name: "default".into(),
-                collection_name: name.into(),
-                description: String::new(),
-                schema: CollectionSchema::default(),
-                embedding_model: "test".into(),
-                embedding_dim: dim as u32,
-                created_at: 0,
-            })
-            .await
-            .unwrap();
+        let c = common::collection(&store, name, dim as u32).await;
         collections.push((c.id, dim));
     }
     let vector = |dim: usize, next: &mut dyn FnMut() -> usize| {
