@@ -427,7 +427,7 @@ impl PgStore {
         filter: EventFilter,
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
-        if let Some(read) = &self.read_pool {
+        if let Some(read) = self.replica() {
             let on_replica = async {
                 let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
                 crate::search::candidates(&mut conn, cid, &filter, &q, self.exact_scope).await
@@ -435,8 +435,13 @@ impl PgStore {
             match on_replica.await {
                 Ok(found) => return Ok(found),
                 // Down, lagging past a recovery conflict, not yet holding the schema: the
-                // primary answers (said every 5 s at most).
-                Err(e) => crate::sql::warn_muted(&format!("postgres read replica: {e}; searching on the primary")),
+                // primary answers this search and the next ones for a few seconds.
+                Err(e) => {
+                    self.rest_replica();
+                    crate::sql::warn_muted(&format!(
+                        "postgres read replica: {e}; searching on the primary for the next 5 s"
+                    ))
+                }
             }
         }
         let mut conn = self.client().await?;

@@ -69,8 +69,11 @@ impl PgOptions {
 
 pub struct PgStore {
     pool: Pool,
-    /// Searches go here when a read replica is configured.
+    /// Searches go here when a read replica is configured …
     read_pool: Option<Pool>,
+    /// … except until this instant (ms since the epoch) after it failed: a replica that is down
+    /// costs one failed attempt every few seconds, not one per search.
+    read_pool_resting_until: std::sync::atomic::AtomicU64,
     exact_scope: usize,
     hnsw: bool,
 }
@@ -80,6 +83,11 @@ const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// Subject rows from before schema v5 given their search copies per housekeeping call (~0.1 s of
 /// the database's time each: a row costs two primary-key reads and an f16 conversion).
 const SUBJECT_DOCS_BATCH: i64 = 1_000;
+
+/// How long a connection to the read replica may take (unless its URL sets `connect_timeout`),
+/// and how long searches stay on the primary after the replica failed one.
+const READ_REPLICA_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+const READ_REPLICA_REST: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A pool whose connections see `schema` first.
 fn pool_of(
@@ -121,12 +129,22 @@ impl PgStore {
         // The replica's pool connects lazily: a replica that is down does not stop the start.
         let read_pool = match &o.read_url {
             Some(url) => {
-                let (config, tls) = tls::configure(url)?;
+                let (mut config, tls) = tls::configure(url)?;
+                if config.get_connect_timeout().is_none() {
+                    // A replica host that does not answer must not hold searches for minutes.
+                    config.connect_timeout(READ_REPLICA_CONNECT_TIMEOUT);
+                }
                 Some(pool_of(config, tls, o.schema.as_deref(), o.pool)?)
             }
             None => None,
         };
-        let store = Self { pool, read_pool, exact_scope: o.exact_scope.max(1), hnsw: o.hnsw };
+        let store = Self {
+            pool,
+            read_pool,
+            read_pool_resting_until: Default::default(),
+            exact_scope: o.exact_scope.max(1),
+            hnsw: o.hnsw,
+        };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::backend)?;
         for r in c
@@ -161,6 +179,20 @@ impl PgStore {
 
     async fn vector_index(&self, conn: &Object, dim: i64) -> StoreResult<()> {
         if self.hnsw { schema::ensure_vector_index(conn, dim).await.map_err(backend) } else { Ok(()) }
+    }
+
+    /// The read replica's pool, unless there is none or it failed a moment ago.
+    fn replica(&self) -> Option<&Pool> {
+        let now = sql::now_ms();
+        self.read_pool
+            .as_ref()
+            .filter(|_| now >= self.read_pool_resting_until.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The replica failed a search: searches stay on the primary for a while.
+    fn rest_replica(&self) {
+        let until = sql::now_ms() + READ_REPLICA_REST.as_millis() as u64;
+        self.read_pool_resting_until.store(until, std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn client(&self) -> StoreResult<Object> {

@@ -145,11 +145,11 @@ async fn vector_part(
 }
 
 /// How far pgvector's inner product of the f16 copies (`halfvec <#> halfvec`) can be from the
-/// f32 one (`vector <#> vector`) for a query of norm `q_norm` and a stored vector of norm `v_norm`
-/// (as the copy records it: computed in f32), `dim` components. Each conversion to f16 moves a component by at most
-/// 2^-10 of itself (2^-11 when rounding to nearest, as F16C does; twice that for a truncating
-/// conversion), or by 2^-24 where f16 is subnormal; both products are summed in f32, each sum
-/// off by at most `dim`·2^-24 of Σ|q_i v_i| ≤ ‖q‖‖v‖. So the f16 score is within
+/// f32 one (`vector <#> vector`) for a query of norm `q_norm` and a stored vector of norm
+/// `v_norm` (as the copy records it: computed in f32), `dim` components. Each conversion to f16
+/// moves a component by at most 2^-10 of itself (2^-11 when rounding to nearest, as F16C does;
+/// twice that for a truncating conversion), or by 2^-24 where f16 is subnormal; both products
+/// are summed in f32, each sum off by at most `dim`·2^-24 of Σ|q_i v_i| ≤ ‖q‖‖v‖. So the f16 score is within
 /// (2·2^-10 + 2·dim·2^-24)·‖q‖‖v‖ + dim·2^-24·(‖q‖ + ‖v‖) of the f32 one; 1% more covers the
 /// second-order terms and the rounding of the norms.
 pub fn halfvec_bound(q_norm: f64, v_norm: f64, dim: usize) -> f64 {

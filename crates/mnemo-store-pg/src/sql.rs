@@ -30,6 +30,11 @@ pub fn backend(e: tokio_postgres::Error) -> StoreError {
     }
 }
 
+/// Milliseconds since the Unix epoch, by the wall clock.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A warning that every request would repeat while a database is away: logged once every 5 s
 /// per call site at most (a debug line otherwise).
 #[track_caller]
@@ -38,7 +43,7 @@ pub fn warn_muted(what: &str) {
     use std::sync::Mutex;
     static LAST: Mutex<Option<HashMap<(&'static str, u32), u64>>> = Mutex::new(None);
     let at = std::panic::Location::caller();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = now_ms() / 1000;
     let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
     let seen = last.get_or_insert_with(HashMap::new).entry((at.file(), at.line())).or_insert(0);
     if now >= *seen + 5 {
