@@ -30,3 +30,44 @@ async fn big_tables_are_estimated_small_ones_counted() {
     assert!(s.bytes > 0);
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }
+
+/// A fold of a bulk load's statistics (≥ 100,000 appended rows) vacuums the delta table at once
+/// (its dead rows would slow every reader's look-up into it until autovacuum came); a small
+/// fold leaves it to autovacuum. Either way the folded figures are exact.
+#[tokio::test]
+async fn a_big_fold_vacuums_the_delta_table() {
+    let schema = "stats_big_fold";
+    let Some((url, store)) = common::fresh_store("big fold", schema).await else { return };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let vacuums = async || -> i64 {
+        client
+            .query_one(
+                "SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'term_stats_delta'",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let append = |n: i64| {
+        format!("INSERT INTO {schema}.term_stats_delta SELECT 1, 't' || (g % 5000), 1 FROM generate_series(1, {n}) g")
+    };
+    client.batch_execute(&append(1_000)).await.unwrap();
+    store.compact_stats().await.unwrap();
+    assert_eq!(vacuums().await, 0, "a small fold leaves the delta table to autovacuum");
+    client.batch_execute(&append(120_000)).await.unwrap();
+    store.compact_stats().await.unwrap();
+    assert_eq!(vacuums().await, 1, "a big fold vacuums it");
+    let df: i64 = client
+        .query_one(&format!("SELECT df FROM {schema}.term_stats WHERE collection_id = 1 AND term = 't7'"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        df,
+        1 + 120_000 / 5_000,
+        "every appended change folded once (t7: once in the first 1,000, then every 5,000th)"
+    );
+    mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
+}
