@@ -9,12 +9,6 @@ mod common;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-async fn client(url: &str) -> tokio_postgres::Client {
-    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    c
-}
-
 /// Waits until the standby has replayed everything the primary has written so far.
 async fn caught_up(primary: &tokio_postgres::Client, standby: &tokio_postgres::Client) {
     let lsn: String = primary.query_one("SELECT pg_current_wal_lsn()::text", &[]).await.unwrap().get(0);
@@ -52,7 +46,7 @@ async fn searches_run_on_the_read_replica_and_fall_back_to_the_primary() {
         return;
     };
     let schema = "read_replica";
-    let (primary, standby) = (client(&url).await, client(&standby_url).await);
+    let (primary, standby) = (common::client(&url).await, common::client(&standby_url).await);
     // A run that failed half-way may have left replay paused.
     standby.batch_execute("SELECT pg_wal_replay_resume()").await.unwrap();
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();

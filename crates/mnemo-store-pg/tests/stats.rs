@@ -13,8 +13,7 @@ async fn big_tables_are_estimated_small_ones_counted() {
     assert_eq!((s.events, s.messages, s.profiles, s.conversations), (0, 0, 0, 0));
     assert!(s.jobs.is_empty(), "{:?}", s.jobs);
 
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let client = common::client(&url).await;
     let set =
         |table: &str, n: i64| format!("UPDATE pg_class SET reltuples = {n} WHERE oid = '{schema}.{table}'::regclass");
     // Below the threshold the estimate is ignored: the empty table counts 0.
@@ -38,8 +37,7 @@ async fn big_tables_are_estimated_small_ones_counted() {
 async fn a_big_fold_vacuums_the_delta_table() {
     let schema = "stats_big_fold";
     let Some((url, store)) = common::fresh_store("big fold", schema).await else { return };
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let client = common::client(&url).await;
     let vacuums = async || -> i64 {
         client
             .query_one(

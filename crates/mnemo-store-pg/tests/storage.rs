@@ -27,8 +27,7 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
             .unwrap();
         ids.push(e.id);
     }
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let client = common::client(&url).await;
     // Rows in the TOAST table, and each stored vector's size in its row (pgvector: an 8-byte
     // header, then 4 bytes a dimension; a TOAST pointer would be 18).
     let toast_table: String = client
@@ -75,8 +74,7 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
 async fn the_user_document_index_answers_like_the_event_rows() {
     let schema = "user_docs";
     let Some((url, store)) = common::fresh_store("user documents", schema).await else { return };
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let client = common::client(&url).await;
     let mut x = 99u64;
     let mut next = move || {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

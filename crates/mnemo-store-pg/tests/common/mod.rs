@@ -34,3 +34,11 @@ pub async fn collection(store: &PgStore, name: &str, dim: u32) -> Collection {
         .await
         .unwrap()
 }
+
+/// A plain connection for looking at the tables directly (its driver task runs in the background).
+#[allow(dead_code)]
+pub async fn client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
