@@ -9,11 +9,14 @@ use std::sync::LazyLock;
 static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
 static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
-/// Loads the segmenter's dictionary in the background (it takes ~0.2 s).
+/// Loads the segmenter's dictionary in the background (it takes ~0.1 s).
 pub fn warm() {
-    std::thread::spawn(|| {
-        let _ = search_tokens("预热 warm up");
-    });
+    std::thread::spawn(load);
+}
+
+/// Loads the segmenter's dictionary and the stemmer now (idempotent).
+pub fn load() {
+    let _ = search_tokens("预热 warm up");
 }
 
 const STOP: &[&str] = &[

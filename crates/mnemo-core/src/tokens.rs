@@ -17,6 +17,11 @@ impl TokenCounter {
         ENCODER.get_or_init(|| Arc::new(tiktoken_rs::o200k_base().expect("o200k_base ships inside tiktoken-rs")))
     }
 
+    /// Loads the encoder now (idempotent; ~0.1 s the first time).
+    pub fn load() {
+        Self::encoder();
+    }
+
     /// Starts loading the encoder in the background (idempotent).
     pub fn warm() {
         if ENCODER.get().is_none() {

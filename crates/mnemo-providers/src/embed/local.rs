@@ -107,8 +107,26 @@ struct Sessions {
     e5: Option<Session>,
 }
 
+impl Sessions {
+    fn build(env: &ort::environment::Environment, dir: &Path, model: LocalModel) -> Result<Self, String> {
+        Ok(Self {
+            use_: session(env, &dir.join("model.onnx"))?,
+            e5: match model {
+                LocalModel::UseE5 => Some(session(env, &dir.join(E5_GRAPH))?),
+                LocalModel::Use => None,
+            },
+        })
+    }
+}
+
 pub struct LocalEmbedder {
     model: LocalModel,
+    /// Inference sessions asked for (`embedding.sessions`); all but one load in the background.
+    target: usize,
+    loaded: Arc<std::sync::atomic::AtomicUsize>,
+    /// The thread building the other sessions: joined on drop, because a process that exits
+    /// while ONNX Runtime builds a session crashes in the runtime's static destructors.
+    loader: Mutex<Option<std::thread::JoinHandle<()>>>,
     sessions: Arc<Mutex<Vec<Sessions>>>,
     available: Arc<tokio::sync::Semaphore>,
     /// Query embeddings (searches) may hold all sessions but one, so writes always find a
@@ -166,7 +184,9 @@ fn session(env: &ort::environment::Environment, graph: &Path) -> Result<Session,
 }
 
 impl LocalEmbedder {
-    /// Loads the model with `sessions` parallel inference sessions (one thread each).
+    /// Loads the model with `sessions` parallel inference sessions (one thread each). One set of
+    /// sessions is built before this returns; the others are built on a background thread and
+    /// join the pool as they are ready, so a server answers its first request sooner (cold start).
     pub fn open(dir: &Path, model: LocalModel, sessions: usize) -> Result<Self, String> {
         let env = ENVIRONMENT
             .get_or_init(|| {
@@ -185,48 +205,67 @@ impl LocalEmbedder {
             tracing::debug!(file = f, ms = t.elapsed().as_millis() as u64, "tokenizer loaded");
             tok
         };
-        // Tokenizers and sessions are all built at once: the e5 tokenizer (250k pieces, ~0.9 s
-        // to parse) and graph optimisation (~0.2 s a session) dominate cold start.
-        let (tokenizers, pool) = std::thread::scope(|scope| {
-            let use_tok = scope.spawn(|| load("tokenizer.json"));
+        // Two threads: the e5 tokenizer (its 250k-piece trie, ~0.5 s of one core, is the longest
+        // part of a cold start) on its own; the USE tokenizer and the first sessions one after
+        // another on this one, so that they do not take the e5 thread's core.
+        let (tokenizers, first) = std::thread::scope(|scope| {
             let e5_tok = (model == LocalModel::UseE5).then(|| scope.spawn(|| load(E5_TOKENIZER)));
-            let handles: Vec<_> = (0..sessions.max(1))
-                .map(|_| {
-                    scope.spawn(|| {
-                        Ok(Sessions {
-                            use_: session(env, &dir.join("model.onnx"))?,
-                            e5: match model {
-                                LocalModel::UseE5 => Some(session(env, &dir.join(E5_GRAPH))?),
-                                LocalModel::Use => None,
-                            },
-                        })
-                    })
-                })
-                .collect();
+            let use_tok = load("tokenizer.json");
+            let first = Sessions::build(env, dir, model);
             let panicked = |_| "a model-loading thread panicked".to_string();
-            let pool =
-                handles.into_iter().map(|h| h.join().map_err(panicked)?).collect::<Result<Vec<Sessions>, String>>()?;
-            let tokenizers = Tokenizers {
-                use_: use_tok.join().map_err(panicked)??,
-                e5: e5_tok.map(|h| h.join().map_err(panicked)?).transpose()?,
-            };
-            Ok::<_, String>((tokenizers, pool))
+            let tokenizers =
+                Tokenizers { use_: use_tok?, e5: e5_tok.map(|h| h.join().map_err(panicked)?).transpose()? };
+            Ok::<_, String>((tokenizers, first?))
         })?;
-        let n = pool.len();
-        Ok(Self {
+        let target = sessions.max(1);
+        let embedder = Self {
             model,
-            sessions: Arc::new(Mutex::new(pool)),
-            available: Arc::new(tokio::sync::Semaphore::new(n)),
-            queries: Arc::new(QueryGate::new(n, MAX_WAITING_QUERIES)),
+            target,
+            loaded: Arc::new(std::sync::atomic::AtomicUsize::new(1)),
+            loader: Mutex::new(None),
+            sessions: Arc::new(Mutex::new(vec![first])),
+            available: Arc::new(tokio::sync::Semaphore::new(1)),
+            queries: Arc::new(QueryGate::new(target, MAX_WAITING_QUERIES)),
             tokenizers: Arc::new(tokenizers),
-        })
+        };
+        if target > 1 {
+            let (pool, available, loaded, dir) =
+                (embedder.sessions.clone(), embedder.available.clone(), embedder.loaded.clone(), dir.to_path_buf());
+            let loader = std::thread::Builder::new()
+                .name("mnemo-model-load".into())
+                .spawn(move || {
+                    // Lowest priority: the first requests, not these sessions, get the cores (on
+                    // Linux a thread id names the thread alone).
+                    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+                    for _ in 1..target {
+                        match Sessions::build(env, &dir, model) {
+                            Ok(s) => {
+                                pool.lock().expect("session pool").push(s);
+                                available.add_permits(1);
+                                loaded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "an extra inference session could not be built; embedding runs on fewer");
+                                return;
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| format!("starting the model-loading thread: {e}"))?;
+            *embedder.loader.lock().expect("loader") = Some(loader);
+        }
+        Ok(embedder)
+    }
+
+    /// Inference session sets built so far (the background ones join within the first second).
+    pub fn loaded_sessions(&self) -> usize {
+        self.loaded.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many query embeddings may wait for a session before a search falls back to full text
     /// alone (`usize::MAX`: they always wait).
     pub fn with_max_waiting_queries(mut self, max_waiting: usize) -> Self {
-        let n = self.sessions.lock().expect("session pool").len();
-        self.queries = Arc::new(QueryGate::new(n, max_waiting));
+        self.queries = Arc::new(QueryGate::new(self.target, max_waiting));
         self
     }
 
@@ -328,6 +367,14 @@ impl LocalEmbedder {
         let out = Self::embed_text(self.model, &mut s, &self.tokenizers, text, kind);
         self.sessions.lock().expect("session pool").push(s);
         out
+    }
+}
+
+impl Drop for LocalEmbedder {
+    fn drop(&mut self) {
+        if let Some(loader) = self.loader.get_mut().ok().and_then(Option::take) {
+            let _ = loader.join();
+        }
     }
 }
 
@@ -451,6 +498,30 @@ mod tests {
     fn embedder(model: LocalModel) -> LocalEmbedder {
         let dir = find_model_dir(None, model).expect("run ./scripts/setup-model first (./scripts/test does)");
         LocalEmbedder::open(&dir, model, 1).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn extra_sessions_join_the_pool_in_the_background() {
+        let dir = find_model_dir(None, LocalModel::UseE5).expect("run ./scripts/setup-model first");
+        let e = Arc::new(LocalEmbedder::open(&dir, LocalModel::UseE5, 3).unwrap());
+        // It answers before the other two sessions exist.
+        let alone = e.embed(&["a first query".into()], EmbedKind::Query).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while e.loaded_sessions() < 3 {
+            assert!(std::time::Instant::now() < deadline, "background sessions never joined the pool");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(e.available.available_permits(), 3, "each session joined with its permit");
+        // Three embeddings at once each hold a session; every session gives the same vectors.
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                let e = e.clone();
+                tokio::spawn(async move { e.embed(&["a first query".into()], EmbedKind::Query).await })
+            })
+            .collect();
+        for r in runs {
+            assert_eq!(r.await.unwrap().unwrap(), alone);
+        }
     }
 
     #[test]
