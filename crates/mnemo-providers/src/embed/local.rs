@@ -342,16 +342,31 @@ impl LocalEmbedder {
                 )
             }
         };
+        let use_session = &mut s.use_;
+        let (use_v, e5_v) = match (use_w > 0.0, e5_w > 0.0) {
+            // A query runs both models at once, one on another thread: its latency is the slower
+            // model's, not the sum (a stored text runs them in turn: writes are many, so the
+            // other core is busy with another one anyway).
+            (true, true) if kind == EmbedKind::Query => std::thread::scope(|scope| {
+                let use_v = scope.spawn(|| Self::run_use(use_session, &tok.use_, text));
+                let e5_v = Self::run_e5(e5_session, e5_tok, text, kind);
+                let use_v =
+                    use_v.join().unwrap_or_else(|_| Err(EmbedError::Permanent("USE inference panicked".into())));
+                (Some(use_v), Some(e5_v))
+            }),
+            (run_use, run_e5) => (
+                run_use.then(|| Self::run_use(use_session, &tok.use_, text)),
+                run_e5.then(|| Self::run_e5(e5_session, e5_tok, text, kind)),
+            ),
+        };
         let mut out = Vec::with_capacity(USE_DIMENSION + E5_DIMENSION);
-        if use_w > 0.0 {
-            out.extend(Self::run_use(&mut s.use_, &tok.use_, text)?.into_iter().map(|x| x * use_w));
-        } else {
-            out.resize(USE_DIMENSION, 0.0);
+        match use_v {
+            Some(v) => out.extend(v?.into_iter().map(|x| x * use_w)),
+            None => out.resize(USE_DIMENSION, 0.0),
         }
-        if e5_w > 0.0 {
-            out.extend(Self::run_e5(e5_session, e5_tok, text, kind)?.into_iter().map(|x| x * e5_w));
-        } else {
-            out.resize(USE_DIMENSION + E5_DIMENSION, 0.0);
+        match e5_v {
+            Some(v) => out.extend(v?.into_iter().map(|x| x * e5_w)),
+            None => out.resize(USE_DIMENSION + E5_DIMENSION, 0.0),
         }
         Ok(out)
     }
