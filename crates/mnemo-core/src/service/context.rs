@@ -72,7 +72,20 @@ impl Service {
         let mut req = req;
         req.event_limit = req.event_limit.min((req.max_tokens / 24).max(1)).min(MAX_CONTEXT_EVENTS);
         let c = self.collection_for_read(&req.target).await?;
-        let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
+        // The query is embedded once, for both searches — while the conversation is looked up
+        // when the request names whose memories to search (else only once a search is sure).
+        let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
+        let named = !req.event_filter.user_id.is_empty() || !req.event_filter.assistant_id.is_empty();
+        let early = async {
+            match query {
+                Some(q) if named && (req.include.intra_events || req.include.cross_events) => {
+                    Some(self.query_vector(q).await)
+                }
+                _ => None,
+            }
+        };
+        let (conv, early) = tokio::join!(self.store.conversation_info(c.id, &req.conversation_id), early);
+        let conv = conv?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
         // Whose memories: the request's filter, else the conversation's metadata.
         let mut filter = req.event_filter.clone();
@@ -87,30 +100,18 @@ impl Service {
             profile_filter.user_id = filter.user_id.clone();
         }
         let known = !filter.user_id.is_empty() || !filter.assistant_id.is_empty();
+        let searches = (req.include.intra_events && conv.is_some()) || (req.include.cross_events && known);
+        let qv = match (early, query) {
+            (Some(qv), _) => qv,
+            (None, Some(q)) if searches => self.query_vector(q).await,
+            (None, _) => None,
+        };
         let mut cands = crate::context::Candidates::default();
-        if req.include.profile && !profile_filter.user_id.is_empty() {
-            cands.profiles = self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?;
-        }
         if req.include.short_term
             && let Some(conv) = &conv
         {
             cands.short_term =
                 conv.short_term.iter().filter(|m| matches!(m.role, Role::User | Role::Assistant)).cloned().collect();
-        }
-        let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
-        if req.include.recap && fresh && known {
-            let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
-            cands.recap = self
-                .store
-                .list_events(c.id, f, 1)
-                .await?
-                .into_iter()
-                .map(|e| ScoredEvent {
-                    scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
-                    layer: None,
-                    event: e,
-                })
-                .next();
         }
         let search = |filter: EventFilter, limit: u32| EventSearch {
             target: req.target.clone(),
@@ -123,20 +124,53 @@ impl Service {
             freshness_days: None,
             include_archived: false,
         };
-        if req.include.intra_events && conv.is_some() {
+        // The four parts, one after another: asked at once they measured slower on SQLite (each
+        // read connection keeps its own page cache, and in turn they reuse the warm one).
+        let profiles = async {
+            if req.include.profile && !profile_filter.user_id.is_empty() {
+                self.store.list_profiles(c.id, profile_filter.clone(), req.profile_limit).await
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
+        let recap = async {
+            if !(req.include.recap && fresh && known) {
+                return Ok(None);
+            }
+            let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
+            Ok::<_, CoreError>(self.store.list_events(c.id, f, 1).await?.into_iter().next().map(|e| ScoredEvent {
+                scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
+                layer: None,
+                event: e,
+            }))
+        };
+        let intra = async {
+            if !(req.include.intra_events && conv.is_some()) {
+                return Ok(Vec::new());
+            }
             let mut f = filter.clone();
             f.conversation_id = vec![req.conversation_id.clone()];
-            cands.intra_events = self.search_in(&c, &search(f, req.event_limit)).await?;
-        }
-        if req.include.cross_events && known && req.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
+            self.search_with_vector(&c, &search(f, req.event_limit), qv.clone()).await
+        };
+        let cross = async {
+            if !(req.include.cross_events && known && query.is_some()) {
+                return Ok(Vec::new());
+            }
             // Ask for more than the limit: this conversation's own events are removed after.
-            let found = self.search_in(&c, &search(filter.clone(), req.event_limit + 10)).await?;
-            cands.cross_events = found
-                .into_iter()
-                .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
-                .take(req.event_limit as usize)
-                .collect();
-        }
+            let found = self.search_with_vector(&c, &search(filter.clone(), req.event_limit + 10), qv.clone()).await?;
+            Ok::<_, CoreError>(
+                found
+                    .into_iter()
+                    .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
+                    .take(req.event_limit as usize)
+                    .collect(),
+            )
+        };
+        cands.profiles = profiles.await?;
+        cands.recap = recap.await?;
+        cands.intra_events = intra.await?;
+        cands.cross_events = cross.await?;
         let locale = match req.locale {
             Some(l) => l,
             None => {

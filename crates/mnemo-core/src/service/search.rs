@@ -148,6 +148,41 @@ impl Service {
 
     /// Search within one collection, with the layered scope fallback (seed 002 §6.1).
     pub(super) async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+        let qv = match req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+            Some(q) => self.query_vector(q).await,
+            None => None,
+        };
+        self.search_with_vector(c, req, qv).await
+    }
+
+    /// The query's vector; `None` when the embedder fails, and the search degrades to full text
+    /// instead of failing.
+    pub(super) async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        match self.embed_one(query, EmbedKind::Query).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                // Expected under overload (the embedder's query queue is full) as well as in an
+                // outage: say so at most every 10 s, not once per search.
+                static LAST_WARN: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
+                let (now, last) = (self.now(), LAST_WARN.load(std::sync::atomic::Ordering::Relaxed));
+                if now.saturating_sub(last) >= 10_000 {
+                    LAST_WARN.store(now, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(error = %e, "query embedding failed; searching full text only (repeats muted for 10 s)");
+                } else {
+                    tracing::debug!(error = %e, "query embedding failed; searching full text only");
+                }
+                None
+            }
+        }
+    }
+
+    /// [`Self::search_in`] with the query's vector already computed (`qv`, `None`: full text).
+    pub(super) async fn search_with_vector(
+        &self,
+        c: &Collection,
+        req: &EventSearch,
+        qv: Option<Vec<f32>>,
+    ) -> CoreResult<Vec<ScoredEvent>> {
         let now = self.now();
         let mut filter = req.filter.clone();
         filter.active_only = !req.include_archived;
@@ -166,23 +201,6 @@ impl Service {
                     ScoredEvent { layer: e.scope.clone(), event: e, scores }
                 })
                 .collect());
-        };
-        // Without the embedding provider, search degrades to full text instead of failing.
-        let qv = match self.embed_one(query, EmbedKind::Query).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                // Expected under overload (the embedder's query queue is full) as well as in an
-                // outage: say so at most every 10 s, not once per search.
-                static LAST_WARN: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
-                let last = LAST_WARN.load(std::sync::atomic::Ordering::Relaxed);
-                if now.saturating_sub(last) >= 10_000 {
-                    LAST_WARN.store(now, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %e, "query embedding failed; searching full text only (repeats muted for 10 s)");
-                } else {
-                    tracing::debug!(error = %e, "query embedding failed; searching full text only");
-                }
-                None
-            }
         };
         let terms = crate::text::search_tokens(query);
         let offset = self.embedder.query_offset(query);

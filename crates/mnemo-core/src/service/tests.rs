@@ -64,6 +64,28 @@ struct Fixture {
     svc: Arc<Service>,
     clock: Arc<TestClock>,
     script: Arc<Scripted>,
+    embedder: Arc<Counting>,
+}
+
+/// The hashing embedder, counting the queries it embeds.
+struct Counting(HashingEmbedder, std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl Embedder for Counting {
+    fn model_id(&self) -> &str {
+        self.0.model_id()
+    }
+
+    fn dimension(&self) -> usize {
+        self.0.dimension()
+    }
+
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, crate::embed::EmbedError> {
+        if kind == EmbedKind::Query {
+            self.1.fetch_add(texts.len(), Ordering::SeqCst);
+        }
+        self.0.embed(texts, kind).await
+    }
 }
 
 const T0: i64 = 1_767_225_600_000;
@@ -72,14 +94,15 @@ const HOUR: i64 = 3_600_000;
 fn fixture() -> Fixture {
     let clock = Arc::new(TestClock(AtomicI64::new(T0)));
     let script = Arc::new(Scripted::default());
+    let embedder = Arc::new(Counting(HashingEmbedder { dim: 256 }, Default::default()));
     let svc = Service::new(
         Arc::new(MemoryStore::new()),
         Extractors::new("scripted", script.clone()),
-        Arc::new(HashingEmbedder { dim: 256 }),
+        embedder.clone(),
         clock.clone(),
         ServiceConfig::default(),
     );
-    Fixture { svc, clock, script }
+    Fixture { svc, clock, script, embedder }
 }
 
 fn target() -> Target {
@@ -240,7 +263,10 @@ async fn get_context_assembles_profile_turns_and_events_within_the_budget() {
         include: Include::default(),
         locale: None,
     };
+    let queries = || f.embedder.1.load(Ordering::SeqCst);
+    let before = queries();
     let full = f.svc.get_context(ask(1200)).await.unwrap().assembled;
+    assert_eq!(queries(), before + 1, "one query embedding serves both searches");
     assert!(full.token_count <= 1200);
     insta::assert_snapshot!(full.context_str);
     // A tight budget keeps the string under it and drops the lowest-priority parts first.
@@ -248,6 +274,16 @@ async fn get_context_assembles_profile_turns_and_events_within_the_budget() {
     assert!(tight.token_count <= 60, "{} tokens", tight.token_count);
     assert!(tight.dropped > 0);
     insta::assert_snapshot!(tight.context_str);
+    // Nobody to search for (no user named, a conversation nobody started): nothing embedded.
+    let before = queries();
+    let nobody = ContextRequest {
+        conversation_id: "unknown".into(),
+        event_filter: EventFilter::default(),
+        profile_filter: ProfileFilter::default(),
+        ..ask(1200)
+    };
+    f.svc.get_context(nobody).await.unwrap();
+    assert_eq!(queries(), before, "no search, no embedding");
 }
 
 #[tokio::test]
