@@ -595,7 +595,22 @@ impl SqliteStore {
 
     pub(crate) async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
         self.read(move |conn| {
-            let legacy = if has_legacy_vectors(conn)? {
+            // Every vector belongs to its event (deleted with it): equal counts, read from two
+            // small indexes (~80 ms at 1M), mean none is missing — the pass below over every
+            // event took 8.5 s there, at each start. While the legacy table exists (an upgrade
+            // underway) the pass decides.
+            let legacy_table = has_legacy_vectors(conn)?;
+            if !legacy_table {
+                let count = |sql: &str| -> StoreResult<i64> {
+                    conn.prepare_cached(sql).map_err(backend)?.query_row([cid], |r| r.get(0)).map_err(backend)
+                };
+                if count("SELECT count(*) FROM events WHERE collection_id=?1")?
+                    <= count("SELECT count(*) FROM event_vectors WHERE collection_id=?1")?
+                {
+                    return Ok(Vec::new());
+                }
+            }
+            let legacy = if legacy_table {
                 " AND id NOT IN (SELECT event_id FROM event_vectors_legacy WHERE collection_id=?1)"
             } else {
                 ""

@@ -528,6 +528,12 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
     }
     s.set_collection_embedding(c.id, "test-hashing", 64).await.unwrap();
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty(), "the same model keeps the vectors");
+    // One event stored without a vector (the embedder was down) among events with theirs.
+    let bare = s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "u1", summary("no vector yet"), 2)).await.unwrap();
+    let missing = s.events_missing_vectors(c.id, 10).await.unwrap();
+    assert_eq!(missing.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), [bare.id.as_str()]);
+    assert!(s.delete_event(c.id, &bare.id).await.unwrap());
+    assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
 
     s.set_collection_embedding(c.id, "another-model", 32).await.unwrap();
     let c_now = s.get_collection("default", "c1").await.unwrap().unwrap();
