@@ -121,7 +121,12 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
                 "power_loss" => Durability::PowerLoss,
                 other => bail!("store.durability: must be process or power_loss, got {other:?}"),
             };
-            let opts = SqliteOptions { durability, cache_mib: cfg.store.cache_mib, ..Default::default() };
+            let opts = SqliteOptions {
+                durability,
+                cache_mib: cfg.store.cache_mib,
+                mmap_mib: cfg.store.mmap_mib,
+                ..Default::default()
+            };
             Arc::new(
                 SqliteStore::open(&cfg.store.path, opts)
                     .with_context(|| format!("opening the store in {}", cfg.store.path.display()))?,

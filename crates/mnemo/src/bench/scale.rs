@@ -97,8 +97,9 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 /// `mnemo serve` on the data directory (or the store `env` names) as its own process: (ms to
-/// first answered search, RSS MB after 200 searches, peak RSS MB).
-async fn cold_start(data: &std::path::Path, env: &[(String, String)], users: usize) -> Result<(f64, f64, f64)> {
+/// first answered search, RSS MB after 200 searches, peak RSS MB, anonymous RSS MB — RSS
+/// without the file pages SQLite's memory-mapped reads count in it).
+async fn cold_start(data: &std::path::Path, env: &[(String, String)], users: usize) -> Result<(f64, f64, f64, f64)> {
     let exe = std::env::current_exe()?;
     let t0 = Instant::now();
     let mut child = std::process::Command::new(exe)
@@ -134,10 +135,10 @@ async fn cold_start(data: &std::path::Path, env: &[(String, String)], users: usi
             .unwrap_or(0.0)
             / 1024.0
     };
-    let (rss, hwm) = (field("VmRSS:"), field("VmHWM:"));
+    let (rss, hwm, anon) = (field("VmRSS:"), field("VmHWM:"), field("RssAnon:"));
     let _ = child.kill();
     let _ = child.wait();
-    Ok((cold, rss, hwm))
+    Ok((cold, rss, hwm, anon))
 }
 
 pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mut cfg: Config) -> Result<()> {
@@ -240,12 +241,12 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
             };
             drop(service);
             drop(db);
-            let (cold, rss, hwm) = cold_start(&cfg.store.path, &env, users).await?;
+            let (cold, rss, hwm, anon) = cold_start(&cfg.store.path, &env, users).await?;
             let (e, w, s, x, xa) =
                 (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx), p50_p95(ctx_again));
             let label = if store == "postgres" && !cfg.store.hnsw { "postgres (hnsw: false)" } else { store.as_str() };
             let row = format!(
-                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} MB | {:.0} MB |",
+                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} / {:.0} MB | {:.0} MB |",
                 n as f64 / users as f64,
                 ingest,
                 e.0,
@@ -261,6 +262,7 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
                 cold,
                 rss,
                 hwm,
+                anon,
                 bytes as f64 / 1e6
             );
             println!("{row}");
@@ -268,7 +270,7 @@ pub async fn run(sizes: &[usize], users: usize, stores: crate::bench::Stores, mu
         }
     }
     println!(
-        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | get_context, same user again | cold start to first search | serve RSS after 200 searches / peak | data on disk |"
+        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | get_context, same user again | cold start to first search | serve RSS after 200 searches / peak / anonymous | data on disk |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
