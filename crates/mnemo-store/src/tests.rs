@@ -356,3 +356,17 @@ async fn a_data_directory_of_schema_v10_is_usable_at_once_and_relocated_in_the_b
     assert!(!s.relocation.pending());
     assert!(s.housekeeping_interval().is_none());
 }
+
+#[test]
+fn reads_map_as_much_of_the_file_as_asked() {
+    // SQLite caps the map at 2 GB unless the bundled build raises SQLITE_MAX_MMAP_SIZE
+    // (.cargo/config.toml): a 1M-event store is ~4.8 GB.
+    let dir = tempfile::tempdir().unwrap();
+    let mapped = |mmap_mib: u32| -> i64 {
+        let conn =
+            open_conn(&dir.path().join(DB_FILE), &SqliteOptions { mmap_mib, ..Default::default() }, false).unwrap();
+        conn.query_row("PRAGMA mmap_size", [], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(mapped(16_384), 16_384 << 20);
+    assert_eq!(mapped(0), 0);
+}
