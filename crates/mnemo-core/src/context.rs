@@ -207,20 +207,33 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
     // line's own tokens and a margin for the separator and a section title); the whole string is
     // counted exactly only when the estimate comes within that margin of the budget. A context of
     // thousands of candidates costs a count per line, not a count of the whole string per line.
-    let budget = std::cell::Cell::new(Budget { exact: 0, pending: 0 });
+    // Near the end of the budget, a line the estimate refuses is counted exactly only while it
+    // could still fit: a line adds at least its own tokens (less one, should a boundary merge),
+    // so one whose own tokens overshoot `floor` — a lower bound of the admitted string — is left
+    // out without counting the whole string again (at 2,400 tokens that was ~30% of get_context).
+    let budget = std::cell::Cell::new(Budget { exact: 0, pending: 0, floor: 0 });
     let fits = |whole: &dyn Fn() -> String, line: Option<&String>| {
         let mut b = budget.get();
-        let est = b.exact + b.pending + TokenCounter::count(line.map_or("", String::as_str)) + LINE_MARGIN;
+        let own = TokenCounter::count(line.map_or("", String::as_str));
+        let est = b.exact + b.pending + own + LINE_MARGIN;
         if est <= max_tokens {
             b.pending = est - b.exact;
+            b.floor += own.saturating_sub(1);
             budget.set(b);
             return true;
         }
+        if b.floor + own.saturating_sub(1) > max_tokens {
+            return false;
+        }
         let n = TokenCounter::count(&whole());
         if n <= max_tokens {
-            budget.set(Budget { exact: n, pending: 0 });
+            budget.set(Budget { exact: n, pending: 0, floor: n });
+            return true;
         }
-        n <= max_tokens
+        // Without the line the string has at least `n` less the most a line adds.
+        b.floor = b.floor.max(n.saturating_sub(own + LINE_MARGIN));
+        budget.set(b);
+        false
     };
 
     for p in &c.profiles {
@@ -290,7 +303,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
             return no_room.get();
         }
         let n = TokenCounter::count(&whole());
-        budget.set(Budget { exact: n, pending: 0 });
+        budget.set(Budget { exact: n, pending: 0, floor: n });
         no_room.set(max_tokens.saturating_sub(n) < MIN_EVENT_LINE);
         no_room.get()
     };
@@ -356,6 +369,8 @@ struct Budget {
     exact: usize,
     /// Estimated tokens admitted since (each line's own plus `LINE_MARGIN`).
     pending: usize,
+    /// A lower bound of the string's tokens now.
+    floor: usize,
 }
 
 #[cfg(test)]
