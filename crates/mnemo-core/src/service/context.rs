@@ -107,11 +107,29 @@ impl Service {
             (None, _) => None,
         };
         let mut cands = crate::context::Candidates::default();
+        if req.include.profile && !profile_filter.user_id.is_empty() {
+            cands.profiles = self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?;
+        }
         if req.include.short_term
             && let Some(conv) = &conv
         {
             cands.short_term =
                 conv.short_term.iter().filter(|m| matches!(m.role, Role::User | Role::Assistant)).cloned().collect();
+        }
+        let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
+        if req.include.recap && fresh && known {
+            let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
+            cands.recap = self
+                .store
+                .list_events(c.id, f, 1)
+                .await?
+                .into_iter()
+                .map(|e| ScoredEvent {
+                    scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
+                    layer: None,
+                    event: e,
+                })
+                .next();
         }
         let search = |filter: EventFilter, limit: u32| EventSearch {
             target: req.target.clone(),
@@ -124,53 +142,22 @@ impl Service {
             freshness_days: None,
             include_archived: false,
         };
-        // The four parts, one after another: asked at once they measured slower on SQLite (each
-        // read connection keeps its own page cache, and in turn they reuse the warm one).
-        let profiles = async {
-            if req.include.profile && !profile_filter.user_id.is_empty() {
-                self.store.list_profiles(c.id, profile_filter.clone(), req.profile_limit).await
-            } else {
-                Ok(Vec::new())
-            }
-        };
-        let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
-        let recap = async {
-            if !(req.include.recap && fresh && known) {
-                return Ok(None);
-            }
-            let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
-            Ok::<_, CoreError>(self.store.list_events(c.id, f, 1).await?.into_iter().next().map(|e| ScoredEvent {
-                scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
-                layer: None,
-                event: e,
-            }))
-        };
-        let intra = async {
-            if !(req.include.intra_events && conv.is_some()) {
-                return Ok(Vec::new());
-            }
+        // The look-ups run one after another: asked at once they measured slower on SQLite
+        // (each read connection keeps its own page cache; in turn they reuse the warm one).
+        if req.include.intra_events && conv.is_some() {
             let mut f = filter.clone();
             f.conversation_id = vec![req.conversation_id.clone()];
-            self.search_with_vector(&c, &search(f, req.event_limit), qv.clone()).await
-        };
-        let cross = async {
-            if !(req.include.cross_events && known && query.is_some()) {
-                return Ok(Vec::new());
-            }
+            cands.intra_events = self.search_with_vector(&c, &search(f, req.event_limit), qv.clone()).await?;
+        }
+        if req.include.cross_events && known && query.is_some() {
             // Ask for more than the limit: this conversation's own events are removed after.
-            let found = self.search_with_vector(&c, &search(filter.clone(), req.event_limit + 10), qv.clone()).await?;
-            Ok::<_, CoreError>(
-                found
-                    .into_iter()
-                    .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
-                    .take(req.event_limit as usize)
-                    .collect(),
-            )
-        };
-        cands.profiles = profiles.await?;
-        cands.recap = recap.await?;
-        cands.intra_events = intra.await?;
-        cands.cross_events = cross.await?;
+            let found = self.search_with_vector(&c, &search(filter.clone(), req.event_limit + 10), qv).await?;
+            cands.cross_events = found
+                .into_iter()
+                .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
+                .take(req.event_limit as usize)
+                .collect();
+        }
         let locale = match req.locale {
             Some(l) => l,
             None => {

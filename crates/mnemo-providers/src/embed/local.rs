@@ -257,7 +257,7 @@ impl LocalEmbedder {
         Ok(embedder)
     }
 
-    /// Inference session sets built so far (the background ones join within the first second).
+    /// Inference session sets built so far (the background ones join as they are built).
     pub fn loaded_sessions(&self) -> usize {
         self.loaded.load(std::sync::atomic::Ordering::SeqCst)
     }
