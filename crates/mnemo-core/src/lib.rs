@@ -34,4 +34,18 @@ pub use model::*;
 pub use service::{Service, ServiceConfig};
 pub use store::Store;
 pub use tokens::TokenCounter;
+
+/// Loads the token counter's BPE table and the Chinese segmenter's dictionary (~0.1 s each) on
+/// one background thread, once per process: a server calls it before loading its embedding
+/// model, so both are ready before the first request, and `Service::new` calls it for everyone
+/// else.
+pub fn warm_up() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        std::thread::spawn(|| {
+            text::load();
+            TokenCounter::load();
+        });
+    });
+}
 pub use trigger::{ExtractTrigger, TriggerReason};

@@ -10,7 +10,6 @@ use crate::extract::{ExtractError, ExtractionInput, ExtractionOutput, Extractors
 use crate::model::*;
 use crate::redact::Redaction;
 use crate::store::Store;
-use crate::tokens::TokenCounter;
 use crate::trigger::ExtractTrigger;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -151,8 +150,7 @@ impl Service {
         clock: Arc<dyn Clock>,
         config: ServiceConfig,
     ) -> Arc<Self> {
-        TokenCounter::warm();
-        crate::text::warm();
+        crate::warm_up();
         Arc::new(Self {
             store,
             extractors,

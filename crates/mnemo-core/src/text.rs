@@ -9,12 +9,7 @@ use std::sync::LazyLock;
 static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
 static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
-/// Loads the segmenter's dictionary in the background (it takes ~0.1 s).
-pub fn warm() {
-    std::thread::spawn(load);
-}
-
-/// Loads the segmenter's dictionary and the stemmer now (idempotent).
+/// Loads the segmenter's dictionary and the stemmer now (idempotent; ~0.1 s the first time).
 pub fn load() {
     let _ = search_tokens("预热 warm up");
 }

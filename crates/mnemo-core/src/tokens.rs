@@ -1,8 +1,8 @@
 //! Token counting with a real BPE (OpenAI's `o200k_base`, ~1 token per Chinese character): the
 //! same counter drives the extraction trigger and the context budget, so both agree.
 //!
-//! Building the encoder takes a few hundred milliseconds; [`TokenCounter::warm`] starts it on a
-//! background thread at start-up so the first write does not pay for it.
+//! Building the encoder takes ~0.1 s; [`crate::warm_up`] starts it on a background thread at
+//! start-up so the first request does not pay for it.
 
 use std::sync::{Arc, OnceLock};
 use tiktoken_rs::CoreBPE;
@@ -20,15 +20,6 @@ impl TokenCounter {
     /// Loads the encoder now (idempotent; ~0.1 s the first time).
     pub fn load() {
         Self::encoder();
-    }
-
-    /// Starts loading the encoder in the background (idempotent).
-    pub fn warm() {
-        if ENCODER.get().is_none() {
-            std::thread::spawn(|| {
-                Self::encoder();
-            });
-        }
     }
 
     pub fn count(text: &str) -> usize {

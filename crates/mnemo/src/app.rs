@@ -89,13 +89,8 @@ fn install_model_from_checkout(default_location: bool) -> Result<()> {
 
 pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
     let t = std::time::Instant::now();
-    // The token counter's BPE table and the Chinese segmenter's dictionary (~0.1 s each) load
-    // while the embedding model does, not on the first request.
-    // One thread for both: the model loads on two.
-    std::thread::spawn(|| {
-        mnemo_core::text::load();
-        mnemo_core::tokens::TokenCounter::load();
-    });
+    // While the embedding model loads (on two threads), not on the first request.
+    mnemo_core::warm_up();
     let embedder = build_embedder(cfg)?;
     tracing::info!(ms = t.elapsed().as_millis() as u64, model = embedder.model_id(), "embedding model loaded");
     let t = std::time::Instant::now();
