@@ -496,15 +496,14 @@ impl PgStore {
         let tx = begin_read(&mut conn).await?;
         // Every vector belongs to its event (deleted with it): equal counts, from two indexes,
         // mean none is missing, without the anti-join over every event (a start-up check).
-        let complete: bool = tx
-            .query_one(
-                "SELECT (SELECT count(*) FROM events WHERE collection_id=$1)
-                     <= (SELECT count(*) FROM event_vectors WHERE collection_id=$1)",
-                &[&cid],
-            )
-            .await
-            .map_err(backend)?
-            .get(0);
+        let complete: bool = query_one(
+            &tx,
+            "SELECT (SELECT count(*) FROM events WHERE collection_id=$1)
+                 <= (SELECT count(*) FROM event_vectors WHERE collection_id=$1)",
+            &[&cid],
+        )
+        .await?
+        .get(0);
         if complete {
             return Ok(Vec::new());
         }
