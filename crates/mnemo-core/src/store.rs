@@ -136,6 +136,21 @@ pub trait Store: Send + Sync + 'static {
 
     // --- events
     async fn insert_event(&self, e: NewEvent) -> StoreResult<Event>;
+    /// Inserts many events in one transaction — all of them or none — returned in the order
+    /// given. The same rows, vectors and full-text statistics as inserting them one by one (bulk
+    /// import and `event/batch_add`; far fewer round trips and commits).
+    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>>;
+    /// Before a bulk load: stop maintaining what is cheaper to build once afterwards
+    /// (PostgreSQL: the HNSW indexes — searches over large scopes run exact meanwhile). Default:
+    /// nothing to stop.
+    async fn begin_bulk_load(&self) -> StoreResult<()> {
+        Ok(())
+    }
+    /// After a bulk load: build it again. A store whose load was interrupted builds it when it
+    /// is next opened.
+    async fn end_bulk_load(&self) -> StoreResult<()> {
+        Ok(())
+    }
     async fn get_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<Event>>;
     async fn update_event(
         &self,

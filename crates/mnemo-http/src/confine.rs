@@ -56,6 +56,15 @@ pub fn confine(path: &str, body: &mut Map<String, Value>, user: &str) -> Result<
             force_list(body, "user_id", user)?;
             Ok(None)
         }
+        "/event/batch_add" => {
+            if let Some(Value::Array(events)) = body.get_mut("events") {
+                for (i, e) in events.iter_mut().enumerate() {
+                    let e = e.as_object_mut().ok_or_else(|| format!("events[{i}]: must be an object"))?;
+                    force_list(e, &format!("events[{i}].user_id"), user)?;
+                }
+            }
+            Ok(None)
+        }
         "/profile/add" | "/stats" | "/user/export" | "/user/forget" => {
             force_one(body, "user_id", "user_id", user)?;
             Ok(None)
@@ -137,6 +146,10 @@ mod tests {
         assert_eq!(v["event_search_config"]["filter"]["user_id"], "alice");
         assert_eq!(v["profile_search_config"]["filter"]["user_id"], "alice");
         assert!(run("/user/forget", json!({"user_id": "bob"})).is_err());
+        let v = run("/event/batch_add", json!({"events": [{"memory_info": {}}, {"user_id": "alice"}]})).unwrap();
+        assert_eq!((&v["events"][0]["user_id"], &v["events"][1]["user_id"]), (&json!("alice"), &json!("alice")));
+        assert!(run("/event/batch_add", json!({"events": [{"user_id": "alice"}, {"user_id": ["bob"]}]})).is_err());
+        assert!(run("/event/batch_add", json!({"events": ["x"]})).is_err());
         for refused in ["/event/delete", "/event/update", "/profile/update", "/collection/delete", "/job/list"] {
             assert!(run(refused, json!({})).is_err(), "{refused}");
         }

@@ -1091,6 +1091,7 @@ scoped!(
     SessionInfoBody,
     EventSearchBody,
     EventAddBody,
+    EventBatchAddBody,
     EventUpdateBody,
     EventIdBody,
     BatchDeleteBody,

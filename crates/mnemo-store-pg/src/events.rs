@@ -164,70 +164,113 @@ pub(crate) async fn lock_event(tx: &Tx<'_>, cid: CollectionId, id: &str) -> Stor
 }
 
 pub(crate) async fn insert_event_row(tx: &Tx<'_>, stats: &mut TermStats, e: &NewEvent) -> StoreResult<String> {
-    let id = new_id("evt");
-    // The terms go in with the row (an UPDATE after it would write every index of the row twice).
-    let (terms, lexemes) = analyse(&e.memory_info);
-    stats.change(e.collection_id, None, Some(&terms));
-    let (user_ids, assistant_ids, memory_info, sources) =
-        (json(&e.user_id), json(&e.assistant_id), json(&e.memory_info), json(&e.source_message_ids));
+    let mut ids = insert_event_rows(tx, stats, std::slice::from_ref(e)).await?;
+    Ok(ids.pop().expect("one id per event"))
+}
+
+/// Inserts events — rows, vectors and subjects — in three statements however many there are
+/// (each column an array, `unnest`ed), sent in one round trip. Returns their ids in order.
+pub(crate) async fn insert_event_rows(
+    tx: &Tx<'_>,
+    stats: &mut TermStats,
+    events: &[NewEvent],
+) -> StoreResult<Vec<String>> {
+    let n = events.len();
+    let ids: Vec<String> = (0..n).map(|_| new_id("evt")).collect();
+    // The terms go in with the rows (an UPDATE after them would write every index of a row twice).
+    // Lexemes hold no space (`fts_tokens` splits on it), so each row's travel as one string.
+    let (mut terms, mut lexemes) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for e in events {
+        let (t, l) = analyse(&e.memory_info);
+        stats.change(e.collection_id, None, Some(&t));
+        terms.push(t);
+        lexemes.push(l.join(" "));
+    }
+    let col = |f: fn(&NewEvent) -> String| events.iter().map(f).collect::<Vec<String>>();
+    let opt = |f: fn(&NewEvent) -> Option<&str>| events.iter().map(f).collect::<Vec<Option<&str>>>();
+    let cids: Vec<CollectionId> = events.iter().map(|e| e.collection_id).collect();
+    let (memory_types, classes) = (col(|e| e.memory_type.clone()), col(|e| e.class.clone()));
+    let (user_ids, assistant_ids) = (col(|e| json(&e.user_id)), col(|e| json(&e.assistant_id)));
+    let (memory_info, sources) = (col(|e| json(&e.memory_info)), col(|e| json(&e.source_message_ids)));
+    let (groups, sessions) = (opt(|e| e.group_id.as_deref()), opt(|e| e.session_id.as_deref()));
+    let (conversations, scopes) = (opt(|e| e.conversation_id.as_deref()), opt(|e| e.scope.as_deref()));
+    let times: Vec<Millis> = events.iter().map(|e| e.time).collect();
+    let nows: Vec<Millis> = events.iter().map(|e| e.now).collect();
+    let expiries: Vec<Option<Millis>> = events.iter().map(|e| e.expires_at).collect();
     let row_args: [SqlParam<'_>; 17] = [
-        &id,
-        &e.collection_id,
-        &e.memory_type,
+        &ids,
+        &cids,
+        &memory_types,
         &user_ids,
         &assistant_ids,
-        &e.group_id,
-        &e.session_id,
-        &e.conversation_id,
-        &e.scope,
-        &e.class,
-        &e.time,
+        &groups,
+        &sessions,
+        &conversations,
+        &scopes,
+        &classes,
+        &times,
         &memory_info,
         &sources,
-        &e.now,
-        &e.expires_at,
+        &nows,
+        &expiries,
         &terms,
         &lexemes,
     ];
-    let subjects: Vec<(&str, &String)> =
-        e.user_id.iter().map(|u| ("u", u)).chain(e.assistant_id.iter().map(|a| ("a", a))).collect();
-    let kinds: Vec<&str> = subjects.iter().map(|(k, _)| *k).collect();
-    let subject_ids: Vec<&String> = subjects.iter().map(|(_, s)| *s).collect();
-    let dim = e.embedding.as_ref().map(|v| v.len() as i32);
-    let vec = e.embedding.as_ref().map(|v| pgvector::Vector::from(v.clone()));
-    // The row, its vector and its subjects go out together, one round trip (tokio-postgres
-    // pipelines what is issued together). The statements are prepared first: a prepared
-    // statement's execution is sent when its future is first polled, so the server gets them in
-    // this order — a statement that still had to be prepared would be sent after the ones that
-    // did not, and both tables' foreign keys refuse a row before its event.
+    let (mut v_ids, mut v_cids, mut v_dims, mut vecs) = (vec![], vec![], vec![], vec![]);
+    let (mut s_cids, mut kinds, mut subjects, mut s_ids) = (vec![], vec![], vec![], vec![]);
+    for (e, id) in events.iter().zip(&ids) {
+        if let Some(v) = &e.embedding {
+            v_ids.push(id);
+            v_cids.push(e.collection_id);
+            v_dims.push(v.len() as i32);
+            vecs.push(pgvector::Vector::from(v.clone()));
+        }
+        let mine = e.user_id.iter().map(|u| ("u", u)).chain(e.assistant_id.iter().map(|a| ("a", a)));
+        for (kind, subject) in mine {
+            s_cids.push(e.collection_id);
+            kinds.push(kind);
+            subjects.push(subject);
+            s_ids.push(id);
+        }
+    }
+    // The statements are prepared first: a prepared statement's execution is sent when its
+    // future is first polled, so the server gets them in this order — a statement that still had
+    // to be prepared would be sent after the ones that did not, and both tables' foreign keys
+    // refuse a row before its event.
     let (row_st, vector_st, subjects_st) = tokio::try_join!(
         tx.prepare_cached(
             "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
                                 class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,'active',$11,$12,$13,$14,$14,$15,$16,array_to_tsvector($17::text[]))"
+             SELECT id, cid, mt, u, a, g, s, cv, sc, cl, 'active', t, mi, src, now, now, ex, terms, array_to_tsvector(string_to_array(lex, ' '))
+             FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+                         $10::text[], $11::int8[], $12::text[], $13::text[], $14::int8[], $15::int8[], $16::text[], $17::text[])
+                  AS r(id, cid, mt, u, a, g, s, cv, sc, cl, t, mi, src, now, ex, terms, lex)"
         ),
-        tx.prepare_cached("INSERT INTO event_vectors(event_id, collection_id, dim, vec) VALUES ($1, $2, $3, $4)"),
+        tx.prepare_cached(
+            "INSERT INTO event_vectors(event_id, collection_id, dim, vec)
+             SELECT * FROM unnest($1::text[], $2::int8[], $3::int4[], $4::vector[])"
+        ),
         tx.prepare_cached(
             "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id)
-             SELECT $1, k, s, $4 FROM unnest($2::text[], $3::text[]) AS t(k, s) ON CONFLICT DO NOTHING"
+             SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
         ),
     )
     .map_err(backend)?;
-    let row = tx.execute(&row_st, &row_args);
-    let vector = async {
-        match &vec {
-            Some(vec) => tx.execute(&vector_st, &[&id, &e.collection_id, &dim, vec]).await,
-            None => Ok(0),
+    let rows = tx.execute(&row_st, &row_args);
+    let vectors = async {
+        if vecs.is_empty() {
+            return Ok(0);
         }
+        tx.execute(&vector_st, &[&v_ids, &v_cids, &v_dims, &vecs]).await
     };
     let subjects = async {
         if kinds.is_empty() {
             return Ok(0);
         }
-        tx.execute(&subjects_st, &[&e.collection_id, &kinds, &subject_ids, &id]).await
+        tx.execute(&subjects_st, &[&s_cids, &kinds, &subjects, &s_ids]).await
     };
-    tokio::try_join!(row, vector, subjects).map_err(backend)?;
-    Ok(id)
+    tokio::try_join!(rows, vectors, subjects).map_err(backend)?;
+    Ok(ids)
 }
 
 /// An event's analysed terms (space separated, for BM25) and its distinct lexemes (for the GIN index).
@@ -346,6 +389,19 @@ impl PgStore {
         stats.flush(&tx).await?;
         tx.commit().await.map_err(backend)?;
         Ok(e.stored_as(id))
+    }
+
+    pub(crate) async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+        if events.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut conn = self.client().await?;
+        let tx = begin(&mut conn).await?;
+        let mut stats = TermStats::default();
+        let ids = insert_event_rows(&tx, &mut stats, &events).await?;
+        stats.flush(&tx).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(events.into_iter().zip(ids).map(|(e, id)| e.stored_as(id)).collect())
     }
 
     pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {

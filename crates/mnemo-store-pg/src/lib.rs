@@ -177,6 +177,55 @@ impl PgStore {
         events::compact_stats(&self.pool).await
     }
 
+    /// Drops the HNSW indexes before a bulk load (pgvector builds an index from existing rows
+    /// many times faster than it maintains one row by row); large-scope searches run exact
+    /// meanwhile, on every replica. [`Self::end_bulk_load`] — or the next `connect` — builds them.
+    pub async fn begin_bulk_load(&self) -> StoreResult<()> {
+        let c = self.client().await?;
+        let names = c
+            .query(
+                "SELECT relname::text FROM pg_class WHERE relkind = 'i' AND relname LIKE 'event_vectors_hnsw_%'
+                 AND relnamespace = current_schema()::regnamespace",
+                &[],
+            )
+            .await
+            .map_err(backend)?;
+        for r in names {
+            let name: String = r.get(0);
+            tracing::info!(index = %name, "bulk load: dropping the vector index until the load ends");
+            c.batch_execute(&format!("DROP INDEX IF EXISTS {name}")).await.map_err(backend)?;
+        }
+        Ok(())
+    }
+
+    /// Builds the HNSW indexes of the dimensions in use, with at least 1 GB of
+    /// `maintenance_work_mem` (pgvector builds far faster while its graph fits in it).
+    pub async fn end_bulk_load(&self) -> StoreResult<()> {
+        let c = self.client().await?;
+        c.batch_execute(
+            "SELECT set_config('maintenance_work_mem',
+                 (GREATEST(pg_size_bytes(current_setting('maintenance_work_mem')), 1024 * 1024 * 1024) / 1024)::text || 'kB', false)",
+        )
+        .await
+        .map_err(backend)?;
+        let dims = c
+            .query("SELECT DISTINCT embedding_dim FROM collections WHERE embedding_dim IS NOT NULL", &[])
+            .await
+            .map_err(backend);
+        let mut built = Ok(());
+        for r in dims? {
+            let t = std::time::Instant::now();
+            built = self.vector_index(&c, r.get(0)).await;
+            if built.is_err() {
+                break;
+            }
+            tracing::info!(dim = r.get::<_, i64>(0), secs = t.elapsed().as_secs_f64(), "bulk load: vector index built");
+        }
+        // A pooled connection keeps its session settings.
+        let _ = c.batch_execute("RESET maintenance_work_mem").await;
+        built
+    }
+
     async fn vector_index(&self, conn: &Object, dim: i64) -> StoreResult<()> {
         if self.hnsw { schema::ensure_vector_index(conn, dim).await.map_err(backend) } else { Ok(()) }
     }
@@ -365,6 +414,15 @@ impl Store for PgStore {
 
     async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
         PgStore::insert_event(self, e).await
+    }
+    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+        PgStore::insert_events(self, events).await
+    }
+    async fn begin_bulk_load(&self) -> StoreResult<()> {
+        PgStore::begin_bulk_load(self).await
+    }
+    async fn end_bulk_load(&self) -> StoreResult<()> {
+        PgStore::end_bulk_load(self).await
     }
 
     async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {

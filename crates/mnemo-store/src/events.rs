@@ -482,6 +482,15 @@ impl SqliteStore {
             .await
     }
 
+    pub(crate) async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+        self.writer
+            .write(move |conn| {
+                let ids = events.iter().map(|e| insert_event_row(conn, e)).collect::<StoreResult<Vec<_>>>()?;
+                Ok(events.into_iter().zip(ids).map(|(e, id)| e.stored_as(id)).collect())
+            })
+            .await
+    }
+
     pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
         let id = id.to_string();
         self.read(move |conn| event_by_id(conn, cid, &id)).await

@@ -293,6 +293,9 @@ impl Store for SqliteStore {
     async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
         SqliteStore::insert_event(self, e).await
     }
+    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+        SqliteStore::insert_events(self, events).await
+    }
 
     async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
         SqliteStore::get_event(self, cid, id).await

@@ -304,10 +304,26 @@ pub async fn import(r: &Remote, file: PathBuf, opts: ImportOptions) -> Result<()
     bar.set_position(done as u64);
     let start = Instant::now();
     let (mut messages, mut records, mut errors) = (0u64, 0u64, 0u64);
+    // Exported events go in batches (`event/batch_add`): runs of event lines of one collection.
+    let mut batch = EventBatch::default();
     for (i, line) in lines.iter().enumerate().skip(done) {
         if line.trim().is_empty() {
             continue;
         }
+        let event = serde_json::from_str::<Value>(line).ok().filter(|v| v["kind"] == "event");
+        if let Some(v) = &event {
+            let collection = exported_collection(r, v);
+            if batch.collection != collection || batch.items.len() == MAX_BATCH {
+                let (stored, failed) = batch.flush(r, &c, &bar, &progress).await?;
+                (records, errors) = (records + stored, errors + failed);
+                batch.collection = collection;
+            }
+            batch.items.push((i + 1, event_item(&v["record"])));
+            bar.set_position(i as u64 + 1);
+            continue;
+        }
+        let (stored, failed) = batch.flush(r, &c, &bar, &progress).await?;
+        (records, errors) = (records + stored, errors + failed);
         match import_line(r, &c, line, &opts).await {
             Ok((m, n)) => {
                 messages += m;
@@ -322,6 +338,8 @@ pub async fn import(r: &Remote, file: PathBuf, opts: ImportOptions) -> Result<()
         bar.set_position(i as u64 + 1);
         bar.set_message(format!("{messages} messages, {records} records, {errors} errors"));
     }
+    let (stored, failed) = batch.flush(r, &c, &bar, &progress).await?;
+    (records, errors) = (records + stored, errors + failed);
     bar.finish();
     let secs = start.elapsed().as_secs_f64().max(1e-3);
     let summary = json!({"lines": lines.len() - done, "messages": messages, "records": records, "errors": errors,
@@ -349,6 +367,62 @@ fn parse_time(s: &str) -> Option<i64> {
             chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").map(|t| t.and_utc().timestamp_millis())
         })
         .ok()
+}
+
+/// The most events one `event/batch_add` takes.
+const MAX_BATCH: usize = 500;
+
+/// Consecutive exported events of one collection, with their line numbers, not sent yet.
+#[derive(Default)]
+struct EventBatch {
+    collection: String,
+    items: Vec<(usize, Value)>,
+}
+
+impl EventBatch {
+    /// Sends the events in one `event/batch_add` and records the progress; returns (stored,
+    /// failed). A batch is stored whole or not at all, so a refused one is sent again event by
+    /// event: only its bad lines fail, each reported with its own error.
+    async fn flush(&mut self, r: &Remote, c: &Client, bar: &ProgressBar, progress: &Path) -> Result<(u64, u64)> {
+        let Some(&(last, _)) = self.items.last() else { return Ok((0, 0)) };
+        let items = std::mem::take(&mut self.items);
+        let events: Vec<&Value> = items.iter().map(|(_, v)| v).collect();
+        let body = r.body(json!({"collection_name": self.collection, "events": events}));
+        let (mut stored, mut failed) = (0, 0);
+        if c.post("event/batch_add", &body).await.is_ok() {
+            stored = items.len() as u64;
+        } else {
+            for (line, mut item) in items {
+                item["collection_name"] = json!(self.collection);
+                match c.post("event/add", &r.body(item)).await {
+                    Ok(_) => stored += 1,
+                    Err(e) => {
+                        failed += 1;
+                        bar.suspend(|| eprintln!("line {line}: {e:#}"));
+                    }
+                }
+            }
+        }
+        std::fs::write(progress, last.to_string())?;
+        Ok((stored, failed))
+    }
+}
+
+/// --collection wins; otherwise an exported record goes back to the collection it came from.
+fn exported_collection(r: &Remote, v: &Value) -> String {
+    r.collection.as_deref().or(v["collection_name"].as_str()).unwrap_or("default").to_string()
+}
+
+/// An exported event as `event/add` (and each item of `event/batch_add`) takes it.
+fn event_item(rec: &Value) -> Value {
+    let mut item = json!({"event_type": rec["memory_type"], "user_id": rec["user_id"], "assistant_id": rec["assistant_id"],
+        "memory_info": rec["memory_info"], "time": rec["time"], "class": rec["class"]});
+    for k in ["group_id", "session_id", "conversation_id", "scope"] {
+        if rec[k].is_string() {
+            item[k] = rec[k].clone();
+        }
+    }
+    item
 }
 
 /// Imports one line; returns (messages, other records).
@@ -402,8 +476,7 @@ async fn import_line(r: &Remote, c: &Client, line: &str, opts: &ImportOptions) -
         return Ok((n, 0));
     }
     let rec = &v["record"];
-    // --collection wins; otherwise an exported record goes back to the collection it came from.
-    let collection = r.collection.as_deref().or(v["collection_name"].as_str()).unwrap_or("default").to_string();
+    let collection = exported_collection(r, &v);
     match v["kind"].as_str() {
         Some("export" | "conversation" | "session" | "job") => Ok((0, 0)),
         Some("message") => {
@@ -415,14 +488,8 @@ async fn import_line(r: &Remote, c: &Client, line: &str, opts: &ImportOptions) -
             Ok((1, 0))
         }
         Some("event") => {
-            let mut body = json!({"collection_name": collection, "event_type": rec["memory_type"],
-                "user_id": rec["user_id"], "assistant_id": rec["assistant_id"], "memory_info": rec["memory_info"],
-                "time": rec["time"], "class": rec["class"]});
-            for k in ["group_id", "session_id", "conversation_id", "scope"] {
-                if rec[k].is_string() {
-                    body[k] = rec[k].clone();
-                }
-            }
+            let mut body = event_item(rec);
+            body["collection_name"] = json!(collection);
             c.post("event/add", &r.body(body)).await?;
             Ok((0, 1))
         }

@@ -146,6 +146,11 @@ enum Command {
         /// Ignore FILE.progress and start from the first item.
         #[arg(long)]
         restart: bool,
+        /// A large load into PostgreSQL: drop the HNSW indexes (of the store in this machine's
+        /// config) for the import and build them once after — many times faster than keeping
+        /// them up to date row by row. Searches over large scopes run exact meanwhile.
+        #[arg(long)]
+        bulk: bool,
     },
     /// Self-tests against a running server.
     Selftest {
@@ -238,6 +243,11 @@ enum BenchCommand {
         sizes: Vec<usize>,
         #[arg(long, default_value_t = 1000)]
         users: usize,
+        /// Events per insert while filling: 1 = a transaction per event (the write path of
+        /// `event/add`); more = `insert_events` batches inside a bulk load (PostgreSQL builds its
+        /// HNSW index after the load, and the rate includes that build).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
         #[command(flatten)]
         stores: bench::Stores,
     },
@@ -356,9 +366,24 @@ fn main() -> Result<()> {
         Command::Export { remote, user, output } => rt.block_on(cli::export(&remote, user, output)),
         Command::Forget { remote, user, yes } => rt.block_on(cli::forget(&remote, user, yes)),
         Command::Retry { remote, job } => rt.block_on(cli::retry(&remote, job)),
-        Command::Import { remote, file, format, user, skip_extraction, restart } => {
-            rt.block_on(cli::import(&remote, file, cli::ImportOptions { format, restart, user, skip_extraction }))
-        }
+        Command::Import { remote, file, format, user, skip_extraction, restart, bulk } => rt.block_on(async {
+            let opts = cli::ImportOptions { format, restart, user, skip_extraction };
+            if !bulk {
+                return cli::import(&remote, file, opts).await;
+            }
+            if cfg.store.engine != "postgres" {
+                eprintln!("--bulk: the {} store keeps no index to defer; importing as usual", cfg.store.engine);
+                return cli::import(&remote, file, opts).await;
+            }
+            let store = app::open_store(&cfg).await?;
+            store.begin_bulk_load().await?;
+            let imported = cli::import(&remote, file, opts).await;
+            let t = std::time::Instant::now();
+            eprintln!("building the vector indexes…");
+            store.end_bulk_load().await?;
+            eprintln!("vector indexes built in {:.1} s", t.elapsed().as_secs_f64());
+            imported
+        }),
         Command::Selftest {
             which: SelftestCommand::Isolation { url, key_a, project_a, key_b, project_b, read_key_a, user_token_a },
         } => rt.block_on(selftest::run(selftest::Isolation {
@@ -401,8 +426,8 @@ fn main() -> Result<()> {
                 cfg,
             ))
         }
-        Command::Bench { which: BenchCommand::Scale { sizes, users, stores } } => {
-            rt.block_on(bench::scale::run(&sizes, users.max(1), stores, cfg))
+        Command::Bench { which: BenchCommand::Scale { sizes, users, batch, stores } } => {
+            rt.block_on(bench::scale::run(&sizes, users.max(1), batch.clamp(1, 10_000), stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Webhooks { events, stores } } => {

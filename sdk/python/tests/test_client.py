@@ -47,6 +47,14 @@ def test_write_extract_context_search_and_profiles(client):
     updated = c.update_event(e["event_id"], memory_info={"summary": "用户买了一台徕卡相机"})
     assert updated["event"]["memory_info"]["summary"].endswith("徕卡相机")
     assert c.delete_event(e["event_id"])["deleted"] is True
+    batch = c.add_events([
+        {"event_type": "event_v1", "user_id": "alice", "memory_info": {"summary": "用户报名了摄影课"}},
+        {"event_type": "event_v1", "user_id": "alice", "memory_info": {"summary": "Alice bought a tripod"}},
+    ])
+    assert batch["count"] == 2 and len(batch["event_ids"]) == 2
+    with pytest.raises(MnemoError) as bad:
+        c.add_events([{"event_type": "event_v1", "user_id": "alice", "memory_info": {"summary": "x"}, "ttl_relative": 0}])
+    assert bad.value.status == 400 and "events[0].ttl_relative" in str(bad.value)
     assert c.stats(user_id="alice")["total_events"] >= 1
 
 

@@ -22,6 +22,7 @@ def test_the_sdk_has_a_method_for_every_endpoint():
         "session/add": Collection.session_add, "session/flush": Collection.flush, "session/info": Collection.session_info,
         "session/delete": Collection.delete_conversation,
         "event/search": Collection.search_event_memory, "event/add": Collection.add_event,
+        "event/batch_add": Collection.add_events,
         "event/update": Collection.update_event, "event/delete": Collection.delete_event,
         "event/batch_delete": Collection.batch_delete_event, "profile/search": Collection.search_profile_memory,
         "profile/add": Collection.add_profile, "profile/update": Collection.update_profile,

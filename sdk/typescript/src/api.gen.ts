@@ -106,6 +106,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/memory/event/batch_add": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add 1 to 500 events to a collection at once: all stored in one transaction, or none if any is invalid (the error names it, e.g. events[3].memory_info). */
+        post: operations["event_batch_add"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/memory/event/batch_delete": {
         parameters: {
             query?: never;
@@ -799,6 +816,49 @@ export interface components {
              */
             ttl_relative?: number | null;
             user_id?: components["schemas"]["StrOrList"] | (null);
+        };
+        /** @description One event of `event/batch_add`: the fields of `event/add` without the collection. */
+        EventAddItem: {
+            assistant_id?: components["schemas"]["StrOrList"] | (null);
+            /** @default null */
+            class?: string | null;
+            /** @default null */
+            conversation_id?: string | null;
+            event_type: string;
+            /** @default null */
+            group_id?: string | null;
+            memory_info: {
+                [key: string]: unknown;
+            };
+            /** @default null */
+            scope?: string | null;
+            /** @default null */
+            session_id?: string | null;
+            /**
+             * Format: int64
+             * @default null
+             */
+            time?: number | null;
+            /**
+             * Format: int64
+             * @default null
+             */
+            ttl_absolute?: number | null;
+            /**
+             * Format: int64
+             * @default null
+             */
+            ttl_relative?: number | null;
+            user_id?: components["schemas"]["StrOrList"] | (null);
+        };
+        EventBatchAddBody: {
+            collection_name?: string;
+            /** @description 1 to 500 events, stored all together or (if any is invalid) not at all. */
+            events: components["schemas"]["EventAddItem"][];
+            /** @default default */
+            project_name?: string;
+            /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
+            resource_id?: string;
         };
         EventFilterDto: {
             assistant_id?: components["schemas"]["StrOrList"] | (null);
@@ -1661,6 +1721,37 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["EventAddBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    event_batch_add: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EventBatchAddBody"];
             };
         };
         responses: {

@@ -240,6 +240,8 @@ export class Collection {
   searchMemory(body: Body<"MemorySearchBody">, opts?: CallOptions) { return this.call("search", body, opts); }
 
   addEvent(body: Body<"EventAddBody">, opts?: CallOptions) { return this.call("event/add", body, opts); }
+  /** 1 to 500 events at once: all stored in one transaction, or none if any is invalid. */
+  addEvents(body: Body<"EventBatchAddBody">, opts?: CallOptions) { return this.call("event/batch_add", body, opts); }
   updateEvent(body: Body<"EventUpdateBody">, opts?: CallOptions) { return this.call("event/update", body, opts); }
   deleteEvent(eventId: string, opts?: CallOptions) { return this.call("event/delete", { event_id: eventId }, opts); }
   batchDeleteEvent(body: Body<"BatchDeleteBody">, opts?: CallOptions) { return this.call("event/batch_delete", body, opts); }

@@ -86,6 +86,11 @@ test("events and profiles: CRUD, search, export and forget", async () => {
   await col.updateEvent({ event_id: e.event_id, memory_info: { summary: "Bought a blue bike" } });
   const found = await col.searchEventMemory({ query: "bike", filter: { user_id: "u2" } });
   assert.equal(found.result_list[0].memory_info.summary, "Bought a blue bike");
+  const batch = await client.getCollection("ts_batch").addEvents({ events: [
+    { event_type: "event_v1", user_id: "u2", memory_info: { summary: "Joined a cycling club" } },
+    { event_type: "event_v1", user_id: "u2", memory_info: { summary: "Rode 80 km on Sunday" } },
+  ] });
+  assert.equal(batch.event_ids.length, 2);
   const p = await col.addProfile({ user_id: "u2", memory_info: { city: "Oslo" } });
   await col.updateProfile({ profile_id: p.profile_id, memory_info: { pet: "cat" } });
   const profiles = await col.searchProfileMemory({ filter: { user_id: "u2" } });
@@ -156,7 +161,7 @@ test("the client has a method for every endpoint, and api.gen.ts is current", ()
     "collection/create": "createCollection", "collection/list": "listCollections", "collection/delete": "deleteCollection",
     "collection/info": "info", "session/streaming_write": "streamingWrite", "session/add": "sessionAdd",
     "session/flush": "flush", "session/info": "sessionInfo", "session/delete": "deleteConversation", "get_context": "getContext", "event/search": "searchEventMemory",
-    "profile/search": "searchProfileMemory", "search": "searchMemory", "event/add": "addEvent", "event/update": "updateEvent",
+    "profile/search": "searchProfileMemory", "search": "searchMemory", "event/add": "addEvent", "event/batch_add": "addEvents", "event/update": "updateEvent",
     "event/delete": "deleteEvent", "event/batch_delete": "batchDeleteEvent", "profile/add": "addProfile",
     "profile/update": "updateProfile", "profile/delete": "deleteProfile", "profile/batch_delete": "batchDeleteProfile",
     "profile/trigger_update": "triggerUpdateProfile", "job/list": "listJobs", "job/retry": "retryJobs", "stats": "stats",

@@ -27,6 +27,9 @@ pub struct AddEventRequest {
 
 pub const EVENT_CLASSES: [&str; 3] = ["temporary", "conclusion", "process"];
 
+/// The most events one `event/batch_add` takes.
+pub const MAX_BATCH_EVENTS: usize = 500;
+
 /// How `event/batch_delete` runs: for real or as a preview, and whether a filter that selects
 /// every event of a user may run.
 #[derive(Clone, Copy, Debug, Default)]
@@ -58,6 +61,67 @@ impl Service {
 
     pub async fn add_event(&self, req: AddEventRequest) -> CoreResult<Event> {
         let c = self.collection_for_write(&req.target).await?;
+        let mut e = self.new_event(&c, req, self.now())?;
+        // A failing embedding provider must not lose the write: the event is stored without a
+        // vector (full text still finds it) and the re-index loop embeds it once the provider is back.
+        e.embedding = self.embed_or_defer(vec![event_text(&e.memory_info)]).await.pop().flatten();
+        Ok(self.store.insert_event(e).await?)
+    }
+
+    /// Adds up to [`MAX_BATCH_EVENTS`] events to one collection: all of them or, if any is
+    /// invalid (the error names it: `events[3].memory_info.…`), none. Embedded in one call and
+    /// stored in one transaction.
+    pub async fn add_events(&self, target: &Target, reqs: Vec<AddEventRequest>) -> CoreResult<Vec<Event>> {
+        if reqs.is_empty() || reqs.len() > MAX_BATCH_EVENTS {
+            return Err(CoreError::invalid(
+                "events",
+                format!("must hold 1 to {MAX_BATCH_EVENTS} events, got {}", reqs.len()),
+            ));
+        }
+        let c = self.collection_for_write(target).await?;
+        let now = self.now();
+        let mut events = reqs
+            .into_iter()
+            .enumerate()
+            .map(|(i, req)| {
+                self.new_event(&c, req, now).map_err(|e| match e {
+                    CoreError::Invalid { field, message } => {
+                        CoreError::invalid(format!("events[{i}].{field}"), message)
+                    }
+                    other => other,
+                })
+            })
+            .collect::<CoreResult<Vec<_>>>()?;
+        let texts = events.iter().map(|e| event_text(&e.memory_info)).collect();
+        for (e, v) in events.iter_mut().zip(self.embed_or_defer(texts).await) {
+            e.embedding = v;
+        }
+        Ok(self.store.insert_events(events).await?)
+    }
+
+    /// The texts' vectors; none for those whose embedding failed (the write goes on; the re-index
+    /// loop embeds those events when the provider is back). Embedded 16 at a time, so a large
+    /// batch holds a model session no longer than a few stored texts do and queries go between.
+    async fn embed_or_defer(&self, texts: Vec<String>) -> Vec<Option<Vec<f32>>> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(16) {
+            match self.embedder.embed(chunk, EmbedKind::Document).await {
+                Ok(vs) if vs.len() == chunk.len() => out.extend(vs.into_iter().map(Some)),
+                outcome => {
+                    let error = outcome
+                        .map_or_else(|e| e.to_string(), |vs| format!("{} vectors for {} texts", vs.len(), chunk.len()));
+                    tracing::warn!(%error, "storing events without a vector; they are embedded when the provider recovers");
+                    self.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
+                    out.extend(chunk.iter().map(|_| None));
+                }
+            }
+        }
+        out
+    }
+
+    /// A request checked against the collection's schema and limits, redacted, with its class
+    /// and expiry decided (no vector yet).
+    fn new_event(&self, c: &Collection, req: AddEventRequest, now: Millis) -> CoreResult<NewEvent> {
         let def = c.schema.event_type(&req.memory_type).ok_or_else(|| {
             CoreError::invalid(
                 "event_type",
@@ -85,7 +149,6 @@ impl Service {
         if let Some(t) = req.time {
             check_time("time", t)?;
         }
-        let now = self.now();
         let expires_at = match (req.ttl_absolute, req.ttl_relative) {
             (Some(_), Some(_)) => {
                 return Err(CoreError::invalid("ttl_relative", "give ttl_relative or ttl_absolute, not both"));
@@ -103,36 +166,23 @@ impl Service {
             }
             (None, None) => self.default_expiry(&c.schema, Some(&class), now),
         };
-        // A failing embedding provider must not lose the write: the event is stored without a
-        // vector (full text still finds it) and the re-index loop embeds it once the provider is back.
-        let embedding = match self.embed_one(&event_text(&req.memory_info), EmbedKind::Document).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::warn!(error = %e, "storing an event without a vector; it is embedded when the provider recovers");
-                self.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
-                None
-            }
-        };
-        Ok(self
-            .store
-            .insert_event(NewEvent {
-                collection_id: c.id,
-                memory_type: req.memory_type,
-                user_id: req.user_id,
-                assistant_id: req.assistant_id,
-                group_id: req.group_id,
-                session_id: req.session_id,
-                conversation_id: req.conversation_id,
-                scope: req.scope,
-                class,
-                time: req.time.unwrap_or(now),
-                memory_info: req.memory_info,
-                source_message_ids: vec![],
-                embedding,
-                expires_at,
-                now,
-            })
-            .await?)
+        Ok(NewEvent {
+            collection_id: c.id,
+            memory_type: req.memory_type,
+            user_id: req.user_id,
+            assistant_id: req.assistant_id,
+            group_id: req.group_id,
+            session_id: req.session_id,
+            conversation_id: req.conversation_id,
+            scope: req.scope,
+            class,
+            time: req.time.unwrap_or(now),
+            memory_info: req.memory_info,
+            source_message_ids: vec![],
+            embedding: None,
+            expires_at,
+            now,
+        })
     }
 
     pub async fn update_event(&self, t: &Target, id: &str, patch: EventPatch) -> CoreResult<Event> {

@@ -51,6 +51,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(concurrent_writes_are_all_durable);
     scenario!(candidates_come_from_vectors_and_full_text_and_deletes_leave_no_trace);
     scenario!(both_signals_equal_the_reference_computation);
+    scenario!(a_batch_is_stored_whole_or_not_at_all);
     scenario!(scores_closer_than_half_precision_rank_exactly);
     scenario!(a_filtered_search_over_a_large_scope_finds_the_filtered_events);
     scenario!(export_and_forget_a_user);
@@ -583,6 +584,7 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let (s, c) = setup(h).await;
     let mut x = 7u64;
     let mut docs: HashMap<String, (String, String)> = HashMap::new(); // id -> (user, text)
+    let mut batch = Vec::new();
     for i in 0..60 {
         let text = word_text(i, &mut x);
         let user = format!("u{}", i % 2);
@@ -590,7 +592,21 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
             embedding: Some(embed(&text, EmbedKind::Document).await),
             ..NewEvent::of_user(c.id, EVENT_V1, user.clone(), summary(&text), i as i64)
         };
-        docs.insert(s.insert_event(e).await.unwrap().id, (user, text));
+        // Half one by one, half in two batches: the statistics must not tell them apart.
+        if i < 30 {
+            docs.insert(s.insert_event(e).await.unwrap().id, (user, text));
+            continue;
+        }
+        batch.push(((user, text), e));
+        if batch.len() == 15 {
+            let (meta, events): (Vec<_>, Vec<_>) = std::mem::take(&mut batch).into_iter().unzip();
+            let stored = s.insert_events(events).await.unwrap();
+            assert_eq!(stored.len(), meta.len());
+            for (e, (user, text)) in stored.into_iter().zip(meta) {
+                assert_eq!(e.memory_info, summary(&text), "returned in the order given");
+                docs.insert(e.id, (user, text));
+            }
+        }
     }
     let mut ids: Vec<String> = docs.keys().cloned().collect();
     ids.sort();
@@ -640,6 +656,48 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let scanned = key(s.search_candidates(c.id, f.clone(), second.clone()).await.unwrap());
     let reused = key(s.search_candidates(c.id, f, CandidateQuery { vector_hits: hits, ..second }).await.unwrap());
     assert_eq!(reused, scanned, "a reused vector part changes no candidate and no score");
+}
+
+/// `insert_events`: every event of a batch is stored (with its vector, subjects and terms) and
+/// returned in order — or, when one of them cannot be (its collection does not exist), none is.
+pub async fn a_batch_is_stored_whole_or_not_at_all(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let texts = ["the user keeps bees", "用户住在上海", "a hike in the alps"];
+    let mut events = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let user = if i == 1 { "u2" } else { "u1" };
+        events.push(NewEvent {
+            embedding: Some(embed(t, EmbedKind::Document).await),
+            assistant_id: vec!["bot".into()],
+            ..NewEvent::of_user(c.id, EVENT_V1, user, summary(t), i as i64)
+        });
+    }
+    let stored = s.insert_events(events).await.unwrap();
+    assert_eq!(stored.iter().map(|e| e.memory_info.clone()).collect::<Vec<_>>(), texts.map(summary));
+    for e in &stored {
+        assert_eq!(s.get_event(c.id, &e.id).await.unwrap().as_ref(), Some(e));
+    }
+    let mine = |user: &str| EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() };
+    assert_eq!(s.list_events(c.id, mine("u1"), 10).await.unwrap().len(), 2);
+    let by_bot = EventFilter { assistant_id: vec!["bot".into()], ..Default::default() };
+    assert_eq!(s.list_events(c.id, by_bot, 10).await.unwrap().len(), 3);
+    h.settle().await;
+    let q = CandidateQuery {
+        vector: Some(embed("上海", EmbedKind::Query).await),
+        terms: search_tokens("上海"),
+        k: 5,
+        vector_hits: None,
+    };
+    let got = s.search_candidates(c.id, mine("u2"), q).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].cosine.is_some() && got[0].bm25.is_some(), "the batch's vector and terms are searched");
+    assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
+    assert!(s.insert_events(vec![]).await.unwrap().is_empty());
+
+    let good = NewEvent::of_user(c.id, EVENT_V1, "u3", summary("a good event"), 10);
+    let orphan = NewEvent::of_user(c.id + 1000, EVENT_V1, "u3", summary("no such collection"), 11);
+    assert!(s.insert_events(vec![good, orphan]).await.is_err(), "an event of no collection is refused");
+    assert!(s.list_events(c.id, mine("u3"), 10).await.unwrap().is_empty(), "and nothing of its batch is stored");
 }
 
 /// Scores 2.8·10⁻⁵ apart — below what a half-precision copy of the vectors can tell apart —

@@ -954,6 +954,21 @@ impl Store for MemoryStore {
         Ok(s.events[&id].event.clone())
     }
 
+    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+        let mut s = self.lock();
+        // As the databases' foreign keys do: a batch naming a missing collection stores nothing.
+        for e in &events {
+            s.collection(e.collection_id)?;
+        }
+        Ok(events
+            .iter()
+            .map(|e| s.insert_event(e))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|id| s.events[id].event.clone())
+            .collect())
+    }
+
     async fn get_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<Event>> {
         Ok(self.lock().event(collection_id, id).map(|r| r.event.clone()))
     }

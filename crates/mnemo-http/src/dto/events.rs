@@ -112,6 +112,66 @@ pub struct EventAddBody {
     pub ttl_absolute: Option<i64>,
 }
 
+impl EventAddBody {
+    /// Where the event goes, and the event.
+    pub fn split(self) -> (String, String, EventAddItem) {
+        let item = EventAddItem {
+            event_type: self.event_type,
+            user_id: self.user_id,
+            assistant_id: self.assistant_id,
+            memory_info: self.memory_info,
+            time: self.time,
+            group_id: self.group_id,
+            session_id: self.session_id,
+            conversation_id: self.conversation_id,
+            scope: self.scope,
+            class: self.class,
+            ttl_relative: self.ttl_relative,
+            ttl_absolute: self.ttl_absolute,
+        };
+        (self.project_name, self.collection_name, item)
+    }
+}
+
+/// One event of `event/batch_add`: the fields of `event/add` without the collection.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventAddItem {
+    #[serde(alias = "memory_type")]
+    pub event_type: String,
+    #[serde(default)]
+    pub user_id: Option<StrOrList>,
+    #[serde(default)]
+    pub assistant_id: Option<StrOrList>,
+    pub memory_info: Map<String, Value>,
+    #[serde(default)]
+    pub time: Option<i64>,
+    #[serde(default)]
+    pub group_id: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub ttl_relative: Option<i64>,
+    #[serde(default)]
+    pub ttl_absolute: Option<i64>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventBatchAddBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    /// 1 to 500 events, stored all together or (if any is invalid) not at all.
+    pub events: Vec<EventAddItem>,
+}
+
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventUpdateBody {

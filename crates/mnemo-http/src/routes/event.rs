@@ -42,26 +42,45 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
 
 pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventAddBody>) -> ApiResult {
     let rid = &ctx.request_id;
-    let req = (|| -> Result<AddEventRequest, CoreError> {
-        Ok(AddEventRequest {
-            target: Target { project: body.project_name, collection: body.collection_name },
-            memory_type: canonical_type(body.event_type),
-            user_id: body.user_id.unwrap_or_default().into_checked("user_id")?,
-            assistant_id: body.assistant_id.unwrap_or_default().into_checked("assistant_id")?,
-            group_id: body.group_id,
-            session_id: body.session_id,
-            conversation_id: body.conversation_id,
-            scope: body.scope,
-            class: body.class,
-            time: body.time,
-            memory_info: body.memory_info,
-            ttl_relative: body.ttl_relative,
-            ttl_absolute: body.ttl_absolute,
-        })
-    })()
-    .map_err(|e| ApiError::from_core(rid, e))?;
+    let (project, collection, item) = body.split();
+    let req = add_request(Target { project, collection }, item).map_err(|e| ApiError::from_core(rid, e))?;
     let e = s.service.add_event(req).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, json!({"event_id": e.id, "event": event_json(&e, None)})))
+}
+
+pub async fn batch_add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventBatchAddBody>) -> ApiResult {
+    let rid = &ctx.request_id;
+    let target = Target { project: body.project_name, collection: body.collection_name };
+    let reqs = (body.events.into_iter().enumerate())
+        .map(|(i, item)| {
+            add_request(target.clone(), item).map_err(|e| match e {
+                CoreError::Invalid { field, message } => CoreError::invalid(format!("events[{i}].{field}"), message),
+                other => other,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::from_core(rid, e))?;
+    let events = s.service.add_events(&target, reqs).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    Ok(ApiOk::new(rid, json!({"count": ids.len(), "event_ids": ids})))
+}
+
+fn add_request(target: Target, item: EventAddItem) -> Result<AddEventRequest, CoreError> {
+    Ok(AddEventRequest {
+        target,
+        memory_type: canonical_type(item.event_type),
+        user_id: item.user_id.unwrap_or_default().into_checked("user_id")?,
+        assistant_id: item.assistant_id.unwrap_or_default().into_checked("assistant_id")?,
+        group_id: item.group_id,
+        session_id: item.session_id,
+        conversation_id: item.conversation_id,
+        scope: item.scope,
+        class: item.class,
+        time: item.time,
+        memory_info: item.memory_info,
+        ttl_relative: item.ttl_relative,
+        ttl_absolute: item.ttl_absolute,
+    })
 }
 
 pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventUpdateBody>) -> ApiResult {

@@ -96,6 +96,11 @@ pub fn endpoints() -> Vec<Endpoint> {
             event::search_memory,
         ),
         ep::<EventAddBody, _, _>("/event/add", "Add an event directly (validated against its type).", event::add),
+        ep::<EventBatchAddBody, _, _>(
+            "/event/batch_add",
+            "Add 1 to 500 events to a collection at once: all stored in one transaction, or none if any is invalid (the error names it, e.g. events[3].memory_info).",
+            event::batch_add,
+        ),
         ep::<EventUpdateBody, _, _>(
             "/event/update",
             "Change an event's fields, time, scope, class or status.",

@@ -85,6 +85,51 @@ async fn import_is_resumable_and_round_trips_an_export() {
     assert!(copied["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("Miso"), "{copied}");
 }
 
+/// Exported events go in `event/batch_add` batches of up to 500; a batch refused for one bad line
+/// is sent again event by event, so only that line fails (named with its number).
+#[tokio::test]
+async fn exported_events_import_in_batches_and_a_bad_line_fails_alone() {
+    let s = Server::start("");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let mut lines: Vec<String> = (0..700)
+        .map(|i| {
+            let users = if i == 300 { json!([]) } else { json!(["u1"]) };
+            json!({"kind": "event", "collection_name": "bulk", "record": {"memory_type": "event_v1", "user_id": users,
+                "assistant_id": [], "memory_info": {"summary": format!("fact number {i}")}, "time": 1_000 + i, "class": "conclusion"}})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let (success, out, err) = mnemo(&s, &["import", file.to_str().unwrap()]);
+    assert!(!success, "a failed line fails the import: {out}");
+    assert!(out.contains("699 events/profiles") && out.contains("1 errors"), "{out}");
+    assert!(err.contains("line 301: ") && err.contains("user_id"), "the bad line is named: {err}");
+    assert_eq!(
+        s.ok("event/search", json!({"collection_name": "bulk", "filter": {"user_id": "u1"}, "limit": 1000})).await["count"],
+        699
+    );
+    let out = ok(&s, &["import", file.to_str().unwrap()]);
+    assert!(out.contains("imported 0 lines"), "the progress covers the batches sent: {out}");
+
+    // --bulk, with the store the server runs on: PostgreSQL drops its HNSW index for the load
+    // and builds it after; the embedded store has none to defer.
+    lines.remove(300);
+    std::fs::write(&file, lines.join("\n").replace("\"bulk\"", "\"bulk2\"")).unwrap();
+    let out = Command::new(BIN)
+        .args(["import", "--bulk", "--restart", file.to_str().unwrap(), "--url", &s.base])
+        .envs(store_env(&s.data))
+        .env("MNEMO_LOG", "warn")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("699 events/profiles"), "{stdout}{stderr}");
+    let deferred = if postgres_url().is_some() { "vector indexes built in" } else { "keeps no index to defer" };
+    assert!(stderr.contains(deferred), "{stderr}");
+    let q = json!({"collection_name": "bulk2", "query": "fact number 42", "filter": {"user_id": "u1"}, "limit": 1});
+    assert_eq!(s.ok("event/search", q).await["result_list"][0]["memory_info"]["summary"], "fact number 42");
+}
+
 /// ChatGPT's and Claude's data exports (fixtures written in their documented formats): the branch
 /// shown is imported with its timestamps, owned by `--user`, extracted; a re-run (even with
 /// `--restart`) stores nothing twice; `--skip-extraction` keeps the turns as short-term memory.

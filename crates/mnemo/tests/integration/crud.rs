@@ -75,6 +75,41 @@ async fn events_add_update_delete_and_newest_first() {
 }
 
 #[tokio::test]
+async fn batch_add_stores_every_event_or_none_and_names_the_bad_one() {
+    let s = Server::start("");
+    let ev = |summary: &str, time: i64, user: &str| json!({"event_type": "event_v1", "user_id": user, "memory_info": {"summary": summary}, "time": time});
+    let batch = json!({"collection_name": "c", "events": [ev("用户住在上海", 1_000, "u1"), ev("the user keeps bees", 2_000, "u1"), ev("other", 3_000, "u2")]});
+    let r = s.ok("event/batch_add", batch).await;
+    assert_eq!(r["count"], 3);
+    let ids: Vec<&str> = r["event_ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let mine = s.events("u1").await;
+    assert_eq!(
+        mine.iter().map(|e| e["event_id"].as_str().unwrap()).collect::<Vec<_>>(),
+        [ids[1], ids[0]],
+        "newest first"
+    );
+    // Embedded like event/add: a Chinese query finds the English memory by meaning alone.
+    let hits = s
+        .ok("event/search", json!({"collection_name": "c", "query": "养蜂", "filter": {"user_id": "u1"}, "limit": 1}))
+        .await;
+    assert_eq!(hits["result_list"][0]["event_id"], ids[1], "{hits}");
+
+    // One bad event: 400 naming it, and none of the batch is stored.
+    let bad = json!({"collection_name": "c", "events": [ev("fine", 4_000, "u3"), {"event_type": "event_v1", "user_id": "u3", "memory_info": {"summary": "x"}, "ttl_relative": 0}]});
+    let (st, v) = s.post("event/batch_add", bad).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("events[1].ttl_relative:"), "{v}");
+    let unknown = json!({"collection_name": "c", "events": [{"event_type": "event_v1", "user_id": "u3", "memory_info": {}, "colour": 1}]});
+    let (st, v) = s.post("event/batch_add", unknown).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("colour"), "{v}");
+    let (st, v) = s.post("event/batch_add", json!({"collection_name": "c", "events": []})).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("events: must hold 1 to 500"), "{v}");
+    assert!(s.events("u3").await.is_empty(), "nothing of a refused batch is stored");
+}
+
+#[tokio::test]
 async fn batch_delete_by_filter_touches_only_matches() {
     let s = Server::start("");
     for (u, sum, t) in [("u1", "a", 1_000), ("u1", "b", 2_000), ("u2", "c", 1_500)] {

@@ -135,6 +135,11 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             bad: vec![("", "clas", "clas")],
         },
         Case {
+            path: "event/batch_add",
+            valid: json!({"collection_name": "c", "events": [{"event_type": "event_v1", "user_id": "u1", "memory_info": {"summary": "new"}}]}),
+            bad: vec![("", "event", "event"), ("/events/0", "tme", "events[0].tme")],
+        },
+        Case {
             path: "event/update",
             valid: json!({"collection_name": "c", "event_id": event_id, "memory_info": {"summary": "changed"}}),
             bad: vec![("", "memory_inf", "memory_inf")],

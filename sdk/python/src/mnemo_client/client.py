@@ -399,6 +399,12 @@ class Collection:
         }
         return self._call("event/add", body, headers, timeout)
 
+    def add_events(self, events: List[Dict[str, Any]], headers=None, timeout=None) -> Dict[str, Any]:
+        """1 to 500 events (each as `add_event` takes it: event_type, user_id, memory_info, …)
+        at once: all stored in one transaction, or none if any is invalid (the error names it,
+        e.g. ``events[3].memory_info``). Returns ``{"count", "event_ids"}``."""
+        return self._call("event/batch_add", {"events": events}, headers, timeout)
+
     def update_event(self, event_id: str, **fields: Any) -> Dict[str, Any]:
         return self._call("event/update", {"event_id": event_id, **fields})
 
