@@ -237,7 +237,11 @@ pub(crate) async fn insert_event_rows(
     // future is first polled, so the server gets them in this order — a statement that still had
     // to be prepared would be sent after the ones that did not, and both tables' foreign keys
     // refuse a row before its event.
-    let (row_st, vector_st, subjects_st) = tokio::try_join!(
+    // The vectors of new events refresh no subject row (none exists yet: schema v6), said for the
+    // vector statement alone.
+    let flag = "SELECT set_config('mnemo.new_vectors', $1, true)";
+    let (flag_st, row_st, vector_st, subjects_st) = tokio::try_join!(
+        tx.prepare_cached(flag),
         tx.prepare_cached(
             "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
                                 class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
@@ -261,7 +265,14 @@ pub(crate) async fn insert_event_rows(
         if vecs.is_empty() {
             return Ok(0);
         }
-        tx.execute(&vector_st, &[&v_ids, &v_cids, &v_dims, &vecs]).await
+        let args: [SqlParam<'_>; 4] = [&v_ids, &v_cids, &v_dims, &vecs];
+        let (on, inserted, off) = tokio::join!(
+            tx.query_one(&flag_st, &[&"on"]),
+            tx.execute(&vector_st, &args),
+            tx.query_one(&flag_st, &[&"off"]),
+        );
+        (on?, off?);
+        inserted
     };
     let subjects = async {
         if kinds.is_empty() {
