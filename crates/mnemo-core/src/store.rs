@@ -11,6 +11,10 @@ use async_trait::async_trait;
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Decides a second search from the first one's candidates: the terms to search again with
+/// (`None`: no second search). See [`Store::search_candidates_then`].
+pub type NextTerms<'a> = Box<dyn FnOnce(&[Candidate]) -> Option<Vec<String>> + Send + 'a>;
+
 /// The ids either search signal found, sorted, each once: the candidates a store loads.
 pub fn candidate_ids<A, B>(
     cosine: &std::collections::HashMap<String, A>,
@@ -178,6 +182,24 @@ pub trait Store: Send + Sync + 'static {
         filter: EventFilter,
         query: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>>;
+    /// Two searches over one filter: `first`, then — when `then` makes terms of its candidates
+    /// (a search's second hop, pseudo-relevance feedback) — the same query with those terms and
+    /// the first's vector part ([`CandidateQuery::vector_hits_of`]). Each answer is what
+    /// `search_candidates` gives for it; a store that can score the second from what the first
+    /// read overrides this (PostgreSQL keeps a user scope's terms: no second scan).
+    async fn search_candidates_then(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        let found = self.search_candidates(collection_id, filter.clone(), first.clone()).await?;
+        let Some(terms) = then(&found) else { return Ok((found, None)) };
+        let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), ..first };
+        let more = self.search_candidates(collection_id, filter, second).await?;
+        Ok((found, Some(more)))
+    }
     /// Counts one hit for each event.
     async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()>;
     /// Events without a vector (written before a model was configured), to index now.

@@ -9,7 +9,7 @@ use crate::sql::{
 use deadpool_postgres::Pool;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::StoreResult;
+use mnemo_core::store::{NextTerms, StoreResult};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
@@ -271,7 +271,8 @@ pub(crate) async fn insert_event_rows(
             tx.execute(&vector_st, &args),
             tx.query_one(&flag_st, &[&"off"]),
         );
-        (on?, off?);
+        on?;
+        off?;
         inserted
     };
     let subjects = async {
@@ -393,13 +394,7 @@ pub(crate) async fn merge_event_row(
 
 impl PgStore {
     pub(crate) async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
-        let mut conn = self.client().await?;
-        let tx = begin(&mut conn).await?;
-        let mut stats = TermStats::default();
-        let id = insert_event_row(&tx, &mut stats, &e).await?;
-        stats.flush(&tx).await?;
-        tx.commit().await.map_err(backend)?;
-        Ok(e.stored_as(id))
+        Ok(self.insert_events(vec![e]).await?.pop().expect("one event in, one out"))
     }
 
     pub(crate) async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
@@ -504,10 +499,33 @@ impl PgStore {
         filter: EventFilter,
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
+        let mut no_second = crate::search::Then::Known(None);
+        Ok(self.search_twice(cid, &filter, &q, &mut no_second).await?.0)
+    }
+
+    pub(crate) async fn search_candidates_then(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        self.search_twice(cid, &filter, &first, &mut crate::search::Then::Ask(then)).await
+    }
+
+    /// Searches on the read replica when there is one, else (or when it fails) on the primary.
+    async fn search_twice(
+        &self,
+        cid: CollectionId,
+        filter: &EventFilter,
+        first: &CandidateQuery,
+        then: &mut crate::search::Then<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        use crate::search::two_hops;
         if let Some(read) = self.replica() {
             let on_replica = async {
                 let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
-                crate::search::candidates(&mut conn, cid, &filter, &q, self.exact_scope).await
+                two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
             };
             match on_replica.await {
                 Ok(found) => return Ok(found),
@@ -522,7 +540,7 @@ impl PgStore {
             }
         }
         let mut conn = self.client().await?;
-        crate::search::candidates(&mut conn, cid, &filter, &q, self.exact_scope).await
+        two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
     }
 
     /// Counts one hit per id given (an id given twice counts twice), in three statements

@@ -59,11 +59,21 @@ pub struct PgOptions {
     /// go to `url`. A search there sees what the replica has replayed (replication lag); on any
     /// error there it runs on the primary instead.
     pub read_url: Option<String>,
+    /// `maintenance_work_mem` (MiB, at least) for the index builds after a bulk load.
+    pub index_build_mib: u32,
 }
 
 impl PgOptions {
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into(), pool: 16, schema: None, exact_scope: search::EXACT_SCOPE, hnsw: true, read_url: None }
+        Self {
+            url: url.into(),
+            pool: 16,
+            schema: None,
+            exact_scope: search::EXACT_SCOPE,
+            hnsw: true,
+            read_url: None,
+            index_build_mib: 1024,
+        }
     }
 }
 
@@ -76,6 +86,7 @@ pub struct PgStore {
     read_pool_resting_until: std::sync::atomic::AtomicU64,
     exact_scope: usize,
     hnsw: bool,
+    index_build_mib: u32,
 }
 
 /// How often a replica folds the appended BM25 statistics (`compact_stats`).
@@ -144,6 +155,7 @@ impl PgStore {
             read_pool_resting_until: Default::default(),
             exact_scope: o.exact_scope.max(1),
             hnsw: o.hnsw,
+            index_build_mib: o.index_build_mib,
         };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::backend)?;
@@ -198,13 +210,14 @@ impl PgStore {
         Ok(())
     }
 
-    /// Builds the HNSW indexes of the dimensions in use, with at least 1 GB of
+    /// Builds the HNSW indexes of the dimensions in use, with at least `index_build_mib` of
     /// `maintenance_work_mem` (pgvector builds far faster while its graph fits in it).
     pub async fn end_bulk_load(&self) -> StoreResult<()> {
         let c = self.client().await?;
-        c.batch_execute(
+        c.execute(
             "SELECT set_config('maintenance_work_mem',
-                 (GREATEST(pg_size_bytes(current_setting('maintenance_work_mem')), 1024 * 1024 * 1024) / 1024)::text || 'kB', false)",
+                 (GREATEST(pg_size_bytes(current_setting('maintenance_work_mem')), $1::bigint * 1024 * 1024) / 1024)::text || 'kB', false)",
+            &[&i64::from(self.index_build_mib)],
         )
         .await
         .map_err(backend)?;
@@ -452,6 +465,16 @@ impl Store for PgStore {
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
         PgStore::search_candidates(self, cid, filter, q).await
+    }
+
+    async fn search_candidates_then(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        then: mnemo_core::store::NextTerms<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        PgStore::search_candidates_then(self, cid, filter, first, then).await
     }
 
     async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {

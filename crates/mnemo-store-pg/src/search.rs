@@ -17,6 +17,7 @@ use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, quer
 use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
+use mnemo_core::store::NextTerms;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
 use std::collections::HashMap;
 
@@ -32,29 +33,130 @@ pub async fn candidates(
     q: &CandidateQuery,
     exact_scope: usize,
 ) -> Result<Vec<Candidate>, StoreError> {
+    Ok(candidates_kept(conn, cid, f, q, exact_scope).await?.0)
+}
+
+/// Whether a search makes a second one, and with which terms: asked of the first's candidates
+/// once (`Ask`), then known — so a search retried elsewhere (the primary, after the read
+/// replica failed) makes the same second search without asking again.
+pub(crate) enum Then<'a> {
+    Ask(NextTerms<'a>),
+    Known(Option<Vec<String>>),
+}
+
+impl Then<'_> {
+    fn decide(&mut self, found: &[Candidate]) -> Option<Vec<String>> {
+        if let Then::Ask(_) = self
+            && let Then::Ask(ask) = std::mem::replace(self, Then::Known(None))
+        {
+            *self = Then::Known(ask(found));
+        }
+        match self {
+            Then::Known(terms) => terms.clone(),
+            Then::Ask(_) => None,
+        }
+    }
+}
+
+/// `Store::search_candidates_then` on one connection: a small scope's second search is scored
+/// from the terms the first one read (one statement for the new terms' statistics, then the
+/// candidates' rows not loaded yet) instead of scanning the scope again.
+pub(crate) async fn two_hops(
+    conn: &mut Object,
+    cid: CollectionId,
+    f: &EventFilter,
+    first: &CandidateQuery,
+    then: &mut Then<'_>,
+    exact_scope: usize,
+) -> Result<(Vec<Candidate>, Option<Vec<Candidate>>), StoreError> {
+    let (found, kept) = candidates_kept(conn, cid, f, first, exact_scope).await?;
+    let Some(terms) = then.decide(&found) else { return Ok((found, None)) };
+    let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), ..first.clone() };
+    let more = match kept {
+        Some(kept) => kept.search_again(&*conn, cid, &second, &found).await?,
+        None => candidates(conn, cid, f, &second, exact_scope).await?,
+    };
+    Ok((found, Some(more)))
+}
+
+/// What a small scope's search read, kept for a second search over the same scope.
+pub(crate) struct Kept {
+    scope: Scope,
+    /// The tokens whose statistics `scope.df` holds (a token no event has is absent from it).
+    asked: std::collections::HashSet<String>,
+}
+
+impl Kept {
+    /// The same scope searched with `q` (whose `vector_hits` come from the first search): BM25
+    /// over the kept terms, the statistics of tokens not asked yet read, and only the rows of
+    /// candidates the first search did not return loaded.
+    async fn search_again(
+        mut self,
+        c: &impl GenericClient,
+        cid: CollectionId,
+        q: &CandidateQuery,
+        found: &[Candidate],
+    ) -> Result<Vec<Candidate>, StoreError> {
+        let new: Vec<String> = query_tokens(&q.terms).into_iter().filter(|t| !self.asked.contains(t)).collect();
+        if !new.is_empty() {
+            let rows = query_all(
+                c,
+                "SELECT term, SUM(df)::bigint FROM (
+                     SELECT term, df FROM term_stats WHERE collection_id = $1 AND term = ANY($2)
+                     UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id = $1 AND term = ANY($2)) d
+                 GROUP BY term",
+                &[&cid, &new],
+            )
+            .await?;
+            for r in rows {
+                self.scope.df.insert(r.get(0), r.get::<_, i64>(1).max(0) as u64);
+            }
+        }
+        let df = &self.scope.df;
+        let bm25 = if q.terms.is_empty() {
+            HashMap::new()
+        } else {
+            Bm25Query::new(&q.terms, self.scope.stats, |t| df.get(t).copied().unwrap_or(0))
+                .top_k(self.scope.docs.iter().map(|d| (&d.id, d.terms.as_ref())), q.k)
+        };
+        let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
+        let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
+        let dim = q.vector.as_ref().map(|v| v.len() as i32);
+        load_candidates(c, cosine, bm25, qv.as_ref(), dim, found).await
+    }
+}
+
+/// A query's distinct full-text tokens, sorted.
+fn query_tokens(terms: &[String]) -> Vec<String> {
+    let mut t: Vec<String> = terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+/// The candidates, and what a small scope's search read (for [`Kept::search_again`]).
+async fn candidates_kept(
+    conn: &mut Object,
+    cid: CollectionId,
+    f: &EventFilter,
+    q: &CandidateQuery,
+    exact_scope: usize,
+) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
     let search = Search {
         cid,
         f,
         q,
         qv: q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone())),
         dim: q.vector.as_ref().map(|v| v.len() as i32),
-        tokens: {
-            let mut t: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
-            t.sort();
-            t.dedup();
-            t
-        },
+        tokens: query_tokens(&q.terms),
     };
     let Some(scope) = small_scope(&*conn, &search, exact_scope).await? else {
         let tx = begin_read(conn).await?;
-        return large_scope(&tx, &search).await;
+        return Ok((large_scope(&tx, &search).await?, None));
     };
     let (qv, dim) = (search.qv.as_ref(), search.dim);
-    if scope.docs.is_empty() {
-        return Ok(vec![]);
-    }
     let k = q.k;
-    let bm25 = if q.terms.is_empty() {
+    let bm25 = if q.terms.is_empty() || scope.docs.is_empty() {
         HashMap::new()
     } else {
         let df = &scope.df;
@@ -64,11 +166,16 @@ pub async fn candidates(
     let cosine = match &q.vector_hits {
         Some(hits) => hits.iter().cloned().collect(),
         None => match (qv, dim) {
-            (Some(qv), Some(dim)) => vector_part(&*conn, &scope.docs, &bm25, qv, dim, k).await?,
+            (Some(qv), Some(dim)) if !scope.docs.is_empty() => {
+                vector_part(&*conn, &scope.docs, &bm25, qv, dim, k).await?
+            }
             _ => HashMap::new(),
         },
     };
-    load_candidates(&*conn, cosine, bm25, qv, dim).await
+    let found = load_candidates(&*conn, cosine, bm25, qv, dim, &[]).await?;
+    // Only a search with full text keeps terms worth keeping.
+    let kept = (!q.terms.is_empty()).then(|| Kept { scope, asked: search.tokens.into_iter().collect() });
+    Ok((found, kept))
 }
 
 /// The vector part of a small scope: the k events nearest to the query and the cosine of every
@@ -401,7 +508,7 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
         Ok(Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
     };
     let (cosine, bm25) = tokio::try_join!(vector, text)?;
-    load_candidates(tx, cosine, bm25, qv, dim).await
+    load_candidates(tx, cosine, bm25, qv, dim, &[]).await
 }
 
 /// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in.
@@ -411,12 +518,21 @@ async fn load_candidates(
     bm25: HashMap<String, f64>,
     qv: Option<&pgvector::Vector>,
     dim: Option<i32>,
+    known: &[Candidate],
 ) -> Result<Vec<Candidate>, StoreError> {
     let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
     if ids.is_empty() {
         return Ok(vec![]);
     }
+    // A candidate an earlier search of the same scope returned: its row and cosine are known.
+    let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
+    for id in &ids {
+        if let Some(cos) = known.get(id.as_str()).and_then(|c| c.cosine) {
+            cosine.entry(id.clone()).or_insert(cos);
+        }
+    }
     let missing: Vec<&String> = ids.iter().filter(|id| !cosine.contains_key(*id)).collect();
+    let to_load: Vec<&String> = ids.iter().filter(|id| !known.contains_key(id.as_str())).collect();
     let fill =
         async {
             match (qv, dim) {
@@ -429,18 +545,26 @@ async fn load_candidates(
                 _ => Ok(vec![]),
             }
         };
-    let sql = format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id");
-    let args: [SqlParam<'_>; 1] = [&ids];
-    let load = query_all(tx, &sql, &args);
+    let load = async {
+        if to_load.is_empty() {
+            return Ok(vec![]);
+        }
+        let sql = format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id");
+        let args: [SqlParam<'_>; 1] = [&to_load];
+        query_all(tx, &sql, &args).await
+    };
     let (filled, rows) = tokio::try_join!(fill, load)?;
     for r in filled {
         cosine.insert(r.get(0), r.get(1));
     }
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let event = event_from_row(&r)?;
-        let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
-        out.push(Candidate { event, cosine: c, bm25: b });
-    }
-    Ok(out)
+    let mut events: Vec<Event> = rows.iter().map(event_from_row).collect::<Result<_, _>>()?;
+    events.extend(ids.iter().filter_map(|id| Some(known.get(id.as_str())?.event.clone())));
+    events.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(events
+        .into_iter()
+        .map(|event| {
+            let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
+            Candidate { event, cosine: c, bm25: b }
+        })
+        .collect())
 }

@@ -136,6 +136,7 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
                 schema: cfg.store.schema.clone(),
                 hnsw: cfg.store.hnsw,
                 read_url: cfg.store.read_url.clone(),
+                index_build_mib: cfg.store.index_build_mib.max(64),
                 ..mnemo_store_pg::PgOptions::new(url)
             };
             Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)

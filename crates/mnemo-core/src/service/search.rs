@@ -228,21 +228,22 @@ impl Service {
         };
         let k = (req.limit as usize * 3).max(50);
         let cq = CandidateQuery { vector: qv, terms, k, vector_hits: None };
-        let first = self.store.search_candidates(c.id, filter.clone(), cq.clone()).await?;
-        let vector_hits = cq.vector_hits_of(&first);
-        let mut results = ranked(first, None);
+        // Second hop: the query plus what its best hits share (same vector and filter), fused
+        // with the first by rank.
         let n_feedback = self.config.retrieval.feedback_terms;
-        if n_feedback > 0
-            && results.len() >= 2
-            && let Some(extra) = feedback_terms(&results, &cq.terms, n_feedback)
-        {
-            // Second hop: the query plus what its best hits share, fused with the first by rank.
-            let mut terms = cq.terms.clone();
-            terms.extend(extra);
-            // Same vector and filter: the first hop's vector part is reused, not scanned again.
-            let q2 = CandidateQuery { vector: cq.vector.clone(), terms, k, vector_hits };
-            let second = ranked(self.store.search_candidates(c.id, filter.clone(), q2).await?, None);
-            results = fuse_by_rank(results, second, req.limit as usize);
+        let mut first_ranked = None;
+        let then: crate::store::NextTerms<'_> = Box::new(|found| {
+            let results = ranked(found.to_vec(), None);
+            let extra = (n_feedback > 0 && results.len() >= 2)
+                .then(|| feedback_terms(&results, &cq.terms, n_feedback))
+                .flatten();
+            first_ranked = Some(results);
+            extra.map(|extra| cq.terms.iter().cloned().chain(extra).collect())
+        });
+        let (first, second) = self.store.search_candidates_then(c.id, filter.clone(), cq.clone(), then).await?;
+        let mut results = first_ranked.unwrap_or_else(|| ranked(first, None));
+        if let Some(second) = second {
+            results = fuse_by_rank(results, ranked(second, None), req.limit as usize);
         }
         // Layers: a search in a scope other than global falls back to global when it is short.
         let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);

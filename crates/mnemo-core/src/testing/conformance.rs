@@ -648,14 +648,27 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let first = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 3, vector_hits: None };
     let hits = first.vector_hits_of(&s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap());
     assert_eq!(hits.as_ref().map(Vec::len), Some(3));
-    let second = CandidateQuery { terms: vec!["咖啡".into(), "coffee".into()], ..first };
+    let second = CandidateQuery { terms: vec!["咖啡".into(), "coffee".into()], ..first.clone() };
     let key = |mut v: Vec<Candidate>| {
         v.sort_by(|a, b| a.event.id.cmp(&b.event.id));
         v.into_iter().map(|c| (c.event.id, c.cosine, c.bm25)).collect::<Vec<_>>()
     };
     let scanned = key(s.search_candidates(c.id, f.clone(), second.clone()).await.unwrap());
-    let reused = key(s.search_candidates(c.id, f, CandidateQuery { vector_hits: hits, ..second }).await.unwrap());
+    let reused =
+        key(s.search_candidates(c.id, f.clone(), CandidateQuery { vector_hits: hits, ..second }).await.unwrap());
     assert_eq!(reused, scanned, "a reused vector part changes no candidate and no score");
+    // Both searches in one call (a store may keep what the first read) answer as the two calls.
+    let mut asked = None;
+    let then: crate::store::NextTerms<'_> = Box::new(|found| {
+        asked = Some(found.len());
+        Some(vec!["咖啡".into(), "coffee".into()])
+    });
+    let (one, two) = s.search_candidates_then(c.id, f.clone(), first.clone(), then).await.unwrap();
+    assert_eq!(asked, Some(one.len()), "the second search is decided from the first's candidates");
+    assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
+    assert_eq!(key(two.expect("a second search")), scanned);
+    let (_, none) = s.search_candidates_then(c.id, f, first, Box::new(|_| None)).await.unwrap();
+    assert!(none.is_none(), "no terms, no second search");
 }
 
 /// `insert_events`: every event of a batch is stored (with its vector, subjects and terms) and

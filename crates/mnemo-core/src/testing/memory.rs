@@ -960,13 +960,8 @@ impl Store for MemoryStore {
         for e in &events {
             s.collection(e.collection_id)?;
         }
-        Ok(events
-            .iter()
-            .map(|e| s.insert_event(e))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(|id| s.events[id].event.clone())
-            .collect())
+        let ids: Vec<String> = events.iter().map(|e| s.insert_event(e)).collect();
+        Ok(ids.iter().map(|id| s.events[id].event.clone()).collect())
     }
 
     async fn get_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<Event>> {

@@ -133,7 +133,9 @@ impl EventAddBody {
     }
 }
 
-/// One event of `event/batch_add`: the fields of `event/add` without the collection.
+/// One event of `event/batch_add`: the fields of `event/add` without the collection. (Spelled
+/// out again rather than `#[serde(flatten)]`ed into `EventAddBody`: serde cannot refuse unknown
+/// fields through a flattened struct.)
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventAddItem {
