@@ -817,7 +817,11 @@ export interface components {
             ttl_relative?: number | null;
             user_id?: components["schemas"]["StrOrList"] | (null);
         };
-        /** @description One event of `event/batch_add`: the fields of `event/add` without the collection. */
+        /**
+         * @description One event of `event/batch_add`: the fields of `event/add` without the collection. (Spelled
+         *     out again rather than `#[serde(flatten)]`ed into `EventAddBody`: serde cannot refuse unknown
+         *     fields through a flattened struct.)
+         */
         EventAddItem: {
             assistant_id?: components["schemas"]["StrOrList"] | (null);
             /** @default null */
