@@ -83,6 +83,15 @@ impl CoreError {
         CoreError::Invalid { field: field.into(), message: message.into() }
     }
 
+    /// The error of one item of a list: an `Invalid` field gets the item's path in front
+    /// (`memory_info` → `events[3].memory_info`); other errors are kept.
+    pub fn in_item(self, list: &str, i: usize) -> Self {
+        match self {
+            CoreError::Invalid { field, message } => CoreError::invalid(format!("{list}[{i}].{field}"), message),
+            other => other,
+        }
+    }
+
     /// An internal failure described by `message` alone.
     pub fn internal(message: impl Into<String>) -> Self {
         CoreError::Internal(Failure { message: message.into(), source: None })

@@ -32,7 +32,7 @@ mod write;
 
 pub use collections::CollectionOptions;
 pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE};
-pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES};
+pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES, MAX_BATCH_EVENTS};
 pub use jobs::ExtractionPolicy;
 pub use lifecycle::LifecycleConfig;
 pub use search::{EventSearch, GLOBAL_SCOPE, MAX_QUERY_CHARS, RetrievalConfig, ScoredEvent};

@@ -313,7 +313,7 @@ pub async fn import(r: &Remote, file: PathBuf, opts: ImportOptions) -> Result<()
         let event = serde_json::from_str::<Value>(line).ok().filter(|v| v["kind"] == "event");
         if let Some(v) = &event {
             let collection = exported_collection(r, v);
-            if batch.collection != collection || batch.items.len() == MAX_BATCH {
+            if batch.collection != collection || batch.items.len() == mnemo_core::service::MAX_BATCH_EVENTS {
                 let (stored, failed) = batch.flush(r, &c, &bar, &progress).await?;
                 (records, errors) = (records + stored, errors + failed);
                 batch.collection = collection;
@@ -368,9 +368,6 @@ fn parse_time(s: &str) -> Option<i64> {
         })
         .ok()
 }
-
-/// The most events one `event/batch_add` takes.
-const MAX_BATCH: usize = 500;
 
 /// Consecutive exported events of one collection, with their line numbers, not sent yet.
 #[derive(Default)]

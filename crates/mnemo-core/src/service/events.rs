@@ -83,14 +83,7 @@ impl Service {
         let mut events = reqs
             .into_iter()
             .enumerate()
-            .map(|(i, req)| {
-                self.new_event(&c, req, now).map_err(|e| match e {
-                    CoreError::Invalid { field, message } => {
-                        CoreError::invalid(format!("events[{i}].{field}"), message)
-                    }
-                    other => other,
-                })
-            })
+            .map(|(i, req)| self.new_event(&c, req, now).map_err(|e| e.in_item("events", i)))
             .collect::<CoreResult<Vec<_>>>()?;
         let texts = events.iter().map(|e| event_text(&e.memory_info)).collect();
         for (e, v) in events.iter_mut().zip(self.embed_or_defer(texts).await) {

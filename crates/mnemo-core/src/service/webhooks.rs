@@ -208,10 +208,7 @@ impl Service {
     pub async fn sync_config_webhooks(&self, specs: Vec<WebhookSpec>) -> CoreResult<()> {
         let mut hooks = Vec::new();
         for (i, spec) in specs.into_iter().enumerate() {
-            let events = validate_spec(&spec, true).map_err(|e| match e {
-                CoreError::Invalid { field, message } => CoreError::invalid(format!("webhooks[{i}].{field}"), message),
-                other => other,
-            })?;
+            let events = validate_spec(&spec, true).map_err(|e| e.in_item("webhooks", i))?;
             let secret = spec.secret.clone().ok_or_else(|| {
                 CoreError::invalid(format!("webhooks[{i}].secret"), "is required (secret or secret_env)")
             })?;

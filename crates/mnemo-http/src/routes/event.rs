@@ -52,12 +52,7 @@ pub async fn batch_add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson
     let rid = &ctx.request_id;
     let target = Target { project: body.project_name, collection: body.collection_name };
     let reqs = (body.events.into_iter().enumerate())
-        .map(|(i, item)| {
-            add_request(target.clone(), item).map_err(|e| match e {
-                CoreError::Invalid { field, message } => CoreError::invalid(format!("events[{i}].{field}"), message),
-                other => other,
-            })
-        })
+        .map(|(i, item)| add_request(target.clone(), item).map_err(|e| e.in_item("events", i)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ApiError::from_core(rid, e))?;
     let events = s.service.add_events(&target, reqs).await.map_err(|e| ApiError::from_core(rid, e))?;
