@@ -154,7 +154,15 @@ fn chunk<'a, 'b>(messages: &'b [Clean<'a>], cfg: &RulesConfig) -> Vec<Vec<Clean<
         let whole_exchange = current.len() >= 2 || cur_len >= cfg.min_chunk_chars;
         let shift = whole_exchange && (TOPIC_CUE.is_match(&ex[0].content) || overlap(&current, &ex) < 0.08);
         if !current.is_empty() && (cur_len + ex_len > cfg.max_chunk_chars || shift) {
+            // A turn that asks and the turn that answers it stay together: the question names
+            // what the answer is about ("What inspired you to join it?" — "I've always had a
+            // great respect for our military"), so the split moves one turn earlier.
+            let carried = match current.last() {
+                Some(last) if current.len() > 1 && asks(&last.content) => current.pop(),
+                _ => None,
+            };
             chunks.push(std::mem::take(&mut current));
+            current.extend(carried);
         }
         current.extend(ex);
     }
@@ -162,6 +170,20 @@ fn chunk<'a, 'b>(messages: &'b [Clean<'a>], cfg: &RulesConfig) -> Vec<Vec<Clean<
         chunks.push(current);
     }
     chunks
+}
+
+/// Whether a turn ends by asking: its last sentence ends with a question mark (an attachment
+/// note such as "[image: …]" after it is ignored).
+fn asks(text: &str) -> bool {
+    let body = text.trim_end();
+    let body = match body.strip_suffix(']').and_then(|b| b.rfind('[').map(|i| &b[..i])) {
+        Some(before) if !before.trim().is_empty() => before,
+        _ => body,
+    };
+    body.chars()
+        .rev()
+        .find(|c| matches!(c, '.' | '!' | '?' | '。' | '！' | '？'))
+        .is_some_and(|c| matches!(c, '?' | '？'))
 }
 
 /// Vocabulary of a text: lowercase latin words and CJK character bigrams.
@@ -497,6 +519,22 @@ mod tests {
         );
         assert_eq!(out.events[1].source_message_ids, vec![3, 4]);
         assert_eq!(out.events[1].time, 1_003);
+    }
+
+    #[test]
+    fn a_question_stays_with_its_answer() {
+        let long = "We walked the whole ridge trail on Saturday, past the lake and the old fire tower, and the kids kept going the entire way without complaining once, which surprised everyone.";
+        let out = run(vec![
+            m(1, Role::User, long),
+            m(2, Role::Assistant, "That sounds wonderful, what a day for the whole family."),
+            m(3, Role::User, long),
+            m(4, Role::Assistant, "Wow, John! What inspired you to join the march? [image: a crowd with flags]"),
+            m(5, Role::User, "I've always had great respect for the military and wanted to show my support."),
+        ]);
+        let ids: Vec<_> = out.events.iter().map(|e| e.source_message_ids.clone()).collect();
+        assert_eq!(ids, vec![vec![1, 2, 3], vec![4, 5]], "the split moves before the question");
+        assert!(asks("Is it?") && asks("好吗？") && asks("Really? [image: a dog]"));
+        assert!(!asks("Why? Because I said so.") && !asks("no question here"));
     }
 
     #[test]

@@ -206,10 +206,11 @@ pub struct RetrievalConfig {
     /// the two rankings are fused by rank (0 = off; 8 by default: +1.1 points of evidence in
     /// get_context on LoCoMo, +2.8 on multi-hop, for ~3.5 ms).
     pub feedback_terms: usize,
-    /// An extracted event gains this share of the relevance of the candidate citing the messages
-    /// right before or after its own in the same conversation, so a reply is found through the
-    /// turn it answers (0 = off; 0.1 by default: LoCoMo evidence in get_context +1.0 / +2.4
-    /// points at 1,200 / 2,400 tokens, multi-hop at 1,200 −4.2).
+    /// An extracted event's full-text score counts this share of the BM25 score of the candidate
+    /// citing the messages right before or after its own in the same conversation, so a reply is
+    /// found through the words of the turn it answers (0 = off; 0.3 by default: LoCoMo evidence in
+    /// get_context +2.0 / +2.1 points at 1,200 / 2,400 tokens over lending a tenth of the
+    /// neighbour's whole relevance, the earlier rule).
     pub neighbour_weight: f64,
 }
 
@@ -221,7 +222,7 @@ impl Default for RetrievalConfig {
             freshness_days: None,
             time_decay: TimeDecayConfig::default(),
             feedback_terms: 8,
-            neighbour_weight: 0.1,
+            neighbour_weight: 0.3,
         }
     }
 }

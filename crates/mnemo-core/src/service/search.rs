@@ -18,8 +18,9 @@ pub struct RetrievalConfig {
     pub max_tokens: u32,
     /// A second hop: terms shared by the first hits join the query (0 = off).
     pub feedback_terms: usize,
-    /// An event gains this share of the relevance of a candidate from the adjacent turns of the
-    /// same session (provenance), so an answer is found through the question it replies to (0 = off).
+    /// An event's BM25 score counts this share of the BM25 score of the candidate from the adjacent
+    /// turns of the same conversation (provenance), so an answer is found through the words of the
+    /// question it replies to (0 = off).
     pub neighbour_weight: f64,
 }
 
@@ -208,7 +209,7 @@ impl Service {
         let neighbour_weight = self.config.retrieval.neighbour_weight;
         let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
             let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
-            let boosts = neighbour_boosts(&cands, &origins, neighbour_weight);
+            let boosts = neighbour_boosts(&cands, &origins, offset, neighbour_weight);
             let mut out: Vec<ScoredEvent> = cands
                 .into_iter()
                 .zip(origins.into_iter().zip(boosts))
@@ -263,10 +264,14 @@ impl Service {
     }
 }
 
-/// Per candidate: `weight` × the best relevance among the candidates of the same conversation
-/// (else session) whose cited messages are next to its own (message ids one apart) — the turn
-/// before or after.
-fn neighbour_boosts(cands: &[Candidate], origins: &[f64], weight: f64) -> Vec<f64> {
+/// Per candidate, what the adjacent turns add to its relevance: an event is scored again with
+/// `weight` × the BM25 score of the candidate citing the messages right before or after its own
+/// (same conversation, else session; message ids one apart) added to its own BM25 score, and
+/// gains the difference when that beats its own relevance. The words of a question and of the
+/// reply that answers it count together, wherever the chunk boundary fell ("What inspired you to
+/// join?" — "I've always had a great respect for our military"). Lending the neighbour's whole
+/// relevance instead (an earlier rule) let a strong neighbour lift an unrelated reply.
+fn neighbour_boosts(cands: &[Candidate], origins: &[f64], offset: f32, weight: f64) -> Vec<f64> {
     let mut boosts = vec![0.0; cands.len()];
     if weight <= 0.0 {
         return boosts;
@@ -278,12 +283,16 @@ fn neighbour_boosts(cands: &[Candidate], origins: &[f64], weight: f64) -> Vec<f6
     let threads: Vec<Option<String>> = cands.iter().map(|c| thread(&c.event)).collect();
     for i in 0..cands.len() {
         let (Some(ti), Some((lo, hi))) = (&threads[i], spans[i]) else { continue };
-        let best = (0..cands.len())
+        let lent = (0..cands.len())
             .filter(|&j| j != i && threads[j].as_ref() == Some(ti))
             .filter(|&j| spans[j].is_some_and(|(l, h)| l == hi + 1 || h + 1 == lo))
-            .map(|j| origins[j])
+            .filter_map(|j| cands[j].bm25)
             .fold(0.0, f64::max);
-        boosts[i] = weight * best;
+        if lent > 0.0 {
+            let own = cands[i].bm25.unwrap_or(0.0).max(0.0);
+            let together = ranking::fuse(cands[i].cosine.map(|x| x + offset), Some(own + weight * lent));
+            boosts[i] = (together - origins[i]).max(0.0);
+        }
     }
     boosts
 }
@@ -362,29 +371,32 @@ mod tests {
     }
 
     #[test]
-    fn an_event_borrows_from_the_adjacent_turns_of_its_session_only() {
-        let cands: Vec<Candidate> = [
-            in_session("question", "s1", &[10, 11], 0.0),
-            in_session("answer", "s1", &[12, 13], 0.0),
-            in_session("later", "s1", &[20], 0.0),
-            in_session("elsewhere", "s2", &[14], 0.0),
-        ]
-        .into_iter()
-        .map(|h| Candidate { event: h.event, cosine: None, bm25: None })
-        .collect();
-        let origins = [0.8, 0.1, 0.5, 0.9];
-        let b = neighbour_boosts(&cands, &origins, 0.1);
-        assert!((b[0] - 0.01).abs() < 1e-9 && (b[1] - 0.08).abs() < 1e-9, "{b:?}");
+    fn an_event_borrows_the_adjacent_turns_words_within_its_conversation_only() {
+        let cand =
+            |h: ScoredEvent, cosine: f32, bm25: Option<f64>| Candidate { event: h.event, cosine: Some(cosine), bm25 };
+        let cands: Vec<Candidate> = vec![
+            cand(in_session("question", "s1", &[10, 11], 0.0), 0.5, Some(12.0)),
+            cand(in_session("answer", "s1", &[12, 13], 0.0), 0.3, Some(1.0)),
+            cand(in_session("later", "s1", &[20], 0.0), 0.2, Some(8.0)),
+            cand(in_session("elsewhere", "s2", &[14], 0.0), 0.2, None),
+        ];
+        let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine, c.bm25)).collect();
+        let b = neighbour_boosts(&cands, &origins, 0.0, 0.5);
+        // The answer is scored with 1 + 0.5 × 12 of BM25; the question with 12 + 0.5 × 1.
+        let answer = ranking::fuse(Some(0.3), Some(7.0)) - origins[1];
+        let question = ranking::fuse(Some(0.5), Some(12.5)) - origins[0];
+        assert!((b[1] - answer).abs() < 1e-9 && answer > 0.2, "{b:?}");
+        assert!((b[0] - question).abs() < 1e-9 && question < 0.02, "{b:?}");
         assert_eq!((b[2], b[3]), (0.0, 0.0), "not adjacent, or another session");
-        assert_eq!(neighbour_boosts(&cands, &origins, 0.0), vec![0.0; 4]);
+        assert_eq!(neighbour_boosts(&cands, &origins, 0.0, 0.0), vec![0.0; 4]);
         // One conversation closed into two sessions: its turns are still adjacent across them.
         let mut split = cands.clone();
         for (c, session) in split.iter_mut().zip(["s1", "s2", "s1", "s9"]) {
             c.event.session_id = Some(session.into());
             c.event.conversation_id = Some(if session == "s9" { "other" } else { "conv" }.into());
         }
-        let b = neighbour_boosts(&split, &origins, 0.1);
-        assert!((b[1] - 0.08).abs() < 1e-9 && b[3] == 0.0, "{b:?}");
+        let b = neighbour_boosts(&split, &origins, 0.0, 0.5);
+        assert!((b[1] - answer).abs() < 1e-9 && b[3] == 0.0, "{b:?}");
     }
 
     #[test]
