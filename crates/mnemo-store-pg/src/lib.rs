@@ -87,6 +87,9 @@ pub struct PgStore {
     exact_scope: usize,
     hnsw: bool,
     index_build_mib: u32,
+    /// The connection that holds this schema's bulk-load lock, between `begin_bulk_load` and
+    /// `end_bulk_load` (see [`schema::BULK_LOAD_LOCK`]).
+    bulk: tokio::sync::Mutex<Option<Object>>,
 }
 
 /// How often a replica folds the appended BM25 statistics (`compact_stats`).
@@ -156,6 +159,7 @@ impl PgStore {
             exact_scope: o.exact_scope.max(1),
             hnsw: o.hnsw,
             index_build_mib: o.index_build_mib,
+            bulk: Default::default(),
         };
         let mut c = store.pool.get().await.map_err(|e| connect_error(&o.url, e))?;
         schema::migrate(&mut c).await.map_err(StoreError::backend)?;
@@ -191,29 +195,68 @@ impl PgStore {
 
     /// Drops the HNSW indexes before a bulk load (pgvector builds an index from existing rows
     /// many times faster than it maintains one row by row); large-scope searches run exact
-    /// meanwhile, on every replica. [`Self::end_bulk_load`] — or the next `connect` — builds them.
+    /// meanwhile, on every replica. A connection of this store holds the schema's bulk-load lock
+    /// until [`Self::end_bulk_load`]: no replica (re)started meanwhile — nor a collection created
+    /// by the load — builds an index in the middle of it, and a second bulk load is refused. If
+    /// the loading process dies, its connection closes and the lock with it: the next `connect`
+    /// (or a collection's creation) builds the missing index.
     pub async fn begin_bulk_load(&self) -> StoreResult<()> {
-        let c = self.client().await?;
-        let names = c
-            .query(
-                "SELECT relname::text FROM pg_class WHERE relkind = 'i' AND relname LIKE 'event_vectors_hnsw_%'
-                 AND relnamespace = current_schema()::regnamespace",
-                &[],
-            )
-            .await
-            .map_err(backend)?;
-        for r in names {
-            let name: String = r.get(0);
-            tracing::info!(index = %name, "bulk load: dropping the vector index until the load ends");
-            c.batch_execute(&format!("DROP INDEX IF EXISTS {name}")).await.map_err(backend)?;
+        let mut held = self.bulk.lock().await;
+        if held.is_some() {
+            return Ok(());
         }
+        let c = self.client().await?;
+        let got: bool = c
+            .query_one(&format!("SELECT pg_try_advisory_lock({})", schema::BULK_LOAD_LOCK), &[])
+            .await
+            .map_err(backend)?
+            .get(0);
+        if !got {
+            return Err(StoreError::Conflict(
+                "another bulk load into this schema is in progress (mnemo import --bulk); wait for it to end".into(),
+            ));
+        }
+        let dropped = async {
+            let names = c
+                .query(
+                    "SELECT relname::text FROM pg_class WHERE relkind = 'i' AND relname LIKE 'event_vectors_hnsw_%'
+                     AND relnamespace = current_schema()::regnamespace",
+                    &[],
+                )
+                .await?;
+            for r in names {
+                let name: String = r.get(0);
+                tracing::info!(index = %name, "bulk load: dropping the vector index until the load ends");
+                c.batch_execute(&format!("DROP INDEX IF EXISTS {name}")).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }
+        .await;
+        if let Err(e) = dropped {
+            let _ = c.batch_execute("SELECT pg_advisory_unlock_all()").await;
+            return Err(backend(e));
+        }
+        *held = Some(c);
         Ok(())
     }
 
     /// Builds the HNSW indexes of the dimensions in use, with at least `index_build_mib` of
-    /// `maintenance_work_mem` (pgvector builds far faster while its graph fits in it).
+    /// `maintenance_work_mem` (pgvector builds far faster while its graph fits in it), then
+    /// releases the bulk-load lock.
     pub async fn end_bulk_load(&self) -> StoreResult<()> {
-        let c = self.client().await?;
+        let held = self.bulk.lock().await.take();
+        let c = match held {
+            Some(c) => c,
+            None => self.client().await?,
+        };
+        let built = self.build_indexes(&c).await;
+        // A pooled connection keeps its session settings, and the lock until it is released.
+        let _ = c.batch_execute("RESET maintenance_work_mem").await;
+        let _ = c.batch_execute("SELECT pg_advisory_unlock_all()").await;
+        built
+    }
+
+    async fn build_indexes(&self, c: &Object) -> StoreResult<()> {
         c.execute(
             "SELECT set_config('maintenance_work_mem',
                  (GREATEST(pg_size_bytes(current_setting('maintenance_work_mem')), $1::bigint * 1024 * 1024) / 1024)::text || 'kB', false)",
@@ -224,19 +267,13 @@ impl PgStore {
         let dims = c
             .query("SELECT DISTINCT embedding_dim FROM collections WHERE embedding_dim IS NOT NULL", &[])
             .await
-            .map_err(backend);
-        let mut built = Ok(());
-        for r in dims? {
+            .map_err(backend)?;
+        for r in dims {
             let t = std::time::Instant::now();
-            built = self.vector_index(&c, r.get(0)).await;
-            if built.is_err() {
-                break;
-            }
+            self.vector_index(c, r.get(0)).await?;
             tracing::info!(dim = r.get::<_, i64>(0), secs = t.elapsed().as_secs_f64(), "bulk load: vector index built");
         }
-        // A pooled connection keeps its session settings.
-        let _ = c.batch_execute("RESET maintenance_work_mem").await;
-        built
+        Ok(())
     }
 
     async fn vector_index(&self, conn: &Object, dim: i64) -> StoreResult<()> {

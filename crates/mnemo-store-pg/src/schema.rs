@@ -8,6 +8,11 @@ use tokio_postgres::Client;
 /// Key of the advisory lock held while migrating (any constant unique to mnemo).
 const MIGRATION_LOCK: i64 = 0x6d6e_656d_6f01;
 
+/// The advisory lock a bulk load holds (on one connection, for the whole load) in this schema —
+/// advisory locks are database-wide, so the key is derived from the schema's name. While it is
+/// held by another session, a missing vector index is not built (see [`ensure_vector_index`]).
+pub const BULK_LOAD_LOCK: &str = "hashtextextended('mnemo bulk load ' || current_schema(), 0)";
+
 const MIGRATIONS: &[&str] = &[
     // v1: everything the embedded store has at its v7, in one step.
     r#"
@@ -510,6 +515,16 @@ pub async fn ensure_vector_index(client: &Client, dim: i64) -> Result<(), tokio_
     if exists {
         return Ok(());
     }
+    // A bulk load in progress (another session holds its lock) builds the index when it ends.
+    let loading = !client
+        .query_one(&format!("SELECT pg_try_advisory_lock_shared({BULK_LOAD_LOCK})"), &[])
+        .await?
+        .get::<_, bool>(0);
+    if loading {
+        tracing::info!(index = %name, "a bulk load is in progress: its end builds the vector index");
+        return Ok(());
+    }
+    client.execute(&format!("SELECT pg_advisory_unlock_shared({BULK_LOAD_LOCK})"), &[]).await?;
     client.execute("SELECT pg_advisory_lock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
     let r = client
         .batch_execute(&format!(

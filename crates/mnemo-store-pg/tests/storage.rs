@@ -4,6 +4,7 @@
 
 use mnemo_core::model::*;
 use mnemo_core::store::Store;
+use mnemo_store_pg::{PgOptions, PgStore};
 mod common;
 
 use serde_json::json;
@@ -209,4 +210,60 @@ async fn the_user_document_index_answers_like_the_event_rows() {
     assert_eq!(states(&client, schema).await, filled, "housekeeping fills what the triggers would have");
     check("filled by housekeeping").await;
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
+}
+
+/// A bulk load drops the vector index and holds the schema's bulk-load lock until it ends: a
+/// replica started meanwhile, or a collection created, builds no index in the middle of the load;
+/// a second bulk load is refused; a loader that dies releases the lock, and the next start heals.
+#[tokio::test]
+async fn a_bulk_load_keeps_every_replica_from_building_the_index_until_it_ends() {
+    let schema = "bulk_load_lock";
+    let Some((url, loader)) = common::fresh_store("bulk-load lock", schema).await else { return };
+    common::collection(&loader, "c", 8).await;
+    let client = common::client(&url).await;
+    let indexed = || async {
+        client
+            .query_opt(
+                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relname = 'event_vectors_hnsw_8' AND n.nspname = $1",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .is_some()
+    };
+    assert!(indexed().await, "a collection's dimension gets its index");
+    let replica = || PgStore::connect(PgOptions { pool: 2, schema: Some(schema.into()), ..PgOptions::new(&url) });
+
+    loader.begin_bulk_load().await.unwrap();
+    assert!(!indexed().await, "dropped for the load");
+    let other = replica().await.unwrap();
+    assert!(!indexed().await, "a replica starting during the load leaves the index to the load");
+    common::collection(&other, "d", 8).await;
+    assert!(!indexed().await, "so does a collection created during the load");
+    match other.begin_bulk_load().await {
+        Err(mnemo_core::StoreError::Conflict(m)) => assert!(m.contains("bulk load"), "{m}"),
+        r => panic!("a second bulk load must be refused, got {r:?}"),
+    }
+    loader.end_bulk_load().await.unwrap();
+    assert!(indexed().await, "the end of the load builds it");
+
+    // A loader that dies mid-load: its connections close, and with them the lock.
+    other.begin_bulk_load().await.unwrap();
+    assert!(!indexed().await);
+    drop(other);
+    let mut healed = false;
+    for _ in 0..100 {
+        drop(replica().await.unwrap());
+        if indexed().await {
+            healed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(healed, "the next start builds the index once the dead loader's lock is gone");
+    // And the lock is free for the next load.
+    loader.begin_bulk_load().await.unwrap();
+    loader.end_bulk_load().await.unwrap();
+    assert!(indexed().await);
 }
