@@ -276,18 +276,33 @@ fn neighbour_boosts(cands: &[Candidate], origins: &[f64], offset: f32, weight: f
     if weight <= 0.0 {
         return boosts;
     }
-    let span = |e: &Event| Some((*e.source_message_ids.iter().min()?, *e.source_message_ids.iter().max()?));
-    let spans: Vec<Option<(i64, i64)>> = cands.iter().map(|c| span(&c.event)).collect();
-    // Message ids grow within a conversation, across the sessions it was closed into.
-    let thread = |e: &Event| e.conversation_id.clone().or_else(|| e.session_id.clone());
-    let threads: Vec<Option<String>> = cands.iter().map(|c| thread(&c.event)).collect();
+    // Message ids grow within a conversation, across the sessions it was closed into. Each
+    // candidate with provenance: (thread, first message id, last message id).
+    let spans: Vec<Option<(&str, i64, i64)>> = cands
+        .iter()
+        .map(|c| {
+            let e = &c.event;
+            let thread = e.conversation_id.as_deref().or(e.session_id.as_deref())?;
+            Some((thread, *e.source_message_ids.iter().min()?, *e.source_message_ids.iter().max()?))
+        })
+        .collect();
+    // The best BM25 score among the candidates starting (ending) at a message: O(n), a search
+    // may rank thousands of candidates.
+    let mut by_first: HashMap<(&str, i64), f64> = HashMap::new();
+    let mut by_last: HashMap<(&str, i64), f64> = HashMap::new();
+    for (span, c) in spans.iter().zip(cands) {
+        if let (Some((t, lo, hi)), Some(b)) = (span, c.bm25) {
+            let first = by_first.entry((t, *lo)).or_insert(b);
+            *first = first.max(b);
+            let last = by_last.entry((t, *hi)).or_insert(b);
+            *last = last.max(b);
+        }
+    }
     for i in 0..cands.len() {
-        let (Some(ti), Some((lo, hi))) = (&threads[i], spans[i]) else { continue };
-        let lent = (0..cands.len())
-            .filter(|&j| j != i && threads[j].as_ref() == Some(ti))
-            .filter(|&j| spans[j].is_some_and(|(l, h)| l == hi + 1 || h + 1 == lo))
-            .filter_map(|j| cands[j].bm25)
-            .fold(0.0, f64::max);
+        let Some((t, lo, hi)) = spans[i] else { continue };
+        let after = by_first.get(&(t, hi + 1)).copied().unwrap_or(0.0);
+        let before = by_last.get(&(t, lo - 1)).copied().unwrap_or(0.0);
+        let lent = after.max(before);
         if lent > 0.0 {
             let own = cands[i].bm25.unwrap_or(0.0).max(0.0);
             let together = ranking::fuse(cands[i].cosine.map(|x| x + offset), Some(own + weight * lent));
