@@ -483,8 +483,9 @@ impl SqliteStore {
     }
 
     pub(crate) async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+        // A batch is one request of hundreds of inserts: alone in its transaction (no SAVEPOINT).
         self.writer
-            .write(move |conn| {
+            .write_alone(move |conn| {
                 let ids = events.iter().map(|e| insert_event_row(conn, e)).collect::<StoreResult<Vec<_>>>()?;
                 Ok(events.into_iter().zip(ids).map(|(e, id)| e.stored_as(id)).collect())
             })

@@ -370,3 +370,48 @@ fn reads_map_as_much_of_the_file_as_asked() {
     assert_eq!(mapped(16_384), 16_384 << 20);
     assert_eq!(mapped(0), 0);
 }
+
+/// A request written alone (an `event/batch_add` batch) commits whole or leaves nothing, while
+/// grouped requests around it commit as usual — and what was acknowledged is there after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_alone_commits_or_rolls_back_whole_beside_grouped_ones() {
+    let (dir, store, _c) = setup().await;
+    store.writer.write(|c| c.execute_batch("CREATE TABLE t(x INTEGER)").map_err(backend)).await.unwrap();
+    let insert = |c: &rusqlite::Connection, range: std::ops::Range<i64>| -> StoreResult<()> {
+        for i in range {
+            c.execute("INSERT INTO t VALUES (?1)", [i]).map_err(backend)?;
+        }
+        Ok(())
+    };
+    let grouped: Vec<_> = (0..20)
+        .map(|i| {
+            let w = store.writer.clone();
+            tokio::spawn(async move { w.write(move |c| insert(c, i..i + 1)).await })
+        })
+        .collect();
+    let failed = store.writer.write_alone(move |c| {
+        insert(c, 100..600)?;
+        Err::<(), _>(StoreError::backend("refused after 500 rows"))
+    });
+    let stored = store.writer.write_alone(move |c| insert(c, 1_000..1_500));
+    let (failed, stored) = tokio::join!(failed, stored);
+    assert!(failed.is_err());
+    stored.unwrap();
+    for g in grouped {
+        g.await.unwrap().unwrap();
+    }
+    async fn count(s: &SqliteStore) -> (i64, i64) {
+        s.read(|c| {
+            c.query_row("SELECT count(*), count(*) FILTER (WHERE x BETWEEN 100 AND 599) FROM t", [], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(backend)
+        })
+        .await
+        .unwrap()
+    }
+    assert_eq!(count(&store).await, (520, 0), "the refused request left nothing, the others everything");
+    drop(store);
+    let reopened = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    assert_eq!(count(&reopened).await, (520, 0));
+}
