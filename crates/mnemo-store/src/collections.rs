@@ -113,7 +113,7 @@ impl SqliteStore {
 
     pub(crate) async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
         self.writer
-            .write(move |conn| {
+            .write_alone(move |conn| {
                 // Children first (explicitly, so it does not depend on foreign-key enforcement).
                 conn.execute(
                     "DELETE FROM event_fts WHERE rowid IN (SELECT rowid FROM events WHERE collection_id=?1)",

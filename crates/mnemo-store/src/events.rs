@@ -531,7 +531,7 @@ impl SqliteStore {
 
     pub(crate) async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
         self.writer
-            .write(move |conn| {
+            .write_alone(move |conn| {
                 let (where_sql, args) = event_filter_sql(cid, &filter);
                 // Resolve the ids first: the user/assistant filter reads event_subjects.
                 let ids: Vec<String> = {

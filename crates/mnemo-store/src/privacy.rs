@@ -165,7 +165,7 @@ impl SqliteStore {
 
     pub(crate) async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
         let user = user_id.to_string();
-        let counts = self.writer.write(move |conn| forget(conn, cid, &user)).await?;
+        let counts = self.writer.write_alone(move |conn| forget(conn, cid, &user)).await?;
         // After the commit: move the WAL into the main file (where secure_delete zeroed the freed
         // content) and truncate it, so no copy of the forgotten pages stays in mnemo.db-wal.
         let busy: i64 = self
