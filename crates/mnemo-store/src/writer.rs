@@ -51,9 +51,7 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
-        self.tx.send(WriteFn::Tx(job(f, tx))).map_err(|_| StoreError::backend("the store writer has stopped"))?;
-        rx.await.map_err(|_| StoreError::backend("the store writer dropped a request (see the log)"))?
+        self.request(WriteFn::Tx, f).await
     }
 
     /// Runs `f` in a transaction of its own, committed before it answers. For requests that
@@ -66,8 +64,16 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.request(WriteFn::Alone, f).await
+    }
+
+    async fn request<T, F>(&self, kind: fn(TxFn) -> WriteFn, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
-        self.tx.send(WriteFn::Alone(job(f, tx))).map_err(|_| StoreError::backend("the store writer has stopped"))?;
+        self.tx.send(kind(job(f, tx))).map_err(|_| StoreError::backend("the store writer has stopped"))?;
         rx.await.map_err(|_| StoreError::backend("the store writer dropped a request (see the log)"))?
     }
 
