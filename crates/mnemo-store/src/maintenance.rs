@@ -16,8 +16,9 @@ impl SqliteStore {
         trigger: &str,
     ) -> StoreResult<MaintenanceRun> {
         let trigger = trigger.to_string();
+        // Expiry may delete thousands of events: alone in its transaction (see `Writer::write_alone`).
         self.writer
-            .write(move |conn| {
+            .write_alone(move |conn| {
                 let expired_ids: Vec<String> = {
                     let mut stmt = conn
                         .prepare_cached(

@@ -4,7 +4,7 @@
 //! SAVEPOINT (so one failing request rolls back alone) and commits them together. A request is
 //! answered only after the COMMIT that contains it has returned: an acknowledged write is on disk.
 //! A large request (`write_alone`: a batch of events, deleting a user's or a filter's events, a
-//! collection) gets a transaction of its own instead — inside a SAVEPOINT, every statement's end
+//! collection, an expiry run) gets a transaction of its own instead — inside a SAVEPOINT, every statement's end
 //! costs SQLite in proportion to what the savepoint has changed, which made them quadratic.
 
 use mnemo_core::StoreError;
