@@ -207,25 +207,33 @@ impl Service {
         let offset = self.embedder.query_offset(query);
         let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
         let neighbour_weight = self.config.retrieval.neighbour_weight;
-        let ranked = |cands: Vec<Candidate>, layer: Option<&str>| -> Vec<ScoredEvent> {
+        // Scores every candidate, keeps the best `limit`, and copies only their events.
+        let ranked = |cands: &[Candidate], layer: Option<&str>| -> Vec<ScoredEvent> {
             let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
-            let boosts = neighbour_boosts(&cands, &origins, offset, neighbour_weight);
-            let mut out: Vec<ScoredEvent> = cands
+            let boosts = neighbour_boosts(cands, &origins, offset, neighbour_weight);
+            let mut kept: Vec<(usize, Scores)> = origins
                 .into_iter()
-                .zip(origins.into_iter().zip(boosts))
-                .filter_map(|(cand, (origin, boost))| {
-                    (origin >= threshold).then(|| {
-                        let mut scores =
-                            ranking::score(origin + boost, &cand.event, &c.schema, now, &req.decay, req.custom_weight);
-                        scores.origin_score = origin;
-                        let layer = layer.map(str::to_string).or_else(|| cand.event.scope.clone());
-                        ScoredEvent { event: cand.event, scores, layer }
-                    })
+                .zip(boosts)
+                .enumerate()
+                .filter(|(_, (origin, _))| *origin >= threshold)
+                .map(|(i, (origin, boost))| {
+                    let e = &cands[i].event;
+                    let mut scores = ranking::score(origin + boost, e, &c.schema, now, &req.decay, req.custom_weight);
+                    scores.origin_score = origin;
+                    (i, scores)
                 })
                 .collect();
-            out.sort_by(|a, b| b.scores.score.total_cmp(&a.scores.score).then(b.event.time.cmp(&a.event.time)));
-            out.truncate(req.limit as usize);
-            out
+            kept.sort_by(|(i, a), (j, b)| {
+                b.score.total_cmp(&a.score).then(cands[*j].event.time.cmp(&cands[*i].event.time))
+            });
+            kept.truncate(req.limit as usize);
+            kept.into_iter()
+                .map(|(i, scores)| {
+                    let event = cands[i].event.clone();
+                    let layer = layer.map(str::to_string).or_else(|| event.scope.clone());
+                    ScoredEvent { event, scores, layer }
+                })
+                .collect()
         };
         let k = (req.limit as usize * 3).max(50);
         let cq = CandidateQuery { vector: qv, terms, k, vector_hits: None };
@@ -234,7 +242,7 @@ impl Service {
         let n_feedback = self.config.retrieval.feedback_terms;
         let mut first_ranked = None;
         let then: crate::store::NextTerms<'_> = Box::new(|found| {
-            let results = ranked(found.to_vec(), None);
+            let results = ranked(found, None);
             let extra = (n_feedback > 0 && results.len() >= 2)
                 .then(|| feedback_terms(&results, &cq.terms, n_feedback))
                 .flatten();
@@ -242,16 +250,16 @@ impl Service {
             extra.map(|extra| cq.terms.iter().cloned().chain(extra).collect())
         });
         let (first, second) = self.store.search_candidates_then(c.id, filter.clone(), cq.clone(), then).await?;
-        let mut results = first_ranked.unwrap_or_else(|| ranked(first, None));
+        let mut results = first_ranked.unwrap_or_else(|| ranked(&first, None));
         if let Some(second) = second {
-            results = fuse_by_rank(results, ranked(second, None), req.limit as usize);
+            results = fuse_by_rank(results, ranked(&second, None), req.limit as usize);
         }
         // Layers: a search in a scope other than global falls back to global when it is short.
         let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
         if scoped && results.len() < req.limit as usize {
             let mut global = filter.clone();
             global.scope = vec![GLOBAL_SCOPE.to_string()];
-            for r in ranked(self.store.search_candidates(c.id, global, cq).await?, Some(GLOBAL_SCOPE)) {
+            for r in ranked(&self.store.search_candidates(c.id, global, cq).await?, Some(GLOBAL_SCOPE)) {
                 if results.len() >= req.limit as usize {
                     break;
                 }
