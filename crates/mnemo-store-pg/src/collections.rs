@@ -31,10 +31,11 @@ pub(crate) async fn insert_collection(tx: &Tx<'_>, c: &NewCollection) -> StoreRe
     let row = query_opt(
         tx,
         &format!(
-            "INSERT INTO collections(project_name, collection_name, description, schema_json, created_at, embedding_model, embedding_dim)
-             VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (project_name, collection_name) DO NOTHING RETURNING {COLLECTION_COLS}"
+            "INSERT INTO collections(id, project_name, collection_name, description, schema_json, created_at, embedding_model, embedding_dim)
+             VALUES (COALESCE($8, nextval(pg_get_serial_sequence('collections', 'id'))),$1,$2,$3,$4,$5,$6,$7)
+             ON CONFLICT (project_name, collection_name) DO NOTHING RETURNING {COLLECTION_COLS}"
         ),
-        &[&c.project_name, &c.collection_name, &description, &schema, &c.created_at, &c.embedding_model, &(c.embedding_dim as i64)],
+        &[&c.project_name, &c.collection_name, &description, &schema, &c.created_at, &c.embedding_model, &(c.embedding_dim as i64), &c.id],
     )
     .await?;
     row.map(|r| collection_from_row(&r)).transpose()

@@ -34,11 +34,36 @@ impl StoreHarness for PgHarness {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance() {
+/// Two PostgreSQL stores (two schemas of the test cluster standing in for two databases) behind
+/// a sharded store, as `store.shards` opens them.
+struct ShardedPgHarness(Vec<PgHarness>);
+
+#[async_trait::async_trait]
+impl StoreHarness for ShardedPgHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        let mut shards = Vec::new();
+        for h in &self.0 {
+            shards.push(h.open().await);
+        }
+        Arc::new(mnemo_core::sharded::ShardedStore::open(shards).await.unwrap())
+    }
+
+    async fn settle(&self) {
+        for h in &self.0 {
+            h.settle().await;
+        }
+    }
+
+    fn sharded(&self) -> bool {
+        true
+    }
+}
+
+/// A schema name no other run uses.
+fn fresh_schema() -> Option<(String, String)> {
     let Ok(url) = std::env::var("MNEMO_TEST_DATABASE_URL") else {
         eprintln!("conformance on postgres: SKIPPED (set MNEMO_TEST_DATABASE_URL; see scripts/setup-postgres)");
-        return;
+        return None;
     };
     static N: AtomicU32 = AtomicU32::new(0);
     let run = format!(
@@ -46,6 +71,35 @@ async fn conformance() {
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
     );
-    run_all(async || PgHarness { url: url.clone(), schema: format!("{run}_{}", N.fetch_add(1, Ordering::Relaxed)) })
-        .await;
+    Some((url, format!("{run}_{}", N.fetch_add(1, Ordering::Relaxed))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance() {
+    if fresh_schema().is_none() {
+        return;
+    }
+    run_all(async || {
+        let (url, schema) = fresh_schema().unwrap();
+        PgHarness { url, schema }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_over_two_shards() {
+    if fresh_schema().is_none() {
+        return;
+    }
+    run_all(async || {
+        ShardedPgHarness(
+            (0..2)
+                .map(|_| {
+                    let (url, schema) = fresh_schema().unwrap();
+                    PgHarness { url, schema }
+                })
+                .collect(),
+        )
+    })
+    .await;
 }

@@ -25,9 +25,9 @@ pub(crate) fn collection_by_id(conn: &Connection, id: CollectionId) -> StoreResu
 pub(crate) fn insert_collection(conn: &Connection, c: &NewCollection) -> StoreResult<Collection> {
     let schema = serde_json::to_string(&c.schema).map_err(backend)?;
     conn.execute(
-        "INSERT INTO collections(project_name, collection_name, description, schema_json, created_at, embedding_model, embedding_dim)
-         VALUES (?1,?2,?3,?4,?5,?6,?7)",
-        params![c.project_name, c.collection_name, c.description, schema, c.created_at, c.embedding_model, c.embedding_dim],
+        "INSERT INTO collections(id, project_name, collection_name, description, schema_json, created_at, embedding_model, embedding_dim)
+         VALUES (?8,?1,?2,?3,?4,?5,?6,?7)",
+        params![c.project_name, c.collection_name, c.description, schema, c.created_at, c.embedding_model, c.embedding_dim, c.id],
     )
     .map_err(backend)?;
     collection_by_id(conn, conn.last_insert_rowid())

@@ -5,6 +5,7 @@ use serde_json::json;
 
 fn new_coll() -> NewCollection {
     NewCollection {
+        id: None,
         project_name: "default".into(),
         collection_name: "c1".into(),
         description: String::new(),
@@ -35,6 +36,31 @@ impl mnemo_core::testing::StoreHarness for SqliteHarness {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance() {
     mnemo_core::testing::run_all(async || SqliteHarness(tempfile::tempdir().unwrap())).await;
+}
+
+/// The conformance suite on a sharded store over three SQLite files (webhook outboxes included:
+/// delivery ids carry their shard).
+struct ShardedSqliteHarness(Vec<tempfile::TempDir>);
+
+#[async_trait::async_trait]
+impl mnemo_core::testing::StoreHarness for ShardedSqliteHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        let shards = self
+            .0
+            .iter()
+            .map(|d| Arc::new(SqliteStore::open(d.path(), SqliteOptions::default()).unwrap()) as _)
+            .collect();
+        Arc::new(mnemo_core::sharded::ShardedStore::open(shards).await.unwrap())
+    }
+    fn sharded(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_over_three_shards() {
+    let fresh = async || ShardedSqliteHarness((0..3).map(|_| tempfile::tempdir().unwrap()).collect());
+    mnemo_core::testing::run_all(fresh).await;
 }
 
 #[tokio::test]

@@ -128,10 +128,7 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
             )
         }
         "postgres" => {
-            let Some(url) = cfg.store.url.clone() else {
-                bail!("store.url: is required with engine postgres (postgres://user:password@host:port/database)");
-            };
-            let opts = mnemo_store_pg::PgOptions {
+            let opts = |url: String| mnemo_store_pg::PgOptions {
                 pool: cfg.store.pool.clamp(2, 1000),
                 schema: cfg.store.schema.clone(),
                 hnsw: cfg.store.hnsw,
@@ -139,10 +136,39 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
                 index_build_mib: cfg.store.index_build_mib.max(64),
                 ..mnemo_store_pg::PgOptions::new(url)
             };
-            Arc::new(mnemo_store_pg::PgStore::connect(opts).await.context("opening the postgres store")?)
+            if !cfg.store.shards.is_empty() {
+                return open_shards(cfg, opts).await;
+            }
+            let Some(url) = cfg.store.url.clone() else {
+                bail!("store.url: is required with engine postgres (postgres://user:password@host:port/database)");
+            };
+            Arc::new(mnemo_store_pg::PgStore::connect(opts(url)).await.context("opening the postgres store")?)
         }
         other => bail!("store.engine: must be sqlite or postgres, got {other:?}"),
     })
+}
+
+/// `store.shards`: one PostgreSQL store per database, routed by user ([`ShardedStore`]).
+async fn open_shards(cfg: &Config, opts: impl Fn(String) -> mnemo_store_pg::PgOptions) -> Result<Arc<dyn Store>> {
+    use mnemo_core::sharded::{MAX_SHARDS, ShardedStore};
+    let shards = &cfg.store.shards;
+    if cfg.store.url.is_some() {
+        bail!("store.url: give either url (one database) or shards (several), not both");
+    }
+    if cfg.store.read_url.is_some() {
+        bail!("store.read_url: read replicas are not supported with store.shards (each shard would need its own)");
+    }
+    if shards.len() > MAX_SHARDS {
+        bail!("store.shards: at most {MAX_SHARDS} databases, got {}", shards.len());
+    }
+    let mut stores: Vec<Arc<dyn Store>> = Vec::with_capacity(shards.len());
+    for (i, url) in shards.iter().enumerate() {
+        let store = mnemo_store_pg::PgStore::connect(opts(url.clone()))
+            .await
+            .with_context(|| format!("opening store.shards[{i}]"))?;
+        stores.push(Arc::new(store));
+    }
+    Ok(Arc::new(ShardedStore::open(stores).await.context("joining the shards")?))
 }
 
 /// The service over an opened store, configured from `cfg`.

@@ -335,6 +335,11 @@ pub struct StoreConfig {
     pub hnsw: bool,
     /// postgres: a streaming replica (hot standby) of `url` that serves event searches.
     pub read_url: Option<String>,
+    /// postgres, instead of `url`: several databases, each holding a share of the users
+    /// (`shard = FNV-1a(user_id) mod N`; collections and webhooks on every one). The list is
+    /// the routing table: keep its order, and do not add or remove databases once data is
+    /// written. E.g. `MNEMO_STORE__SHARDS='[postgres://db1/mnemo, postgres://db2/mnemo]'`.
+    pub shards: Vec<String>,
     /// postgres: `maintenance_work_mem` (MiB, at least) for building the HNSW index after a bulk
     /// load (`mnemo import --bulk`). pgvector builds many times faster while the graph fits:
     /// about 4.5 KB per 896-d vector (1M events: ~4.5 GB). The database must have that memory.
@@ -354,6 +359,7 @@ impl Default for StoreConfig {
             schema: None,
             hnsw: true,
             read_url: None,
+            shards: Vec::new(),
             index_build_mib: 1024,
         }
     }

@@ -166,6 +166,9 @@ pub struct Collection {
 
 #[derive(Clone, Debug)]
 pub struct NewCollection {
+    /// The id to create it with; `None` (everywhere but a sharded store's other shards): the
+    /// store allocates one.
+    pub id: Option<CollectionId>,
     pub project_name: String,
     pub collection_name: String,
     pub description: String,

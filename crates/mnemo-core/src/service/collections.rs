@@ -89,6 +89,7 @@ impl Service {
 
     pub(super) fn new_collection(&self, t: &Target, description: String, schema: CollectionSchema) -> NewCollection {
         NewCollection {
+            id: None,
             project_name: t.project.clone(),
             collection_name: t.collection.clone(),
             description,

@@ -144,9 +144,10 @@ impl State {
     }
 
     fn insert_collection(&mut self, c: NewCollection) -> Collection {
-        self.next_collection += 1;
+        let id = c.id.unwrap_or(self.next_collection + 1);
+        self.next_collection = self.next_collection.max(id);
         let out = Collection {
-            id: self.next_collection,
+            id,
             project_name: c.project_name,
             collection_name: c.collection_name,
             description: c.description,

@@ -23,6 +23,7 @@ pub async fn fresh_store(what: &str, schema: &str) -> Option<(String, PgStore)> 
 pub async fn collection(store: &PgStore, name: &str, dim: u32) -> Collection {
     store
         .create_collection(NewCollection {
+            id: None,
             project_name: "default".into(),
             collection_name: name.into(),
             description: String::new(),

@@ -51,6 +51,7 @@ async fn fill(
 ) -> Result<(CollectionId, f64)> {
     let c = store
         .ensure_collection(NewCollection {
+            id: None,
             project_name: "default".into(),
             collection_name: "scale".into(),
             description: String::new(),

@@ -31,6 +31,7 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
         let store = SqliteStore::open(dir.path(), SqliteOptions::default())?;
         let c = store
             .ensure_collection(NewCollection {
+                id: None,
                 project_name: "default".into(),
                 collection_name: "bench".into(),
                 description: String::new(),

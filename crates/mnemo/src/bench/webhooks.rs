@@ -88,6 +88,7 @@ pub async fn run(events: usize, stores: crate::bench::Stores, mut cfg: Config) -
         let store = crate::app::open_store(&cfg).await?;
         let c = store
             .ensure_collection(NewCollection {
+                id: None,
                 project_name: "default".into(),
                 collection_name: "hooks".into(),
                 description: String::new(),

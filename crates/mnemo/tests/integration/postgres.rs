@@ -236,3 +236,115 @@ async fn replicas_extracting_one_user_together_do_not_duplicate_memories() {
         assert_eq!(sources, 4, "the memory cites both sessions' messages: {found}");
     }
 }
+
+/// `psql` on `url`: the answer's lines (unaligned, tuples only).
+fn psql(url: &str, sql: &str) -> Vec<String> {
+    let out = std::process::Command::new("psql").arg(url).args(["-qAtc", sql]).output().expect("psql is installed");
+    assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+}
+
+/// `store.shards`: users spread over two databases by the hash of their id. Each user's
+/// conversation, extraction, events and profile land in that user's database only; search,
+/// get_context, listings and forgetting see every database; a restart routes the same way.
+#[tokio::test]
+async fn users_spread_over_two_databases_and_every_read_sees_both() {
+    let Some(url) = postgres_url() else {
+        eprintln!("users_spread_over_two_databases…: SKIPPED (needs MNEMO_TEST_STORE=postgres)");
+        return;
+    };
+    let run = format!("shard_{}_{}", std::process::id(), chrono_free_millis());
+    let base = url.rsplit_once('/').unwrap().0.to_string();
+    let urls: Vec<String> = (0..2).map(|i| format!("{base}/{run}_{i}")).collect();
+    for (i, u) in urls.iter().enumerate() {
+        psql(&url, &format!("CREATE DATABASE {run}_{i}"));
+        psql(u, "CREATE EXTENSION IF NOT EXISTS vector");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, data) = (dir.path().join("m.yaml"), dir.path().join("data"));
+    std::fs::write(&cfg, "session:\n  poll_interval_ms: 50\n").unwrap();
+    let shards = format!("[{}, {}]", urls[0], urls[1]);
+    let env =
+        [("MNEMO_STORE__URL", "null"), ("MNEMO_STORE__SHARDS", shards.as_str()), ("MNEMO_STORE__SCHEMA", "sharded")];
+    let mut s = Server::spawn(&cfg, &data, "127.0.0.1:0", &env).expect("starts on two databases");
+    let health = s.client.get(format!("{}/healthz", s.base)).send().await.unwrap().text().await.unwrap();
+    assert!(health.contains("sharded"), "{health}");
+
+    let fruits = ["mango", "lychee", "papaya", "quince", "durian", "guava", "kumquat", "tamarind"];
+    for (u, fruit) in fruits.iter().enumerate() {
+        let talk = msgs(&[
+            ("user", &format!("My favourite fruit is the {fruit}, I eat one every morning.")),
+            ("assistant", "Noted."),
+        ]);
+        s.write(&format!("conv{u}"), talk, json!({"message_count": 2}), &format!("user{u}")).await;
+    }
+    eventually(30, "every extraction", || async {
+        let jobs = s.jobs().await;
+        (jobs.len() == fruits.len() && jobs.iter().all(|j| j["state"] == "done")).then_some(())
+    })
+    .await;
+
+    // Each database holds whole users: every row of a user in one of them, both used.
+    let users_in = |i: usize| {
+        let mut v = psql(&urls[i], "SELECT DISTINCT user_ids FROM sharded.events ORDER BY 1");
+        v.extend(psql(&urls[i], "SELECT DISTINCT '[\"' || user_id || '\"]' FROM sharded.profiles"));
+        v.sort();
+        v.dedup();
+        v
+    };
+    let (a, b) = (users_in(0), users_in(1));
+    assert!(!a.is_empty() && !b.is_empty(), "both databases hold users: {a:?} / {b:?}");
+    assert!(a.iter().all(|u| !b.contains(u)), "a user lives in one database: {a:?} / {b:?}");
+    assert_eq!(a.len() + b.len(), fruits.len(), "{a:?} / {b:?}");
+    for i in 0..2 {
+        let conversations = psql(&urls[i], "SELECT count(*) FROM sharded.conversations")[0].parse::<usize>().unwrap();
+        assert_eq!(conversations, [a.len(), b.len()][i], "a conversation lives with its user");
+        assert_eq!(psql(&urls[i], "SELECT count(*) FROM sharded.collections"), vec!["1"], "the collection on both");
+    }
+
+    // Reads see every database: a user's own search and context, a search over everyone.
+    for (u, fruit) in fruits.iter().enumerate() {
+        let user = format!("user{u}");
+        let found = s.events(&user).await;
+        assert!(found.iter().any(|e| e["memory_info"].to_string().contains(fruit)), "{user}: {found:?}");
+        assert!(
+            found.iter().all(|e| e["user_id"] == json!([user.clone()]) || e["user_id"] == json!(user)),
+            "{found:?}"
+        );
+        let ctx = s
+            .ok(
+                "get_context",
+                json!({"collection_name": "c", "conversation_id": "fresh", "query": "which fruit do I like?",
+                       "event_search_config": {"filter": {"user_id": user}},
+                       "profile_search_config": {"filter": {"user_id": user}}}),
+            )
+            .await;
+        assert!(ctx["context_str"].as_str().unwrap().contains(fruit), "{user}: {ctx}");
+    }
+    let everyone: Vec<String> = (0..fruits.len()).map(|u| format!("user{u}")).collect();
+    let all = s
+        .ok(
+            "event/search",
+            json!({"collection_name": "c", "query": "favourite fruit", "limit": 50, "filter": {"user_id": everyone}}),
+        )
+        .await;
+    assert_eq!(all["result_list"].as_array().unwrap().len(), fruits.len(), "{all}");
+
+    // Forgetting reaches the user's database; a restart routes the same users the same way.
+    s.ok("user/forget", json!({"collection_name": "c", "user_id": "user3"})).await;
+    assert!(s.events("user3").await.is_empty());
+    s.kill9();
+    let s = Server::spawn(&cfg, &data, "127.0.0.1:0", &env).expect("restarts");
+    for u in [0, 1, 2, 4, 5, 6, 7] {
+        let found = s.events(&format!("user{u}")).await;
+        assert!(found.iter().any(|e| e["memory_info"].to_string().contains(fruits[u])), "user{u} after restart");
+    }
+    drop(s);
+    for i in 0..2 {
+        psql(&url, &format!("DROP DATABASE {run}_{i} WITH (FORCE)"));
+    }
+}
+
+fn chrono_free_millis() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+}
