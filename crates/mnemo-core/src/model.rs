@@ -632,9 +632,41 @@ pub struct CandidateQuery {
     /// with the same vector, filter and `k` (a search's second hop): the store uses it instead
     /// of scanning the scope again. The cosines of full-text hits outside it are still computed.
     pub vector_hits: Option<Vec<(String, f32)>>,
+    /// BM25 statistics to score with instead of the store's own — a sharded store's sums over
+    /// its shards, so each shard ranks and scores as one database holding everything would.
+    /// `None`: the store's. They cover this query's terms only (a second hop asks again).
+    pub corpus: Option<std::sync::Arc<Corpus>>,
+}
+
+/// A collection's BM25 statistics for a query: documents and tokens, and the document frequency
+/// of each of the query's full-text tokens ([`crate::store::Store::corpus`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Corpus {
+    pub stats: crate::text::CorpusStats,
+    pub df: std::collections::HashMap<String, u64>,
+}
+
+impl Corpus {
+    /// Adds another part's statistics (a shard's) to these.
+    pub fn add(&mut self, other: Corpus) {
+        self.stats.docs += other.stats.docs;
+        self.stats.tokens += other.stats.tokens;
+        for (t, n) in other.df {
+            *self.df.entry(t).or_default() += n;
+        }
+    }
 }
 
 impl CandidateQuery {
+    /// The BM25 scorer of this query's terms: over [`CandidateQuery::corpus`] when given, else
+    /// over the store's own statistics (`stats`, `df`).
+    pub fn bm25(&self, stats: crate::text::CorpusStats, df: impl Fn(&str) -> u64) -> crate::text::Bm25Query {
+        match &self.corpus {
+            Some(c) => crate::text::Bm25Query::new(&self.terms, c.stats, |t| c.df.get(t).copied().unwrap_or(0)),
+            None => crate::text::Bm25Query::new(&self.terms, stats, df),
+        }
+    }
+
     /// The vector part of a candidate list this query returned: the `k` candidates of highest
     /// cosine. With an exact scan (every user-scoped search) it is the store's vector part, since
     /// a full-text hit outside it scores at most its lowest cosine — up to which of several

@@ -17,12 +17,14 @@
 //! - **reads scatter and merge**: a search asks every shard for its candidates (an event that
 //!   names a user besides its first one — a group chat's speakers — lives on its first user's
 //!   shard, so even a user-scoped search cannot skip shards; on the others its scope is an empty
-//!   index range), and core ranks the union as it ranks one store's. Listings merge in the
-//!   stores' order; look-ups by id ask every shard in parallel.
+//!   index range), and core ranks the union as it ranks one store's. BM25 is exact: a search
+//!   with full text first sums every shard's statistics for its tokens ([`Store::corpus`]) and
+//!   hands the sum to each shard ([`CandidateQuery::corpus`]), so candidates and scores are the
+//!   ones a single database would give (the conformance suite's reference computation holds).
+//!   Listings merge in the stores' order; look-ups by id ask every shard in parallel.
 //!
-//! Limits, stated where a user would meet them (README "When one database is not enough"): BM25
-//! statistics are per shard (like Elasticsearch's default), so a multi-shard search's BM25 parts
-//! are on slightly different scales; a batch of events over several shards is all or none by
+//! Limits, stated where a user would meet them (README "When one database is not enough"): a
+//! batch of events over several shards is all or none by
 //! compensation (a crash between the shards' commits can keep the first part); a group chat's
 //! speakers get their profile changes on the conversation's shard (listings merge them, one
 //! profile of a type per shard); `user.forgotten` is announced once per shard; a conversation
@@ -161,6 +163,20 @@ impl ShardedStore {
                 lease.job_id, lease.attempt
             ))
         })
+    }
+
+    /// `q` with the BM25 statistics of every shard (one round, all shards at once), so each
+    /// shard ranks and scores its full-text hits as one database holding everything would.
+    async fn with_corpus(&self, collection_id: CollectionId, q: CandidateQuery) -> StoreResult<CandidateQuery> {
+        if q.terms.is_empty() || q.corpus.is_some() {
+            return Ok(q);
+        }
+        let mut tokens: Vec<String> =
+            q.terms.iter().flat_map(|t| crate::text::fts_tokens(t).collect::<Vec<_>>()).collect();
+        tokens.sort();
+        tokens.dedup();
+        let corpus = self.corpus(collection_id, &tokens).await?;
+        Ok(CandidateQuery { corpus: Some(Arc::new(corpus)), ..q })
     }
 
     async fn event_shard_of_id(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<usize>> {
@@ -478,7 +494,7 @@ impl Store for ShardedStore {
         // A vector part given (a second hop's) names events of every shard and a shard loads
         // what it is given: each scans its own again instead (`search_candidates_then` hands
         // every shard its own part).
-        let query = CandidateQuery { vector_hits: None, ..query };
+        let query = self.with_corpus(collection_id, CandidateQuery { vector_hits: None, ..query }).await?;
         let found = each!(self, |s| s.search_candidates(collection_id, filter.clone(), query.clone()))?;
         Ok(best_of(found.concat(), query.k))
     }
@@ -492,20 +508,26 @@ impl Store for ShardedStore {
         first: CandidateQuery,
         then: NextTerms<'_>,
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        let first = self.with_corpus(collection_id, first).await?;
         let parts = each!(self, |s| s.search_candidates(collection_id, filter.clone(), first.clone()))?;
         let found = best_of(parts.iter().flatten().cloned().collect(), first.k);
         let Some(terms) = then(&found) else { return Ok((found, None)) };
+        let second = CandidateQuery { terms, corpus: None, ..first.clone() };
+        let second = self.with_corpus(collection_id, second).await?;
         let more = try_join_all(self.shards.iter().zip(&parts).map(|(s, part)| {
-            let second = CandidateQuery {
-                terms: terms.clone(),
-                vector_hits: first.vector_hits_of(part),
-                vector: first.vector.clone(),
-                k: first.k,
-            };
-            s.search_candidates(collection_id, filter.clone(), second)
+            let own = CandidateQuery { vector_hits: first.vector_hits_of(part), ..second.clone() };
+            s.search_candidates(collection_id, filter.clone(), own)
         }))
         .await?;
         Ok((found, Some(best_of(more.concat(), first.k))))
+    }
+
+    async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        let mut sum = Corpus::default();
+        for part in each!(self, |s| s.corpus(collection_id, tokens))? {
+            sum.add(part);
+        }
+        Ok(sum)
     }
 
     async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {

@@ -196,10 +196,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
         let found = self.search_candidates(collection_id, filter.clone(), first.clone()).await?;
         let Some(terms) = then(&found) else { return Ok((found, None)) };
-        let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), ..first };
+        let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), corpus: None, ..first };
         let more = self.search_candidates(collection_id, filter, second).await?;
         Ok((found, Some(more)))
     }
+    /// The collection's BM25 statistics for `tokens` (full-text tokens, `text::fts_tokens`):
+    /// what a search would score with, on the same terms. A sharded store sums its shards' and
+    /// hands the sum to each in [`CandidateQuery::corpus`].
+    async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus>;
     /// Counts one hit for each event.
     async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()>;
     /// Events without a vector (written before a model was configured), to index now.

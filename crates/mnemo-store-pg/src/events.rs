@@ -493,6 +493,12 @@ impl PgStore {
         from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)
     }
 
+    pub(crate) async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        crate::search::corpus(&tx, cid, tokens).await
+    }
+
     pub(crate) async fn search_candidates(
         &self,
         cid: CollectionId,

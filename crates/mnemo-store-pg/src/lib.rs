@@ -514,6 +514,10 @@ impl Store for PgStore {
         PgStore::search_candidates_then(self, cid, filter, first, then).await
     }
 
+    async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        PgStore::corpus(self, cid, tokens).await
+    }
+
     async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
         PgStore::record_hits(self, cid, ids, now).await
     }

@@ -18,7 +18,7 @@ use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::NextTerms;
-use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
+use mnemo_core::text::{CorpusStats, fts_tokens};
 use std::collections::HashMap;
 
 /// Scopes up to this many events are searched exactly (the default of `PgOptions::exact_scope`).
@@ -71,7 +71,7 @@ pub(crate) async fn two_hops(
 ) -> Result<(Vec<Candidate>, Option<Vec<Candidate>>), StoreError> {
     let (found, kept) = candidates_kept(conn, cid, f, first, exact_scope).await?;
     let Some(terms) = then.decide(&found) else { return Ok((found, None)) };
-    let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), ..first.clone() };
+    let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), corpus: None, ..first.clone() };
     let more = match kept {
         Some(kept) => kept.search_again(&*conn, cid, &second, &found).await?,
         None => candidates(conn, cid, f, &second, exact_scope).await?,
@@ -116,7 +116,7 @@ impl Kept {
         let bm25 = if q.terms.is_empty() {
             HashMap::new()
         } else {
-            Bm25Query::new(&q.terms, self.scope.stats, |t| df.get(t).copied().unwrap_or(0))
+            q.bm25(self.scope.stats, |t| df.get(t).copied().unwrap_or(0))
                 .top_k(self.scope.docs.iter().map(|d| (&d.id, d.terms.as_ref())), q.k)
         };
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
@@ -160,7 +160,7 @@ async fn candidates_kept(
         HashMap::new()
     } else {
         let df = &scope.df;
-        Bm25Query::new(&q.terms, scope.stats, |t| df.get(t).copied().unwrap_or(0))
+        q.bm25(scope.stats, |t| df.get(t).copied().unwrap_or(0))
             .top_k(scope.docs.iter().map(|d| (&d.id, d.terms.as_ref())), k)
     };
     let cosine = match &q.vector_hits {
@@ -174,7 +174,9 @@ async fn candidates_kept(
     };
     let found = load_candidates(&*conn, cosine, bm25, qv, dim, &[]).await?;
     // Only a search with full text keeps terms worth keeping.
-    let kept = (!q.terms.is_empty()).then(|| Kept { scope, asked: search.tokens.into_iter().collect() });
+    // (Statistics given in `q.corpus` were not read: nothing to keep for another query.)
+    let kept =
+        (!q.terms.is_empty() && q.corpus.is_none()).then(|| Kept { scope, asked: search.tokens.into_iter().collect() });
     Ok((found, kept))
 }
 
@@ -380,7 +382,7 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
     let terms = if q.terms.is_empty() { "NULL::text" } else { &terms };
     // The statistics rows (kind 1: documents and tokens; kind 2: a token's document frequency)
     // are the folded figures plus the deltas appended since, as everywhere.
-    let stats = if q.terms.is_empty() {
+    let stats = if q.terms.is_empty() || q.corpus.is_some() {
         String::new()
     } else {
         let t = a.push(tokens.to_vec());
@@ -419,6 +421,40 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
     Ok(Some(out))
 }
 
+/// The collection's BM25 statistics for `tokens`: the folded figures plus the changes appended
+/// since the last compaction (two statements, pipelined).
+pub(crate) async fn corpus(c: &impl GenericClient, cid: CollectionId, tokens: &[String]) -> Result<Corpus, StoreError> {
+    let stats = async {
+        let r = query_one(
+            c,
+            "SELECT COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
+                 SELECT docs, tokens FROM collection_stats WHERE collection_id=$1
+                 UNION ALL SELECT docs, tokens FROM collection_stats_delta WHERE collection_id=$1) s",
+            &[&cid],
+        )
+        .await?;
+        Ok::<_, StoreError>(CorpusStats {
+            docs: r.get::<_, i64>(0).max(0) as u64,
+            tokens: r.get::<_, i64>(1).max(0) as u64,
+        })
+    };
+    let df = async {
+        let rows = query_all(
+            c,
+            "SELECT term, SUM(df)::bigint FROM (
+                 SELECT term, df FROM term_stats WHERE collection_id=$1 AND term = ANY($2)
+                 UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id=$1 AND term = ANY($2)) s GROUP BY term",
+            &[&cid, &tokens],
+        )
+        .await?;
+        Ok::<_, StoreError>(
+            rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64)).collect::<HashMap<_, _>>(),
+        )
+    };
+    let (stats, df) = tokio::try_join!(stats, df)?;
+    Ok(Corpus { stats, df })
+}
+
 /// A scope too large to scan: HNSW for the vectors, the GIN index for the full text.
 async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, StoreError> {
     let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
@@ -453,36 +489,6 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
         if q.terms.is_empty() {
             return Ok(HashMap::new());
         }
-        // Folded statistics plus the changes appended since the last compaction.
-        let stats = async {
-            let r = query_one(
-                tx,
-                "SELECT COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
-                     SELECT docs, tokens FROM collection_stats WHERE collection_id=$1
-                     UNION ALL SELECT docs, tokens FROM collection_stats_delta WHERE collection_id=$1) s",
-                &[&cid],
-            )
-            .await?;
-            Ok::<_, StoreError>(CorpusStats {
-                docs: r.get::<_, i64>(0).max(0) as u64,
-                tokens: r.get::<_, i64>(1).max(0) as u64,
-            })
-        };
-        let df = async {
-            let rows = query_all(
-                tx,
-                "SELECT term, SUM(df)::bigint FROM (
-                     SELECT term, df FROM term_stats WHERE collection_id=$1 AND term = ANY($2)
-                     UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id=$1 AND term = ANY($2)) s GROUP BY term",
-                &[&cid, &tokens],
-            )
-            .await?;
-            Ok::<_, StoreError>(
-                rows.iter()
-                    .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
-                    .collect::<HashMap<_, _>>(),
-            )
-        };
         let docs = async {
             // Any document holding one of the query's tokens (a superset of BM25's matches).
             let tsquery = tokens
@@ -504,8 +510,14 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
                     .collect::<Vec<(String, Option<String>)>>(),
             )
         };
-        let (stats, df, docs) = tokio::try_join!(stats, df, docs)?;
-        Ok(Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
+        let statistics = async {
+            match q.corpus {
+                Some(_) => Ok(Corpus::default()),
+                None => corpus(tx, cid, tokens).await,
+            }
+        };
+        let (Corpus { stats, df }, docs) = tokio::try_join!(statistics, docs)?;
+        Ok(q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
     };
     let (cosine, bm25) = tokio::try_join!(vector, text)?;
     load_candidates(tx, cosine, bm25, qv, dim, &[]).await

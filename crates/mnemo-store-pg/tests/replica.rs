@@ -67,6 +67,7 @@ async fn searches_run_on_the_read_replica_and_fall_back_to_the_primary() {
         terms: mnemo_core::text::search_tokens(terms),
         k: 10,
         vector_hits: None,
+        corpus: None,
     };
     let ids = |v: Vec<Candidate>| {
         let mut ids: Vec<String> = v.into_iter().map(|c| c.event.id).collect();

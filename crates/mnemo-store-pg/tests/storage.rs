@@ -58,7 +58,7 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         .search_candidates(
             c.id,
             EventFilter { user_id: vec!["u".into()], active_only: true, ..Default::default() },
-            CandidateQuery { vector: Some(q), terms: vec![], k: 3, vector_hits: None },
+            CandidateQuery { vector: Some(q), terms: vec![], k: 3, vector_hits: None, corpus: None },
         )
         .await
         .unwrap();
@@ -167,6 +167,7 @@ async fn the_user_document_index_answers_like_the_event_rows() {
                         terms: terms.clone(),
                         k: [1, 5, 10, 30][qi % 4],
                         vector_hits: None,
+                        corpus: None,
                     };
                     let key = |mut v: Vec<Candidate>| {
                         v.sort_by(|a, b| a.event.id.cmp(&b.event.id));

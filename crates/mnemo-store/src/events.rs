@@ -578,6 +578,10 @@ impl SqliteStore {
         self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
     }
 
+    pub(crate) async fn corpus(&self, cid: CollectionId, tokens: Vec<String>) -> StoreResult<Corpus> {
+        self.read(move |conn| crate::search::corpus(conn, cid, &tokens)).await
+    }
+
     pub(crate) async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
         self.writer
             .write(move |conn| {

@@ -326,6 +326,10 @@ impl Store for SqliteStore {
         SqliteStore::search_candidates(self, cid, filter, q).await
     }
 
+    async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        SqliteStore::corpus(self, cid, tokens.to_vec()).await
+    }
+
     async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
         SqliteStore::record_hits(self, cid, ids, now).await
     }

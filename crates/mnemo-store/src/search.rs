@@ -9,7 +9,7 @@ use crate::rows::{EVENT_COLS, blob_to_vec, event_from_row};
 use mnemo_core::StoreError;
 use mnemo_core::embed::dot;
 use mnemo_core::model::*;
-use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens};
+use mnemo_core::text::{CorpusStats, fts_tokens};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::cmp::{Ordering, Reverse};
@@ -36,6 +36,28 @@ impl Ord for OrdF32 {
 /// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
 fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
     q.iter().zip(blob.chunks_exact(4)).map(|(a, b)| a * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).sum()
+}
+
+/// The collection's BM25 statistics for `tokens` (see `Store::corpus`).
+pub fn corpus(conn: &Connection, cid: CollectionId, tokens: &[String]) -> Result<Corpus, StoreError> {
+    let stats: CorpusStats = conn
+        .prepare_cached("SELECT docs, tokens FROM collection_stats WHERE collection_id=?1")
+        .map_err(backend)?
+        .query_row([cid], |r| Ok(CorpusStats { docs: r.get::<_, i64>(0)? as u64, tokens: r.get::<_, i64>(1)? as u64 }))
+        .optional()
+        .map_err(backend)?
+        .unwrap_or_default();
+    let mut df_stmt =
+        conn.prepare_cached("SELECT df FROM term_stats WHERE collection_id=?1 AND term=?2").map_err(backend)?;
+    let mut df: HashMap<String, u64> = HashMap::new();
+    for t in tokens {
+        if let std::collections::hash_map::Entry::Vacant(slot) = df.entry(t.clone()) {
+            let n: i64 =
+                df_stmt.query_row(params![cid, slot.key()], |r| r.get(0)).optional().map_err(backend)?.unwrap_or(0);
+            slot.insert(n.max(0) as u64);
+        }
+    }
+    Ok(Corpus { stats, df })
 }
 
 pub fn candidates(
@@ -102,34 +124,30 @@ pub fn candidates(
             .collect::<Result<_, _>>()
             .map_err(backend)?;
         if in_scope.len() <= SMALL_SCOPE {
-            let stats: CorpusStats = conn
-                .prepare_cached("SELECT docs, tokens FROM collection_stats WHERE collection_id=?1")
-                .map_err(backend)?
-                .query_row([cid], |r| {
-                    Ok(CorpusStats { docs: r.get::<_, i64>(0)? as u64, tokens: r.get::<_, i64>(1)? as u64 })
-                })
-                .optional()
-                .map_err(backend)?
-                .unwrap_or_default();
-            let mut df_stmt =
-                conn.prepare_cached("SELECT df FROM term_stats WHERE collection_id=?1 AND term=?2").map_err(backend)?;
-            let mut df: HashMap<String, u64> = HashMap::new();
-            for t in q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()) {
-                if let std::collections::hash_map::Entry::Vacant(slot) = df.entry(t) {
-                    let n: i64 = df_stmt
-                        .query_row(params![cid, slot.key()], |r| r.get(0))
-                        .optional()
-                        .map_err(backend)?
-                        .unwrap_or(0);
-                    slot.insert(n.max(0) as u64);
-                }
-            }
-            bm25 = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0)).top_k(in_scope, q.k);
+            let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+            let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
+            bm25 = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(in_scope, q.k);
             return load_candidates(conn, cosine, bm25, q);
         }
         let mut a = args.clone();
         a.push(SqlValue::Text(expr));
         let match_idx = a.len();
+        if q.corpus.is_some() {
+            // Statistics given (a sharded store's, over every shard): FTS5's bm25() knows only
+            // this file's, so the matches are scored here, as the small scopes are.
+            let sql = format!(
+                "SELECT e.id, e.terms FROM event_fts CROSS JOIN events e ON e.rowid = event_fts.rowid
+                 WHERE event_fts MATCH ?{match_idx} AND e.id IN (SELECT id FROM events WHERE {where_sql})"
+            );
+            let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
+            let matches: Vec<(String, Option<String>)> = stmt
+                .query_map(params_from_iter(a.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(backend)?
+                .collect::<Result<_, _>>()
+                .map_err(backend)?;
+            bm25 = q.bm25(CorpusStats::default(), |_| 0).top_k(matches, q.k);
+            return load_candidates(conn, cosine, bm25, q);
+        }
         a.push(SqlValue::Integer(q.k as i64));
         let sql = format!(
             // CROSS JOIN keeps the full-text match as the outer loop: otherwise the planner may

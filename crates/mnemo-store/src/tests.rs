@@ -112,7 +112,7 @@ async fn small_scope_bm25_equals_fts5_and_statistics_stay_exact() {
                 conn,
                 cid,
                 &EventFilter { user_id: vec!["u0".into(), "u1".into()], active_only: true, ..Default::default() },
-                &CandidateQuery { vector: None, terms: q.clone(), k: 100, vector_hits: None },
+                &CandidateQuery { vector: None, terms: q.clone(), k: 100, vector_hits: None, corpus: None },
             )
             .unwrap();
             Ok((fts, ours, stats))
@@ -198,7 +198,7 @@ async fn assert_scoped_search(s: &SqliteStore, cid: CollectionId, user: &str, wa
         .search_candidates(
             cid,
             EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() },
-            CandidateQuery { vector: Some(q.clone()), terms: vec![], k: 100, vector_hits: None },
+            CandidateQuery { vector: Some(q.clone()), terms: vec![], k: 100, vector_hits: None, corpus: None },
         )
         .await
         .unwrap();
@@ -248,7 +248,7 @@ async fn assert_term_search(s: &SqliteStore, cid: CollectionId, user: &str, word
         .search_candidates(
             cid,
             EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() },
-            CandidateQuery { vector: None, terms: vec![word.into()], k: 100, vector_hits: None },
+            CandidateQuery { vector: None, terms: vec![word.into()], k: 100, vector_hits: None, corpus: None },
         )
         .await
         .unwrap();

@@ -275,7 +275,8 @@ impl Service {
         let filter = EventFilter { user_id: vec![user.to_string()], active_only: true, ..Default::default() };
         let vector = self.embed_one(&text, EmbedKind::Query).await.ok();
         let offset = self.embedder.query_offset(&text);
-        let query = CandidateQuery { vector, terms: crate::text::search_tokens(&text), k: 6, vector_hits: None };
+        let query =
+            CandidateQuery { vector, terms: crate::text::search_tokens(&text), k: 6, vector_hits: None, corpus: None };
         let mut out: Vec<Event> = match self.store.search_candidates(c.id, filter.clone(), query).await {
             Ok(cands) => {
                 let mut scored: Vec<(f64, Event)> = cands
@@ -437,7 +438,8 @@ impl Service {
             };
             let text = event_text(&e.memory_info);
             // Vector nearest only: an exact duplicate is its own nearest neighbour (cosine 1).
-            let query = CandidateQuery { vector: e.embedding.clone(), terms: vec![], k: 3, vector_hits: None };
+            let query =
+                CandidateQuery { vector: e.embedding.clone(), terms: vec![], k: 3, vector_hits: None, corpus: None };
             let Ok(cands) = self.store.search_candidates(claimed.collection.id, filter, query).await else {
                 continue;
             };

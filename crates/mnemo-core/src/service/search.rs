@@ -236,7 +236,7 @@ impl Service {
                 .collect()
         };
         let k = (req.limit as usize * 3).max(50);
-        let cq = CandidateQuery { vector: qv, terms, k, vector_hits: None };
+        let cq = CandidateQuery { vector: qv, terms, k, vector_hits: None, corpus: None };
         // Second hop: the query plus what its best hits share (same vector and filter), fused
         // with the first by rank.
         let n_feedback = self.config.retrieval.feedback_terms;

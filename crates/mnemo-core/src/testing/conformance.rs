@@ -30,9 +30,8 @@ pub trait StoreHarness: Send + Sync {
         true
     }
     /// Whether the store spreads a collection over several databases
-    /// ([`crate::sharded::ShardedStore`]): BM25 statistics are then each shard's own (the BM25
-    /// signal is checked for presence, not against collection-wide statistics), and changes on
-    /// different shards have no order between them (webhook deliveries compare as sets).
+    /// ([`crate::sharded::ShardedStore`]): changes on different shards have no order between
+    /// them (webhook deliveries compare as sets, and their ids grow only within a shard).
     fn sharded(&self) -> bool {
         false
     }
@@ -487,6 +486,7 @@ pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_tra
         terms: terms.iter().map(|t| t.to_string()).collect(),
         k: 10,
         vector_hits: None,
+        corpus: None,
     };
     let got = s.search_candidates(c.id, f.clone(), q(&["咖啡"])).await.unwrap();
     assert_eq!((got.len(), got[0].event.id.as_str()), (1, ids[0].as_str()));
@@ -504,14 +504,14 @@ pub async fn candidates_come_from_vectors_and_full_text_and_deletes_leave_no_tra
         .search_candidates(
             c.id,
             f.clone(),
-            CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 1, vector_hits: None },
+            CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 1, vector_hits: None, corpus: None },
         )
         .await
         .unwrap();
     assert_eq!(got[0].event.id, ids[1]);
     assert!(got[0].cosine.unwrap() > 0.5);
     assert!(s.delete_event(c.id, &ids[1]).await.unwrap());
-    let q = CandidateQuery { vector: Some(qv), terms: vec!["max".into()], k: 10, vector_hits: None };
+    let q = CandidateQuery { vector: Some(qv), terms: vec!["max".into()], k: 10, vector_hits: None, corpus: None };
     let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
     assert!(got.iter().all(|g| g.event.id != ids[1]), "a deleted event leaves vectors and terms");
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
@@ -555,7 +555,7 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
         .search_candidates(
             c.id,
             f.clone(),
-            CandidateQuery { vector: None, terms: search_tokens("bees"), k: 10, vector_hits: None },
+            CandidateQuery { vector: None, terms: search_tokens("bees"), k: 10, vector_hits: None, corpus: None },
         )
         .await
         .unwrap();
@@ -566,7 +566,11 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
     }
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
     let got = s
-        .search_candidates(c.id, f, CandidateQuery { vector: Some(v), terms: vec![], k: 10, vector_hits: None })
+        .search_candidates(
+            c.id,
+            f,
+            CandidateQuery { vector: Some(v), terms: vec![], k: 10, vector_hits: None, corpus: None },
+        )
         .await
         .unwrap();
     assert_eq!(got.len(), 2, "the new vectors are searched");
@@ -636,20 +640,16 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let qv = embed("kyoto piano", EmbedKind::Query).await;
     let f = EventFilter { user_id: vec!["u0".into()], active_only: true, ..Default::default() };
     let mine: Vec<&String> = docs.iter().filter(|(_, (u, _))| u == "u0").map(|(id, _)| id).collect();
-    let q = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100, vector_hits: None };
+    let q = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 100, vector_hits: None, corpus: None };
     let before = s.search_candidates(c.id, f.clone(), q.clone()).await.unwrap();
     h.settle().await;
     let after = s.search_candidates(c.id, f, q).await.unwrap();
     assert_eq!(after.len(), mine.len(), "k covers the scope: every one of u0's events is a candidate");
     for cand in before.iter().chain(&after) {
         let id = &cand.event.id;
+        let want_bm25 = reference.score(&analysed[id]);
         let got_bm25 = cand.bm25.unwrap_or(0.0);
-        if !h.sharded() {
-            let want_bm25 = reference.score(&analysed[id]);
-            assert!((got_bm25 - want_bm25).abs() < 1e-9, "{id}: bm25 {got_bm25} vs reference {want_bm25}");
-        } else {
-            assert_eq!(got_bm25 > 0.0, analysed[id].split(' ').any(|t| terms.iter().any(|q| q == t)), "{id}");
-        }
+        assert!((got_bm25 - want_bm25).abs() < 1e-9, "{id}: bm25 {got_bm25} vs reference {want_bm25}");
         let want_cos = crate::embed::dot(&qv, &embed(&docs[id].1, EmbedKind::Document).await);
         let got_cos = cand.cosine.expect("every candidate has a vector");
         assert!((got_cos - want_cos).abs() < 1e-5, "{id}: cosine {got_cos} vs reference {want_cos}");
@@ -657,7 +657,8 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     // A second hop (other terms, same vector, filter and k) given the first's vector part gives
     // exactly what scanning again gives.
     let f = EventFilter { user_id: vec!["u0".into()], active_only: true, ..Default::default() };
-    let first = CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 3, vector_hits: None };
+    let first =
+        CandidateQuery { vector: Some(qv.clone()), terms: terms.clone(), k: 3, vector_hits: None, corpus: None };
     let hits = first.vector_hits_of(&s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap());
     assert_eq!(hits.as_ref().map(Vec::len), Some(3));
     let second = CandidateQuery { terms: vec!["咖啡".into(), "coffee".into()], ..first.clone() };
@@ -712,6 +713,7 @@ pub async fn a_batch_is_stored_whole_or_not_at_all(h: &impl StoreHarness) {
         terms: search_tokens("上海"),
         k: 5,
         vector_hits: None,
+        corpus: None,
     };
     let got = s.search_candidates(c.id, mine("u2"), q).await.unwrap();
     assert_eq!(got.len(), 1);
@@ -765,7 +767,7 @@ pub async fn scores_closer_than_half_precision_rank_exactly(h: &impl StoreHarnes
     h.settle().await;
     let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
     for k in [1, 5, 12] {
-        let q = CandidateQuery { vector: Some(base.clone()), terms: vec![], k, vector_hits: None };
+        let q = CandidateQuery { vector: Some(base.clone()), terms: vec![], k, vector_hits: None, corpus: None };
         let mut got: Vec<(String, f32)> = s
             .search_candidates(c.id, f.clone(), q)
             .await
@@ -804,13 +806,19 @@ pub async fn a_filtered_search_over_a_large_scope_finds_the_filtered_events(h: &
     h.settle().await;
     let probe = &rare[17].1;
     let f = EventFilter { memory_type: vec!["rare".into()], active_only: true, ..Default::default() };
-    let q =
-        CandidateQuery { vector: Some(embed(probe, EmbedKind::Query).await), terms: vec![], k: 10, vector_hits: None };
+    let q = CandidateQuery {
+        vector: Some(embed(probe, EmbedKind::Query).await),
+        terms: vec![],
+        k: 10,
+        vector_hits: None,
+        corpus: None,
+    };
     let got = s.search_candidates(c.id, f.clone(), q).await.unwrap();
     assert_eq!(got.len(), 10, "k filtered events");
     assert!(got.iter().all(|g| g.event.memory_type == "rare"));
     assert!(got.iter().any(|g| g.event.id == rare[17].0), "the nearest filtered event is found");
-    let q = CandidateQuery { vector: None, terms: vec![format!("n{}", 17 * 50)], k: 10, vector_hits: None };
+    let q =
+        CandidateQuery { vector: None, terms: vec![format!("n{}", 17 * 50)], k: 10, vector_hits: None, corpus: None };
     let got = s.search_candidates(c.id, f, q).await.unwrap();
     assert_eq!(
         got.iter().map(|g| g.event.id.as_str()).collect::<Vec<_>>(),
@@ -881,6 +889,7 @@ pub async fn a_deleted_conversation_leaves_nothing_and_spares_the_others(h: &imp
         terms: crate::text::search_tokens("hiking"),
         k: 10,
         vector_hits: None,
+        corpus: None,
     };
     let found = s.search_candidates(c.id, EventFilter::default(), q).await.unwrap();
     assert!(found.iter().all(|f| f.event.conversation_id.as_deref() == Some("kept")), "no trace of the deleted one");

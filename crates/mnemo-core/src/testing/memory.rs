@@ -10,7 +10,7 @@
 use crate::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
 use crate::model::*;
 use crate::store::{Store, StoreResult};
-use crate::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
+use crate::text::{fts_tokens, search_tokens};
 use crate::{StoreError, TriggerReason, profile};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -141,6 +141,20 @@ impl State {
 
     fn by_name(&self, project: &str, name: &str) -> Option<&Collection> {
         self.collections.values().find(|c| c.project_name == project && c.collection_name == name)
+    }
+
+    /// Statistics of the whole collection, as the real stores keep them (every token's df).
+    fn corpus(&self, collection_id: CollectionId) -> Corpus {
+        let mut out = Corpus::default();
+        for r in self.events.values().filter(|r| r.collection_id == collection_id) {
+            let toks: Vec<String> = fts_tokens(&r.terms).collect();
+            out.stats.docs += 1;
+            out.stats.tokens += toks.len() as u64;
+            for t in toks.into_iter().collect::<HashSet<_>>() {
+                *out.df.entry(t).or_default() += 1;
+            }
+        }
+        out
     }
 
     fn insert_collection(&mut self, c: NewCollection) -> Collection {
@@ -1036,18 +1050,8 @@ impl Store for MemoryStore {
         }
         let mut bm25: HashMap<String, f64> = HashMap::new();
         if !q.terms.is_empty() {
-            // Statistics of the whole collection, as the real stores keep them.
-            let mut stats = CorpusStats::default();
-            let mut df: HashMap<String, u64> = HashMap::new();
-            for r in s.events.values().filter(|r| r.collection_id == collection_id) {
-                let toks: Vec<String> = fts_tokens(&r.terms).collect();
-                stats.docs += 1;
-                stats.tokens += toks.len() as u64;
-                for t in toks.into_iter().collect::<HashSet<_>>() {
-                    *df.entry(t).or_default() += 1;
-                }
-            }
-            let query = Bm25Query::new(&q.terms, stats, |t| df.get(t).copied().unwrap_or(0));
+            let Corpus { stats, df } = s.corpus(collection_id);
+            let query = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0));
             bm25 = query.top_k(scope.iter().map(|r| (&r.event.id, Some(&r.terms))), q.k);
         }
         let ids = crate::store::candidate_ids(&cosine, &bm25);
@@ -1062,6 +1066,12 @@ impl Store for MemoryStore {
                 Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied() }
             })
             .collect())
+    }
+
+    async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        let Corpus { stats, mut df } = self.lock().corpus(collection_id);
+        df.retain(|t, _| tokens.contains(t));
+        Ok(Corpus { stats, df })
     }
 
     async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {

@@ -228,7 +228,7 @@ pub async fn run(
             .search_candidates(
                 coll.id,
                 filter.clone(),
-                CandidateQuery { vector: None, terms, k: 10, vector_hits: None },
+                CandidateQuery { vector: None, terms, k: 10, vector_hits: None, corpus: None },
             )
             .await?;
         c.sort_by(|a, b| b.bm25.unwrap_or(0.0).total_cmp(&a.bm25.unwrap_or(0.0)));
@@ -245,7 +245,7 @@ pub async fn run(
             .search_candidates(
                 coll.id,
                 filter.clone(),
-                CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10, vector_hits: None },
+                CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10, vector_hits: None, corpus: None },
             )
             .await?;
         c.sort_by(|a, b| b.cosine.unwrap_or(-1.0).total_cmp(&a.cosine.unwrap_or(-1.0)));
@@ -275,6 +275,7 @@ pub async fn run(
                     terms: mnemo_core::text::search_tokens(&q.question),
                     k: dump_k,
                     vector_hits: None,
+                    corpus: None,
                 },
             )
             .await?;

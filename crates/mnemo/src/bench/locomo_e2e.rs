@@ -366,6 +366,7 @@ pub(super) async fn run(
                             terms: mnemo_core::text::search_tokens(&q.question),
                             k: 100,
                             vector_hits: None,
+                            corpus: None,
                         },
                     )
                     .await?;

@@ -243,7 +243,7 @@ pub async fn run(
                 db.search_candidates(
                     c.id,
                     filter,
-                    CandidateQuery { vector: Some(qv), terms, k: 10, vector_hits: None },
+                    CandidateQuery { vector: Some(qv), terms, k: 10, vector_hits: None, corpus: None },
                 )
                 .await?;
                 no_embed.push(ms(t));

@@ -79,7 +79,7 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
                 .search_candidates(
                     c.id,
                     filter.clone(),
-                    CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10, vector_hits: None },
+                    CandidateQuery { vector: Some(qv.clone()), terms: vec![], k: 10, vector_hits: None, corpus: None },
                 )
                 .await?;
             vec_only.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -89,7 +89,7 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
                 .search_candidates(
                     c.id,
                     filter.clone(),
-                    CandidateQuery { vector: Some(qv), terms, k: 10, vector_hits: None },
+                    CandidateQuery { vector: Some(qv), terms, k: 10, vector_hits: None, corpus: None },
                 )
                 .await?;
             hybrid.push(t.elapsed().as_secs_f64() * 1000.0);
