@@ -848,6 +848,45 @@ mod tests {
         run_all(async || ShardedHarness((0..3).map(|_| MemoryStore::new()).collect())).await;
     }
 
+    /// A batch over two shards whose second part fails leaves nothing: the first shard's
+    /// committed part is taken back.
+    #[tokio::test]
+    async fn a_batch_over_shards_is_taken_back_when_a_later_shard_refuses_its_part() {
+        let shards: Vec<Arc<dyn Store>> = (0..3).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn Store>).collect();
+        let s = ShardedStore::open(shards.clone()).await.unwrap();
+        let c = s
+            .ensure_collection(NewCollection {
+                id: None,
+                project_name: "p".into(),
+                collection_name: "c".into(),
+                description: String::new(),
+                schema: Default::default(),
+                embedding_model: "m".into(),
+                embedding_dim: 4,
+                created_at: 1,
+            })
+            .await
+            .unwrap();
+        for shard in &shards {
+            assert_eq!(shard.get_collection("p", "c").await.unwrap().map(|x| x.id), Some(c.id), "a copy, same id");
+        }
+        let (a, b) = ("u0", "u1");
+        assert!(shard_of(a, 3) < shard_of(b, 3), "the good part is written first");
+        let info = |t: &str| serde_json::json!({ "summary": t }).as_object().unwrap().clone();
+        let good = NewEvent::of_user(c.id, crate::EVENT_V1, a, info("kept?"), 1);
+        let orphan = NewEvent::of_user(c.id + 99, crate::EVENT_V1, b, info("no such collection"), 2);
+        assert!(s.insert_events(vec![good.clone(), orphan]).await.is_err());
+        let all = EventFilter { user_id: vec![a.into(), b.into()], ..Default::default() };
+        assert!(s.list_events(c.id, all.clone(), 10).await.unwrap().is_empty(), "nothing of the batch stays");
+        let stored =
+            s.insert_events(vec![good, NewEvent::of_user(c.id, crate::EVENT_V1, b, info("b"), 3)]).await.unwrap();
+        assert_eq!(stored.iter().map(|e| e.user_id[0].as_str()).collect::<Vec<_>>(), [a, b], "in the order given");
+        for e in &stored {
+            let home = &shards[shard_of(&e.user_id[0], 3)];
+            assert!(home.get_event(c.id, &e.id).await.unwrap().is_some(), "on its user's shard");
+        }
+    }
+
     #[test]
     fn the_routing_hash_never_changes() {
         // Data written under these is found through them: a change here strands it.
