@@ -29,7 +29,8 @@
 //! speakers get their profile changes on the conversation's shard (listings merge them, one
 //! profile of a type per shard); `user.forgotten` is announced once per shard; a conversation
 //! first written without a user and later with one may continue on the user's shard; the shard
-//! count is fixed once data is written (no rebalancing).
+//! count is fixed once data is written (no rebalancing; the PostgreSQL composition root checks
+//! each database's recorded place, `PgStore::place_in_shards`).
 
 use crate::StoreError;
 use crate::extract::ExtractionOutput;

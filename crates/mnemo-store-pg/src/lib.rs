@@ -297,6 +297,63 @@ impl PgStore {
     async fn client(&self) -> StoreResult<Object> {
         self.pool.get().await.map_err(crate::sql::pool_error)
     }
+
+    /// This database's place in a sharded deployment (`store.shards`): recorded at its first
+    /// start as shard `position` of `shards` in deployment `deployment` (shard 0 makes the id and
+    /// answers it), and checked at every start after — a user is found through its place, so a
+    /// reordered or resized list, a database of another deployment, or one that already holds an
+    /// unsharded deployment's memories is refused with what it is.
+    pub async fn place_in_shards(
+        &self,
+        position: usize,
+        shards: usize,
+        deployment: Option<&str>,
+    ) -> StoreResult<String> {
+        let conn = self.client().await?;
+        conn.batch_execute(
+            "CREATE TABLE IF NOT EXISTS mnemo_shard(one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+                 position BIGINT NOT NULL, shards BIGINT NOT NULL, deployment TEXT NOT NULL)",
+        )
+        .await
+        .map_err(backend)?;
+        let place =
+            |r: &tokio_postgres::Row| (r.get::<_, i64>(0) as usize, r.get::<_, i64>(1) as usize, r.get::<_, String>(2));
+        let recorded =
+            conn.query_opt("SELECT position, shards, deployment FROM mnemo_shard", &[]).await.map_err(backend)?;
+        let (p, n, d) = match recorded {
+            Some(r) => place(&r),
+            None => {
+                let held = conn.query_one("SELECT EXISTS (SELECT 1 FROM events)", &[]).await.map_err(backend)?;
+                if held.get::<_, bool>(0) {
+                    return Err(StoreError::Invalid(format!(
+                        "store.shards[{position}]: this database holds the memories of an unsharded deployment; as one shard \
+                         of {shards} the users that hash to the others would not be found (move them with export/import)"
+                    )));
+                }
+                let id = deployment.map_or_else(|| new_id("dep"), String::from);
+                let r = conn
+                    .query_one(
+                        "WITH ins AS (INSERT INTO mnemo_shard(position, shards, deployment) VALUES ($1, $2, $3)
+                             ON CONFLICT (one) DO NOTHING RETURNING position, shards, deployment)
+                         SELECT * FROM ins UNION ALL SELECT position, shards, deployment FROM mnemo_shard
+                         WHERE NOT EXISTS (SELECT 1 FROM ins)",
+                        &[&(position as i64), &(shards as i64), &id],
+                    )
+                    .await
+                    .map_err(backend)?;
+                place(&r)
+            }
+        };
+        let other = deployment.is_some_and(|want| want != d);
+        if p != position || n != shards || other {
+            return Err(StoreError::Invalid(format!(
+                "store.shards[{position}]: this database is shard {p} of {n} of deployment {d}, but the list makes it shard \
+                 {position} of {shards}{} — users are found through their shard, so keep the list's order and length",
+                if other { format!(" of deployment {}", deployment.unwrap_or_default()) } else { String::new() }
+            )));
+        }
+        Ok(d)
+    }
 }
 
 /// Drops a schema and everything in it (benchmarks and tests start from an empty one).

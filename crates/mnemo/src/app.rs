@@ -162,10 +162,12 @@ async fn open_shards(cfg: &Config, opts: impl Fn(String) -> mnemo_store_pg::PgOp
         bail!("store.shards: at most {MAX_SHARDS} databases, got {}", shards.len());
     }
     let mut stores: Vec<Arc<dyn Store>> = Vec::with_capacity(shards.len());
+    let mut deployment: Option<String> = None;
     for (i, url) in shards.iter().enumerate() {
         let store = mnemo_store_pg::PgStore::connect(opts(url.clone()))
             .await
             .with_context(|| format!("opening store.shards[{i}]"))?;
+        deployment = Some(store.place_in_shards(i, shards.len(), deployment.as_deref()).await?);
         stores.push(Arc::new(store));
     }
     Ok(Arc::new(ShardedStore::open(stores).await.context("joining the shards")?))

@@ -340,6 +340,36 @@ async fn users_spread_over_two_databases_and_every_read_sees_both() {
         assert!(found.iter().any(|e| e["memory_info"].to_string().contains(fruits[u])), "user{u} after restart");
     }
     drop(s);
+
+    // A reordered or shortened list would hide users: the start is refused, saying why.
+    let swapped = format!("[{}, {}]", urls[1], urls[0]);
+    let env =
+        [("MNEMO_STORE__URL", "null"), ("MNEMO_STORE__SHARDS", swapped.as_str()), ("MNEMO_STORE__SCHEMA", "sharded")];
+    let err = Server::spawn(&cfg, &data, "127.0.0.1:0", &env).err().expect("a reordered list is refused");
+    assert!(
+        err.contains("store.shards[0]: this database is shard 1 of 2") && err.contains("keep the list's order"),
+        "{err}"
+    );
+    let one = format!("[{}]", urls[0]);
+    let env = [("MNEMO_STORE__URL", "null"), ("MNEMO_STORE__SHARDS", one.as_str()), ("MNEMO_STORE__SCHEMA", "sharded")];
+    let err = Server::spawn(&cfg, &data, "127.0.0.1:0", &env).err().expect("a shortened list is refused");
+    assert!(err.contains("shard 0 of 2") && err.contains("makes it shard 0 of 1"), "{err}");
+    // A database holding an unsharded deployment's memories does not become a shard.
+    let env = [("MNEMO_STORE__URL", urls[0].as_str()), ("MNEMO_STORE__SCHEMA", "unsharded")];
+    let mut single = Server::spawn(&cfg, &data, "127.0.0.1:0", &env).expect("one database");
+    single
+        .ok(
+            "event/add",
+            json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "x"}}),
+        )
+        .await;
+    single.kill9();
+    let mixed = format!("[{}, {}]", urls[0], urls[1]);
+    let env =
+        [("MNEMO_STORE__URL", "null"), ("MNEMO_STORE__SHARDS", mixed.as_str()), ("MNEMO_STORE__SCHEMA", "unsharded")];
+    let err = Server::spawn(&cfg, &data, "127.0.0.1:0", &env).err().expect("an unsharded database is refused");
+    assert!(err.contains("holds the memories of an unsharded deployment"), "{err}");
+
     for i in 0..2 {
         psql(&url, &format!("DROP DATABASE {run}_{i} WITH (FORCE)"));
     }
