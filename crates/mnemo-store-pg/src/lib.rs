@@ -370,6 +370,39 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Creates database `name` on `url`'s server unless it exists; returns `url` pointed at it
+/// (benchmarks give each shard a database of its own).
+pub async fn ensure_database(url: &str, name: &str) -> Result<String, StoreError> {
+    if bad_schema_name(name) {
+        return Err(StoreError::backend(format!("database name {name:?} is not a plain name")));
+    }
+    let (config, tls) = tls::configure(url)?;
+    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
+    let task = tokio::spawn(conn);
+    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await.map_err(backend)?;
+    if exists.is_none() {
+        client.batch_execute(&format!("CREATE DATABASE {name}")).await.map_err(backend)?;
+    }
+    drop(client);
+    let _ = task.await;
+    Ok(with_database(url, name))
+}
+
+/// `url` naming database `name` instead of its own (or none): `postgres://u@h:5432/db?x=1` →
+/// `postgres://u@h:5432/name?x=1`.
+fn with_database(url: &str, name: &str) -> String {
+    let (head, query) = url.split_once('?').map_or((url, None), |(h, q)| (h, Some(q)));
+    let authority_end = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[authority_end..].find('/') {
+        Some(slash) => &head[..authority_end + slash],
+        None => head,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
 fn connect_error(url: &str, e: impl std::error::Error) -> StoreError {
     // The URL may hold a password: show only where it points.
     let at = url.rsplit('@').next().unwrap_or(url);
@@ -698,5 +731,21 @@ impl Store for PgStore {
 
     async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
         PgStore::prune_deliveries(self, before).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_names_another_database() {
+        let cases = [
+            ("postgres://u@h:5432/db?sslmode=require", "postgres://u@h:5432/x?sslmode=require"),
+            ("postgres://u:p@h/db", "postgres://u:p@h/x"),
+            ("postgres://h:1", "postgres://h:1/x"),
+            ("postgresql://h/?a=b", "postgresql://h/x?a=b"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(super::with_database(url, "x"), want, "{url}");
+        }
     }
 }

@@ -57,7 +57,8 @@ pub async fn target(
 /// Which stores a benchmark runs on, side by side in one process.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Stores {
-    /// `sqlite`, `postgres`, or both (`sqlite,postgres`).
+    /// `sqlite`, `postgres`, `sharded` (two PostgreSQL databases behind `store.shards`,
+    /// `<database>_shard0` and `_shard1` on the same server), or several (`sqlite,postgres`).
     #[arg(long, value_delimiter = ',', default_value = "sqlite")]
     pub stores: Vec<String>,
     /// The PostgreSQL database for `postgres` (default: `store.url`).
@@ -96,7 +97,32 @@ impl Stores {
                     ("MNEMO_STORE__SCHEMA".into(), schema),
                 ])
             }
-            other => anyhow::bail!("--stores: must be sqlite or postgres, got {other:?}"),
+            "sharded" => {
+                let url = self.pg_url.clone().or_else(|| cfg.store.url.clone()).context(
+                    "--stores sharded needs --pg-url or MNEMO_TEST_DATABASE_URL (eval \"$(./scripts/setup-postgres)\")",
+                )?;
+                let db = url.split('?').next().unwrap_or(&url).rsplit('/').next().unwrap_or("mnemo").to_string();
+                let schema = format!("bench_{tag}");
+                let mut shards = Vec::new();
+                for i in 0..2 {
+                    let shard = mnemo_store_pg::ensure_database(&url, &format!("{db}_shard{i}")).await?;
+                    if std::env::var_os("MNEMO_BENCH_KEEP").is_none() {
+                        mnemo_store_pg::drop_schema(&shard, &schema).await?;
+                    }
+                    shards.push(shard);
+                }
+                cfg.store.engine = "postgres".into();
+                cfg.store.url = None;
+                cfg.store.shards = shards.clone();
+                cfg.store.schema = Some(schema.clone());
+                Ok(vec![
+                    ("MNEMO_STORE__ENGINE".into(), "postgres".into()),
+                    ("MNEMO_STORE__URL".into(), "null".into()),
+                    ("MNEMO_STORE__SHARDS".into(), format!("[{}]", shards.join(", "))),
+                    ("MNEMO_STORE__SCHEMA".into(), schema),
+                ])
+            }
+            other => anyhow::bail!("--stores: must be sqlite, postgres or sharded, got {other:?}"),
         }
     }
 }

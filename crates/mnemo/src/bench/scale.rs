@@ -271,7 +271,7 @@ pub async fn run(
             }
             let _ = service.flush_hits().await;
             let bytes = match store.as_str() {
-                "postgres" => db.stats().await?.bytes,
+                "postgres" | "sharded" => db.stats().await?.bytes,
                 _ => dir_bytes(&cfg.store.path),
             };
             drop(service);
@@ -279,7 +279,12 @@ pub async fn run(
             let (cold, rss, hwm, anon) = cold_start(&cfg.store.path, &env, users).await?;
             let (e, w, s, x, xa) =
                 (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx), p50_p95(ctx_again));
-            let label = if store == "postgres" && !cfg.store.hnsw { "postgres (hnsw: false)" } else { store.as_str() };
+            let label = match store.as_str() {
+                "postgres" if !cfg.store.hnsw => "postgres (hnsw: false)",
+                "sharded" if !cfg.store.hnsw => "sharded, 2 databases (hnsw: false)",
+                "sharded" => "sharded, 2 databases",
+                other => other,
+            };
             let row = format!(
                 "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} / {:.0} MB | {:.0} MB |",
                 n as f64 / users as f64,
