@@ -35,7 +35,7 @@
 use crate::StoreError;
 use crate::extract::ExtractionOutput;
 use crate::model::*;
-use crate::store::{NextTerms, Store, StoreResult};
+use crate::store::{NextHop, NextTerms, Store, StoreResult};
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
 use std::collections::{BTreeMap, HashMap};
@@ -500,8 +500,12 @@ impl Store for ShardedStore {
         Ok(best_of(found.concat(), query.k))
     }
 
-    /// Each shard's second hop gets its own first hop's vector part: the union of the shards'
-    /// answers is then what one store holding everything would answer.
+    /// Every shard runs its own two-hop search (so a store that keeps what its first search
+    /// read — PostgreSQL's small scopes — scores the second from it), while the second hop is
+    /// decided once, here: each shard's `then` hands its first answer over and waits; when all
+    /// have, the union's `k` best decide the terms (the caller's `then`), their statistics are
+    /// summed over the shards, and every shard goes on with the same second query (and its own
+    /// first hop's vector part).
     async fn search_candidates_then(
         &self,
         collection_id: CollectionId,
@@ -510,17 +514,47 @@ impl Store for ShardedStore {
         then: NextTerms<'_>,
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
         let first = self.with_corpus(collection_id, first).await?;
-        let parts = each!(self, |s| s.search_candidates(collection_id, filter.clone(), first.clone()))?;
-        let found = best_of(parts.iter().flatten().cloned().collect(), first.k);
-        let Some(terms) = then(&found) else { return Ok((found, None)) };
-        let second = CandidateQuery { terms, corpus: None, ..first.clone() };
-        let second = self.with_corpus(collection_id, second).await?;
-        let more = try_join_all(self.shards.iter().zip(&parts).map(|(s, part)| {
-            let own = CandidateQuery { vector_hits: first.vector_hits_of(part), ..second.clone() };
-            s.search_candidates(collection_id, filter.clone(), own)
-        }))
-        .await?;
-        Ok((found, Some(best_of(more.concat(), first.k))))
+        let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<Candidate>)>();
+        let (hop_tx, hop_rx) = tokio::sync::watch::channel::<Option<Option<NextHop>>>(None);
+        let searches = self.shards.iter().enumerate().map(|(i, s)| {
+            let (found_tx, mut hop_rx) = (found_tx.clone(), hop_rx.clone());
+            let ask: NextTerms<'static> = Box::new(move |found: &[Candidate]| {
+                let _ = found_tx.send((i, found.to_vec()));
+                Box::pin(
+                    async move { hop_rx.wait_for(Option::is_some).await.ok().and_then(|hop| hop.clone().flatten()) },
+                )
+            });
+            s.search_candidates_then(collection_id, filter.clone(), first.clone(), ask)
+        });
+        let searches = try_join_all(searches);
+        drop(found_tx);
+        let decide = async {
+            // Until every shard has answered (a shard that ends without asking drops its sender).
+            let mut parts = Vec::new();
+            while let Some((_, found)) = found_rx.recv().await {
+                parts.extend(found);
+            }
+            let hop = match then(&best_of(parts, first.k)).await {
+                Some(next) => {
+                    let q = CandidateQuery { terms: next.terms, corpus: next.corpus, ..first.clone() };
+                    let q = self.with_corpus(collection_id, q).await?;
+                    Some(NextHop { terms: q.terms, corpus: q.corpus })
+                }
+                None => None,
+            };
+            let _ = hop_tx.send(Some(hop));
+            Ok::<_, StoreError>(())
+        };
+        let (answers, ()) = tokio::try_join!(searches, decide)?;
+        let mut firsts = Vec::new();
+        let mut seconds: Option<Vec<Candidate>> = None;
+        for (found, more) in answers {
+            firsts.extend(found);
+            if let Some(more) = more {
+                seconds.get_or_insert_with(Vec::new).extend(more);
+            }
+        }
+        Ok((best_of(firsts, first.k), seconds.map(|more| best_of(more, first.k))))
     }
 
     async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {

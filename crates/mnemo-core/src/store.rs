@@ -11,9 +11,26 @@ use async_trait::async_trait;
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Decides a second search from the first one's candidates: the terms to search again with
-/// (`None`: no second search). See [`Store::search_candidates_then`].
-pub type NextTerms<'a> = Box<dyn FnOnce(&[Candidate]) -> Option<Vec<String>> + Send + 'a>;
+/// Decides a second search from the first one's candidates (`None`: no second search). See
+/// [`Store::search_candidates_then`]. Asynchronous so that a sharded store can decide once for
+/// all its shards, each of which asks while keeping what its own first search read.
+pub type NextTerms<'a> =
+    Box<dyn FnOnce(&[Candidate]) -> futures_util::future::BoxFuture<'a, Option<NextHop>> + Send + 'a>;
+
+/// What a search's second hop asks: its terms and, from a sharded store, the BM25 statistics to
+/// score them with ([`CandidateQuery::corpus`]).
+#[derive(Clone, Debug)]
+pub struct NextHop {
+    pub terms: Vec<String>,
+    pub corpus: Option<std::sync::Arc<Corpus>>,
+}
+
+impl NextHop {
+    /// A second hop with these terms, scored with the store's own statistics.
+    pub fn terms(terms: Vec<String>) -> Self {
+        Self { terms, corpus: None }
+    }
+}
 
 /// The ids either search signal found, sorted, each once: the candidates a store loads.
 pub fn candidate_ids<A, B>(
@@ -195,8 +212,13 @@ pub trait Store: Send + Sync + 'static {
         then: NextTerms<'_>,
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
         let found = self.search_candidates(collection_id, filter.clone(), first.clone()).await?;
-        let Some(terms) = then(&found) else { return Ok((found, None)) };
-        let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), corpus: None, ..first };
+        let Some(next) = then(&found).await else { return Ok((found, None)) };
+        let second = CandidateQuery {
+            terms: next.terms,
+            vector_hits: first.vector_hits_of(&found),
+            corpus: next.corpus,
+            ..first
+        };
         let more = self.search_candidates(collection_id, filter, second).await?;
         Ok((found, Some(more)))
     }

@@ -17,7 +17,7 @@ use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, quer
 use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::NextTerms;
+use mnemo_core::store::{NextHop, NextTerms};
 use mnemo_core::text::{CorpusStats, fts_tokens};
 use std::collections::HashMap;
 
@@ -41,18 +41,18 @@ pub async fn candidates(
 /// replica failed) makes the same second search without asking again.
 pub(crate) enum Then<'a> {
     Ask(NextTerms<'a>),
-    Known(Option<Vec<String>>),
+    Known(Option<NextHop>),
 }
 
 impl Then<'_> {
-    fn decide(&mut self, found: &[Candidate]) -> Option<Vec<String>> {
+    async fn decide(&mut self, found: &[Candidate]) -> Option<NextHop> {
         if let Then::Ask(_) = self
             && let Then::Ask(ask) = std::mem::replace(self, Then::Known(None))
         {
-            *self = Then::Known(ask(found));
+            *self = Then::Known(ask(found).await);
         }
         match self {
-            Then::Known(terms) => terms.clone(),
+            Then::Known(next) => next.clone(),
             Then::Ask(_) => None,
         }
     }
@@ -70,11 +70,20 @@ pub(crate) async fn two_hops(
     exact_scope: usize,
 ) -> Result<(Vec<Candidate>, Option<Vec<Candidate>>), StoreError> {
     let (found, kept) = candidates_kept(conn, cid, f, first, exact_scope).await?;
-    let Some(terms) = then.decide(&found) else { return Ok((found, None)) };
-    let second = CandidateQuery { terms, vector_hits: first.vector_hits_of(&found), corpus: None, ..first.clone() };
+    let Some(next) = then.decide(&found).await else { return Ok((found, None)) };
+    let second = CandidateQuery {
+        terms: next.terms,
+        vector_hits: first.vector_hits_of(&found),
+        corpus: next.corpus,
+        ..first.clone()
+    };
     let more = match kept {
-        Some(kept) => kept.search_again(&*conn, cid, &second, &found).await?,
-        None => candidates(conn, cid, f, &second, exact_scope).await?,
+        // Kept statistics serve a second hop scored with the store's own; statistics given for
+        // the first (a sharded store's) were not read, and then the second's come given too.
+        Some(kept) if kept.has_stats || second.corpus.is_some() => {
+            kept.search_again(&*conn, cid, &second, &found).await?
+        }
+        _ => candidates(conn, cid, f, &second, exact_scope).await?,
     };
     Ok((found, Some(more)))
 }
@@ -84,6 +93,8 @@ pub(crate) struct Kept {
     scope: Scope,
     /// The tokens whose statistics `scope.df` holds (a token no event has is absent from it).
     asked: std::collections::HashSet<String>,
+    /// Whether `scope` holds the store's statistics (not when the first search was given them).
+    has_stats: bool,
 }
 
 impl Kept {
@@ -98,7 +109,7 @@ impl Kept {
         found: &[Candidate],
     ) -> Result<Vec<Candidate>, StoreError> {
         let new: Vec<String> = query_tokens(&q.terms).into_iter().filter(|t| !self.asked.contains(t)).collect();
-        if !new.is_empty() {
+        if !new.is_empty() && q.corpus.is_none() {
             let rows = query_all(
                 c,
                 "SELECT term, SUM(df)::bigint FROM (
@@ -174,9 +185,9 @@ async fn candidates_kept(
     };
     let found = load_candidates(&*conn, cosine, bm25, qv, dim, &[]).await?;
     // Only a search with full text keeps terms worth keeping.
-    // (Statistics given in `q.corpus` were not read: nothing to keep for another query.)
-    let kept =
-        (!q.terms.is_empty() && q.corpus.is_none()).then(|| Kept { scope, asked: search.tokens.into_iter().collect() });
+    let has_stats = q.corpus.is_none();
+    let asked = if has_stats { search.tokens.into_iter().collect() } else { Default::default() };
+    let kept = (!q.terms.is_empty()).then_some(Kept { scope, asked, has_stats });
     Ok((found, kept))
 }
 

@@ -247,7 +247,8 @@ impl Service {
                 .then(|| feedback_terms(&results, &cq.terms, n_feedback))
                 .flatten();
             first_ranked = Some(results);
-            extra.map(|extra| cq.terms.iter().cloned().chain(extra).collect())
+            let next = extra.map(|extra| crate::store::NextHop::terms(cq.terms.iter().cloned().chain(extra).collect()));
+            Box::pin(std::future::ready(next))
         });
         let (first, second) = self.store.search_candidates_then(c.id, filter.clone(), cq.clone(), then).await?;
         let mut results = first_ranked.unwrap_or_else(|| ranked(&first, None));

@@ -674,13 +674,14 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let mut asked = None;
     let then: crate::store::NextTerms<'_> = Box::new(|found| {
         asked = Some(found.len());
-        Some(vec!["咖啡".into(), "coffee".into()])
+        Box::pin(std::future::ready(Some(crate::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
     });
     let (one, two) = s.search_candidates_then(c.id, f.clone(), first.clone(), then).await.unwrap();
     assert_eq!(asked, Some(one.len()), "the second search is decided from the first's candidates");
     assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
     assert_eq!(key(two.expect("a second search")), scanned);
-    let (_, none) = s.search_candidates_then(c.id, f, first, Box::new(|_| None)).await.unwrap();
+    let (_, none) =
+        s.search_candidates_then(c.id, f, first, Box::new(|_| Box::pin(std::future::ready(None)))).await.unwrap();
     assert!(none.is_none(), "no terms, no second search");
 }
 
