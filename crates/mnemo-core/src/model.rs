@@ -715,6 +715,17 @@ pub struct ForgetCounts {
     pub profiles: u64,
 }
 
+impl std::ops::AddAssign for ForgetCounts {
+    fn add_assign(&mut self, n: Self) {
+        self.conversations += n.conversations;
+        self.messages += n.messages;
+        self.sessions += n.sessions;
+        self.jobs += n.jobs;
+        self.events += n.events;
+        self.profiles += n.profiles;
+    }
+}
+
 /// Sizes of a store, for `/metrics`.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StoreStats {
@@ -759,4 +770,14 @@ pub struct MaintenanceRun {
     /// Daily digests written.
     #[serde(default)]
     pub digests: u64,
+}
+
+impl MaintenanceRun {
+    /// Adds another part's counts (a shard's run of the same start) to these.
+    pub fn add_counts(&mut self, other: &MaintenanceRun) {
+        self.expired += other.expired;
+        self.archived += other.archived;
+        self.folded += other.folded;
+        self.digests += other.digests;
+    }
 }

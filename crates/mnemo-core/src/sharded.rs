@@ -95,10 +95,6 @@ impl ShardedStore {
         Ok(store)
     }
 
-    pub fn shard_count(&self) -> usize {
-        self.shards.len()
-    }
-
     fn user_shard(&self, user: &str) -> usize {
         shard_of(user, self.shards.len())
     }
@@ -620,10 +616,7 @@ impl Store for ShardedStore {
         let parts = each!(self, |s| s.run_maintenance(collection_id, now, archive_before, trigger))?;
         let mut run = parts[0].clone();
         for p in &parts[1..] {
-            run.expired += p.expired;
-            run.archived += p.archived;
-            run.folded += p.folded;
-            run.digests += p.digests;
+            run.add_counts(p);
         }
         Ok(run)
     }
@@ -658,12 +651,7 @@ impl Store for ShardedStore {
         let mut runs: BTreeMap<(Millis, String), MaintenanceRun> = BTreeMap::new();
         for r in parts.into_iter().flatten() {
             match runs.get_mut(&(r.started_at, r.trigger.clone())) {
-                Some(run) => {
-                    run.expired += r.expired;
-                    run.archived += r.archived;
-                    run.folded += r.folded;
-                    run.digests += r.digests;
-                }
+                Some(run) => run.add_counts(&r),
                 None => {
                     runs.insert((r.started_at, r.trigger.clone()), r);
                 }
@@ -701,12 +689,7 @@ impl Store for ShardedStore {
     async fn forget_user(&self, collection_id: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
         let mut out = ForgetCounts::default();
         for c in each!(self, |s| s.forget_user(collection_id, user_id))? {
-            out.conversations += c.conversations;
-            out.messages += c.messages;
-            out.sessions += c.sessions;
-            out.jobs += c.jobs;
-            out.events += c.events;
-            out.profiles += c.profiles;
+            out += c;
         }
         Ok(out)
     }

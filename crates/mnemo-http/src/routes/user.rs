@@ -83,12 +83,7 @@ pub async fn forget(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Us
         .map_err(|e| ApiError::from_core(rid, e))?;
     let mut total = mnemo_core::model::ForgetCounts::default();
     for (_, n) in &done {
-        total.conversations += n.conversations;
-        total.messages += n.messages;
-        total.sessions += n.sessions;
-        total.jobs += n.jobs;
-        total.events += n.events;
-        total.profiles += n.profiles;
+        total += *n;
     }
     let per: serde_json::Map<String, Value> =
         done.iter().map(|(c, n)| (c.clone(), serde_json::to_value(n).expect("serializes"))).collect();
