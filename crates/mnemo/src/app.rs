@@ -109,6 +109,7 @@ pub async fn build_service_with(
 
 /// Opens the configured store (`store.engine`).
 pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
+    cfg.store.check_engine()?;
     Ok(match cfg.store.engine.as_str() {
         "sqlite" => {
             let durability = match cfg.store.durability.as_str() {

@@ -78,6 +78,8 @@ impl Stores {
         match store {
             "sqlite" => {
                 cfg.store.engine = "sqlite".into();
+                (cfg.store.url, cfg.store.read_url, cfg.store.schema) = (None, None, None);
+                cfg.store.shards.clear();
                 Ok(vec![])
             }
             "postgres" => {

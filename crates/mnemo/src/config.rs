@@ -365,6 +365,28 @@ impl Default for StoreConfig {
     }
 }
 
+impl StoreConfig {
+    /// A PostgreSQL setting given while the engine is SQLite (the default) would otherwise be
+    /// ignored in silence — the server would run on a local file the operator never asked for.
+    pub fn check_engine(&self) -> Result<()> {
+        if self.engine != "sqlite" {
+            return Ok(());
+        }
+        let set = [
+            ("url", self.url.is_some()),
+            ("read_url", self.read_url.is_some()),
+            ("shards", !self.shards.is_empty()),
+            ("schema", self.schema.is_some()),
+        ];
+        if let Some((key, _)) = set.iter().find(|(_, given)| *given) {
+            bail!(
+                "store.{key}: is a postgres setting, but store.engine is sqlite (the default): set store.engine: postgres (env MNEMO_STORE__ENGINE=postgres), or remove store.{key}"
+            );
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExtractionConfig {
@@ -611,6 +633,19 @@ fn set_path(tree: &mut Value, path: &[String], value: Value) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_setting_on_the_sqlite_engine_is_refused() {
+        let mut store = StoreConfig { url: Some("postgres://db/mnemo".into()), ..Default::default() };
+        let e = store.check_engine().unwrap_err().to_string();
+        assert!(e.starts_with("store.url: is a postgres setting, but store.engine is sqlite"), "{e}");
+        store.url = None;
+        store.shards = vec!["postgres://db1/m".into()];
+        assert!(store.check_engine().unwrap_err().to_string().starts_with("store.shards:"));
+        store.engine = "postgres".into();
+        store.check_engine().unwrap();
+        StoreConfig::default().check_engine().unwrap();
+    }
 
     #[test]
     fn layers_apply_in_order() {
