@@ -219,7 +219,8 @@ impl PgStore {
         let dropped = async {
             let names = c
                 .query(
-                    "SELECT relname::text FROM pg_class WHERE relkind = 'i' AND relname LIKE 'event_vectors_hnsw_%'
+                    "SELECT relname::text FROM pg_class WHERE relkind = 'i'
+                     AND (relname LIKE 'event_vectors_hnsw_%' OR relname LIKE 'event_vectors_bits_%')
                      AND relnamespace = current_schema()::regnamespace",
                     &[],
                 )

@@ -13,6 +13,7 @@
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
 use crate::rows::{EVENT_COLS, event_from_row};
+use crate::schema::VectorIndex;
 use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
@@ -477,23 +478,33 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
         if let Some(hits) = &q.vector_hits {
             return Ok(hits.iter().cloned().collect());
         }
-        tx.batch_execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
-            .await
-            .map_err(backend)?;
+        let index = VectorIndex::of(dim.into());
         let (where_sql, mut a) = event_filter_sql(cid, f);
         let v = a.push(qv.clone());
         let lim = a.push(k);
         let c = a.push(cid);
-        let expr = format!("(v.vec::vector({dim})) <#> {v}::vector({dim})");
-        let rows = query_all(
-            tx,
-            &format!(
-                "SELECT v.event_id, (-({expr}))::real FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c}
-                 AND v.event_id IN (SELECT id FROM events WHERE {where_sql}) ORDER BY {expr} LIMIT {lim}"
-            ),
-            &a.refs(),
-        )
-        .await?;
+        let ip = format!("(v.vec::vector({dim})) <#> {v}::vector({dim})");
+        let scope = format!(
+            "FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c} AND v.event_id IN (SELECT id FROM events WHERE {where_sql})"
+        );
+        let sql = match index {
+            // The nearest by their signs, then the exact inner product decides among them.
+            VectorIndex::Bits => {
+                let rerank = a.push(VectorIndex::rerank(k));
+                let key = index.key("v", dim.into());
+                format!(
+                    "SELECT event_id, score FROM (SELECT v.event_id, (-({ip}))::real AS score {scope}
+                     ORDER BY {key} <~> binary_quantize({v}::vector({dim}))::bit({dim}) LIMIT {rerank}) near
+                     ORDER BY score DESC, event_id LIMIT {lim}"
+                )
+            }
+            _ => format!("SELECT v.event_id, (-({ip}))::real {scope} ORDER BY {ip} LIMIT {lim}"),
+        };
+        let ef = VectorIndex::rerank(k).max(100);
+        tx.batch_execute(&format!("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {ef}"))
+            .await
+            .map_err(backend)?;
+        let rows = query_all(tx, &sql, &a.refs()).await?;
         Ok::<_, StoreError>(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, f32>(1))).collect::<HashMap<_, _>>())
     };
     let text = async {
