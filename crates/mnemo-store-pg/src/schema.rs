@@ -478,6 +478,14 @@ async fn migrate_locked(client: &mut Client) -> Result<(), String> {
              (scripts/setup-postgres does) and run `CREATE EXTENSION vector` as a superuser"
         ));
     }
+    let version: String =
+        client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'vector'", &[]).await.map_err(e)?.get(0);
+    if !pgvector_suffices(&version) {
+        return Err(format!(
+            "pgvector {version} is too old: mnemo needs 0.7.0 or later (halfvec, binary_quantize); \
+             install a newer pgvector and run `ALTER EXTENSION vector UPDATE`"
+        ));
+    }
     client.batch_execute("CREATE TABLE IF NOT EXISTS mnemo_schema(version BIGINT NOT NULL)").await.map_err(e)?;
     let current: i64 =
         client.query_opt("SELECT version FROM mnemo_schema", &[]).await.map_err(e)?.map(|r| r.get(0)).unwrap_or(0);
@@ -495,6 +503,14 @@ async fn migrate_locked(client: &mut Client) -> Result<(), String> {
         tracing::info!(version = i + 1, "applied postgres store migration");
     }
     Ok(())
+}
+
+/// pgvector 0.7.0 brought what the schema uses: `halfvec` (the user-document index) and
+/// `binary_quantize` with Hamming HNSW (the vector index).
+fn pgvector_suffices(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (0, 7)
 }
 
 /// The vector index of one dimension. pgvector indexes need a fixed dimension and collections
@@ -612,4 +628,29 @@ pub async fn ensure_vector_index(client: &Client, dim: i64) -> Result<(), tokio_
     .await;
     client.execute("SELECT pg_advisory_unlock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
     built
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgvector_from_0_7_suffices() {
+        for v in ["0.7.0", "0.8.0", "0.10.1", "1.0"] {
+            assert!(pgvector_suffices(v), "{v}");
+        }
+        for v in ["0.5.1", "0.6.2", "", "x"] {
+            assert!(!pgvector_suffices(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn real_models_are_indexed_by_their_signs() {
+        assert_eq!(VectorIndex::of(896), VectorIndex::Bits);
+        assert_eq!(VectorIndex::of(3072), VectorIndex::Bits, "beyond full HNSW's 2,000 dimensions");
+        assert_eq!(VectorIndex::of(8), VectorIndex::Full);
+        assert_eq!(VectorIndex::of(70_000), VectorIndex::None);
+        assert_eq!(VectorIndex::rerank(10), 100);
+        assert_eq!(VectorIndex::rerank(200), 1_000);
+    }
 }

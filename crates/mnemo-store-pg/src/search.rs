@@ -9,7 +9,9 @@
 //!   place are read by primary key ([`halfvec_bound`]), and a last statement loads the
 //!   candidates' rows;
 //! - a larger scope uses the HNSW index of the collection's dimension with
-//!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none), and
+//!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none) —
+//!   for a real model's vectors the index of their signs ([`VectorIndex::Bits`]), whose nearest
+//!   [`VectorIndex::rerank`] are ranked by the exact inner product —, and
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
 use crate::rows::{EVENT_COLS, event_from_row};

@@ -342,7 +342,7 @@ pub struct StoreConfig {
     pub shards: Vec<String>,
     /// postgres: `maintenance_work_mem` (MiB, at least) for building the HNSW index after a bulk
     /// load (`mnemo import --bulk`). pgvector builds many times faster while the graph fits:
-    /// about 4.5 KB per 896-d vector (1M events: ~4.5 GB). The database must have that memory.
+    /// about 0.5 KB per vector of a real model (indexed by its signs; 1M events: ~0.5 GB).
     pub index_build_mib: u32,
 }
 
