@@ -502,7 +502,7 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
             }
             _ => format!("SELECT v.event_id, (-({ip}))::real {scope} ORDER BY {ip} LIMIT {lim}"),
         };
-        let ef = VectorIndex::rerank(k).max(100);
+        let ef = if index == VectorIndex::Bits { VectorIndex::rerank(k) } else { 100 };
         tx.batch_execute(&format!("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {ef}"))
             .await
             .map_err(backend)?;
