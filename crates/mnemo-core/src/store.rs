@@ -203,7 +203,7 @@ pub trait Store: Send + Sync + 'static {
     /// (a search's second hop, pseudo-relevance feedback) — the same query with those terms and
     /// the first's vector part ([`CandidateQuery::vector_hits_of`]). Each answer is what
     /// `search_candidates` gives for it; a store that can score the second from what the first
-    /// read overrides this (PostgreSQL keeps a user scope's terms: no second scan).
+    /// read overrides this (SQLite and PostgreSQL keep a small scope's terms: no second scan).
     async fn search_candidates_then(
         &self,
         collection_id: CollectionId,

@@ -5,7 +5,7 @@ use crate::rows::{EVENT_COLS, event_from_row, json, vec_to_blob};
 use crate::{SqliteStore, backend};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::StoreResult;
+use mnemo_core::store::{NextTerms, StoreResult};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::sync::Mutex;
@@ -576,6 +576,33 @@ impl SqliteStore {
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
         self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
+    }
+
+    /// Both hops of a search: the second, decided by `then` from the first's candidates, is
+    /// scored from the scope the first read (not read again) when it was small enough to keep.
+    pub(crate) async fn search_candidates_then(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        let (f, q) = (filter.clone(), first.clone());
+        let (found, kept) = self.read(move |conn| crate::search::candidates_kept(conn, cid, &f, &q)).await?;
+        let Some(next) = then(&found).await else { return Ok((found, None)) };
+        let second = CandidateQuery {
+            terms: next.terms,
+            vector_hits: first.vector_hits_of(&found),
+            corpus: next.corpus,
+            ..first
+        };
+        let Some(kept) = kept else {
+            let more = self.search_candidates(cid, filter, second).await?;
+            return Ok((found, Some(more)));
+        };
+        let known = found.clone();
+        let more = self.read(move |conn| kept.search_again(conn, cid, &second, &known)).await?;
+        Ok((found, Some(more)))
     }
 
     pub(crate) async fn corpus(&self, cid: CollectionId, tokens: Vec<String>) -> StoreResult<Corpus> {

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
-use mnemo_core::store::{Store, StoreResult};
+use mnemo_core::store::{NextTerms, Store, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -324,6 +324,16 @@ impl Store for SqliteStore {
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
         SqliteStore::search_candidates(self, cid, filter, q).await
+    }
+
+    async fn search_candidates_then(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        SqliteStore::search_candidates_then(self, cid, filter, first, then).await
     }
 
     async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {

@@ -66,6 +66,51 @@ pub fn candidates(
     f: &EventFilter,
     q: &CandidateQuery,
 ) -> Result<Vec<Candidate>, StoreError> {
+    Ok(candidates_kept(conn, cid, f, q)?.0)
+}
+
+/// What a small scope's search read, kept for a search's second hop over the same scope: the
+/// scope's events with their terms.
+pub struct Kept {
+    in_scope: Vec<(String, Option<String>)>,
+}
+
+impl Kept {
+    /// The same scope searched again with `q` (its `vector_hits` from the first hop): BM25 over
+    /// the kept terms — the scope is not read again —, and only the rows of candidates the first
+    /// hop (`found`) did not return loaded. Answers what [`candidates`] would.
+    pub fn search_again(
+        &self,
+        conn: &Connection,
+        cid: CollectionId,
+        q: &CandidateQuery,
+        found: &[Candidate],
+    ) -> Result<Vec<Candidate>, StoreError> {
+        let cosine: HashMap<String, f32> = match (&q.vector, &q.vector_hits) {
+            (Some(_), Some(hits)) => hits.iter().cloned().collect(),
+            (None, _) => HashMap::new(),
+            (Some(_), None) => {
+                return Err(StoreError::Invalid("a second hop carries the first hop's vector part".into()));
+            }
+        };
+        let mut bm25 = HashMap::new();
+        if !q.terms.is_empty() {
+            let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+            let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
+            let docs = self.in_scope.iter().map(|(id, terms)| (id.as_str(), terms.as_deref()));
+            bm25 = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k);
+        }
+        load_candidates(conn, cosine, bm25, q, found)
+    }
+}
+
+/// [`candidates`], and the scope it read when it was small enough to keep (see [`Kept`]).
+pub fn candidates_kept(
+    conn: &Connection,
+    cid: CollectionId,
+    f: &EventFilter,
+    q: &CandidateQuery,
+) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
     let mut cosine: HashMap<String, f32> = HashMap::new();
     if let Some(hits) = q.vector.as_ref().and(q.vector_hits.as_ref()) {
@@ -126,8 +171,9 @@ pub fn candidates(
         if in_scope.len() <= SMALL_SCOPE {
             let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
             let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
-            bm25 = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(in_scope, q.k);
-            return load_candidates(conn, cosine, bm25, q);
+            let docs = in_scope.iter().map(|(id, terms)| (id.as_str(), terms.as_deref()));
+            bm25 = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k);
+            return Ok((load_candidates(conn, cosine, bm25, q, &[])?, Some(Kept { in_scope })));
         }
         let mut a = args.clone();
         a.push(SqlValue::Text(expr));
@@ -146,7 +192,7 @@ pub fn candidates(
                 .collect::<Result<_, _>>()
                 .map_err(backend)?;
             bm25 = q.bm25(CorpusStats::default(), |_| 0).top_k(matches, q.k);
-            return load_candidates(conn, cosine, bm25, q);
+            return Ok((load_candidates(conn, cosine, bm25, q, &[])?, None));
         }
         a.push(SqlValue::Integer(q.k as i64));
         let sql = format!(
@@ -166,19 +212,22 @@ pub fn candidates(
             bm25.insert(id, s);
         }
     }
-    load_candidates(conn, cosine, bm25, q)
+    Ok((load_candidates(conn, cosine, bm25, q, &[])?, None))
 }
 
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.
 const SMALL_SCOPE: usize = 5_000;
 
-/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in.
+/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in. A
+/// candidate an earlier hop of the same search returned (`known`) is not read again.
 fn load_candidates(
     conn: &Connection,
     cosine: HashMap<String, f32>,
     bm25: HashMap<String, f64>,
     q: &CandidateQuery,
+    known: &[Candidate],
 ) -> Result<Vec<Candidate>, StoreError> {
+    let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
     let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
     if ids.is_empty() {
         return Ok(vec![]);
@@ -193,9 +242,14 @@ fn load_candidates(
         })
         .map_err(backend)?;
     for id in ids {
-        let event = load.query_row([&id], event_from_row).map_err(backend)?;
+        let seen = known.get(id.as_str());
+        let event = match seen {
+            Some(c) => c.event.clone(),
+            None => load.query_row([&id], event_from_row).map_err(backend)?,
+        };
         let cos = match (cosine.get(&id), &q.vector) {
             (Some(c), _) => Some(*c),
+            (None, Some(_)) if seen.is_some_and(|c| c.cosine.is_some()) => seen.and_then(|c| c.cosine),
             (None, Some(qv)) => {
                 let blob: Option<Vec<u8>> = vec_of.query_row([&id], |r| r.get(0)).ok();
                 blob.map(|b| blob_to_vec(&b)).filter(|v| v.len() == qv.len()).map(|v| dot(qv, &v))
