@@ -278,7 +278,34 @@ impl PgStore {
     }
 
     async fn vector_index(&self, conn: &Object, dim: i64) -> StoreResult<()> {
-        if self.hnsw { schema::ensure_vector_index(conn, dim).await.map_err(backend) } else { Ok(()) }
+        if !self.hnsw || schema::ensure_vector_index(conn, dim).await.map_err(backend)? == schema::Indexed::Ready {
+            return Ok(());
+        }
+        // An earlier release's full-vector index: replaced in the background, writes going on.
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            let upgraded = match pool.get().await {
+                Ok(c) => schema::upgrade_vector_index(&c, dim).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match upgraded {
+                Ok(true) => tracing::info!(
+                    dim,
+                    secs = t.elapsed().as_secs_f64(),
+                    "vector index over the signs built; the full-vector index dropped"
+                ),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(dim, error = %e, "replacing the vector index failed; the next start tries again")
+                }
+            }
+        });
+        tracing::info!(
+            dim,
+            "building the vector index over the signs in the background (replaces the full-vector index; writes go on)"
+        );
+        Ok(())
     }
 
     /// The read replica's pool, unless there is none or it failed a moment ago.

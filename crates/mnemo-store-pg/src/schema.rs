@@ -564,70 +564,133 @@ impl VectorIndex {
     }
 }
 
-/// Builds the vector index of one dimension (see [`VectorIndex`]) unless it exists. A database an
-/// earlier release indexed with full vectors gets the index over the signs at its next start,
-/// and loses the old index once the new one is built.
-pub async fn ensure_vector_index(client: &Client, dim: i64) -> Result<(), tokio_postgres::Error> {
+/// Whether an index exists, and whether it is usable (a `CREATE INDEX CONCURRENTLY` that did not
+/// finish leaves an invalid one behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IndexState {
+    Missing,
+    Invalid,
+    Valid,
+}
+
+async fn index_state(client: &Client, name: &str) -> Result<IndexState, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+             WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
+            &[&name],
+        )
+        .await?;
+    Ok(match row.map(|r| r.get::<_, bool>(0)) {
+        None => IndexState::Missing,
+        Some(false) => IndexState::Invalid,
+        Some(true) => IndexState::Valid,
+    })
+}
+
+/// What [`ensure_vector_index`] left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indexed {
+    /// The dimension has its index (or is built by a bulk load when it ends, or has none).
+    Ready,
+    /// An earlier release indexed the dimension with its full vectors: [`upgrade_vector_index`]
+    /// replaces that index without holding writes back — minutes at a million vectors.
+    Upgrade,
+}
+
+/// The index over the signs a dimension has, or the full-vector one an earlier release built.
+fn superseded(dim: i64) -> Option<String> {
+    (VectorIndex::of(dim) == VectorIndex::Bits).then(|| format!("event_vectors_hnsw_{dim}"))
+}
+
+fn create_index_sql(dim: i64, concurrently: bool) -> String {
     let kind = VectorIndex::of(dim);
-    if kind == VectorIndex::None {
-        return Ok(());
-    }
-    let name = VectorIndex::name(dim);
-    let exists = |name: String| async move {
-        client
-            .query_opt(
-                "SELECT 1 FROM pg_class WHERE relname = $1 AND relnamespace = current_schema()::regnamespace",
-                &[&name],
-            )
-            .await
-            .map(|r| r.is_some())
-    };
-    let superseded = (kind == VectorIndex::Bits).then(|| format!("event_vectors_hnsw_{dim}"));
-    if exists(name.clone()).await? {
-        if let Some(old) = &superseded
-            && exists(old.clone()).await?
-        {
-            client.batch_execute(&format!("DROP INDEX IF EXISTS {old}")).await?;
-        }
-        return Ok(());
-    }
-    // A bulk load in progress (another session holds its lock) builds the index when it ends.
-    let loading = !client
-        .query_one(&format!("SELECT pg_try_advisory_lock_shared({BULK_LOAD_LOCK})"), &[])
-        .await?
-        .get::<_, bool>(0);
-    if loading {
-        tracing::info!(index = %name, "a bulk load is in progress: its end builds the vector index");
-        return Ok(());
-    }
-    client.execute(&format!("SELECT pg_advisory_unlock_shared({BULK_LOAD_LOCK})"), &[]).await?;
-    client.execute("SELECT pg_advisory_lock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
     let ops = match kind {
         VectorIndex::Bits => "bit_hamming_ops",
         _ => "vector_ip_ops",
     };
-    let key = kind.key("", dim);
+    let (name, key) = (VectorIndex::name(dim), kind.key("", dim));
+    let how = if concurrently { "CONCURRENTLY " } else { "" };
+    format!("CREATE INDEX {how}IF NOT EXISTS {name} ON event_vectors USING hnsw ({key} {ops}) WHERE dim = {dim}")
+}
+
+/// Builds the vector index of one dimension (see [`VectorIndex`]) unless it exists — or answers
+/// [`Indexed::Upgrade`] when the dimension still has the full-vector index of an earlier release.
+pub async fn ensure_vector_index(client: &Client, dim: i64) -> Result<Indexed, tokio_postgres::Error> {
+    if VectorIndex::of(dim) == VectorIndex::None {
+        return Ok(Indexed::Ready);
+    }
+    let name = VectorIndex::name(dim);
+    match index_state(client, &name).await? {
+        IndexState::Valid => {
+            if let Some(old) = superseded(dim)
+                && index_state(client, &old).await? != IndexState::Missing
+            {
+                client.batch_execute(&format!("DROP INDEX IF EXISTS {old}")).await?;
+            }
+            return Ok(Indexed::Ready);
+        }
+        IndexState::Invalid | IndexState::Missing => {}
+    }
+    if let Some(old) = superseded(dim)
+        && index_state(client, &old).await? == IndexState::Valid
+    {
+        return Ok(Indexed::Upgrade);
+    }
+    if !bulk_load_absent(client, &name).await? {
+        return Ok(Indexed::Ready);
+    }
+    client.execute("SELECT pg_advisory_lock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
     let built = async {
-        let had_old = match &superseded {
-            Some(old) => exists(old.clone()).await?,
-            None => false,
-        };
-        if had_old {
-            tracing::info!(index = %name, "building the vector index over the vectors' signs (replaces the full-vector index)");
+        if index_state(client, &name).await? == IndexState::Invalid {
+            client.batch_execute(&format!("DROP INDEX IF EXISTS {name}")).await?;
         }
-        client
-            .batch_execute(&format!(
-                "CREATE INDEX IF NOT EXISTS {name} ON event_vectors USING hnsw ({key} {ops}) WHERE dim = {dim}"
-            ))
-            .await?;
-        if let Some(old) = superseded.as_deref().filter(|_| had_old) {
-            client.batch_execute(&format!("DROP INDEX IF EXISTS {old}")).await?;
-        }
-        Ok::<_, tokio_postgres::Error>(())
+        client.batch_execute(&create_index_sql(dim, false)).await
     }
     .await;
     client.execute("SELECT pg_advisory_unlock($1)", &[&(MIGRATION_LOCK + 1)]).await?;
-    built
+    built.map(|_| Indexed::Ready)
+}
+
+/// Whether no bulk load holds its lock (one in progress builds the index when it ends).
+async fn bulk_load_absent(client: &Client, name: &str) -> Result<bool, tokio_postgres::Error> {
+    let free = client
+        .query_one(&format!("SELECT pg_try_advisory_lock_shared({BULK_LOAD_LOCK})"), &[])
+        .await?
+        .get::<_, bool>(0);
+    if free {
+        client.execute(&format!("SELECT pg_advisory_unlock_shared({BULK_LOAD_LOCK})"), &[]).await?;
+    } else {
+        tracing::info!(index = %name, "a bulk load is in progress: its end builds the vector index");
+    }
+    Ok(free)
+}
+
+/// Replaces the full-vector index an earlier release built for `dim` with the index over the
+/// signs: built with `CREATE INDEX CONCURRENTLY` (writes go on meanwhile; large-scope searches
+/// scan exactly until it is ready), then the old one dropped. One replica does it — another
+/// finds the lock taken and returns `false`; a build cut short (the process died) leaves an
+/// invalid index that the next start drops and builds again.
+pub async fn upgrade_vector_index(client: &Client, dim: i64) -> Result<bool, tokio_postgres::Error> {
+    let (name, Some(old)) = (VectorIndex::name(dim), superseded(dim)) else { return Ok(false) };
+    let mine = client.query_one("SELECT pg_try_advisory_lock($1)", &[&(MIGRATION_LOCK + 2)]).await?.get::<_, bool>(0);
+    if !mine {
+        return Ok(false);
+    }
+    let done = async {
+        if !bulk_load_absent(client, &name).await? || index_state(client, &name).await? == IndexState::Valid {
+            return Ok(false);
+        }
+        if index_state(client, &name).await? == IndexState::Invalid {
+            client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}")).await?;
+        }
+        client.batch_execute(&create_index_sql(dim, true)).await?;
+        client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {old}")).await?;
+        Ok(true)
+    }
+    .await;
+    client.execute("SELECT pg_advisory_unlock($1)", &[&(MIGRATION_LOCK + 2)]).await?;
+    done
 }
 
 #[cfg(test)]

@@ -273,7 +273,8 @@ async fn a_bulk_load_keeps_every_replica_from_building_the_index_until_it_ends()
 /// a search whose scope is too large to scan takes the nearest by their signs through that index
 /// and ranks them by the exact inner product — scores exact, the top 10 almost always the exact
 /// top 10, a filter honoured. A database whose dimension an earlier release indexed with full
-/// vectors gets the new index at its next start and loses the old one.
+/// vectors gets the new index after its next start — built in the background, writes going on —
+/// and loses the old one.
 #[tokio::test]
 async fn a_large_scope_is_searched_through_the_vectors_signs_and_ranked_exactly() {
     let schema = "vector_bits";
@@ -406,7 +407,55 @@ async fn a_large_scope_is_searched_through_the_vectors_signs_and_ranked_exactly(
     assert_eq!(indexes().await, ["event_vectors_hnsw_384"]);
     drop(store);
     let store = open().await.unwrap();
-    assert_eq!(indexes().await, ["event_vectors_bits_384"], "rebuilt over the signs at the start, the old one gone");
+    // Built in the background (CONCURRENTLY: writes go on); an event written right after the
+    // start is stored.
+    let info = json!({"summary": "written during the upgrade"}).as_object().unwrap().clone();
+    let during = store
+        .insert_event(NewEvent {
+            embedding: Some(near(&topics[0], 1.0)),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u0", info, 0)
+        })
+        .await
+        .unwrap();
+    let mut replaced = false;
+    for _ in 0..300 {
+        if indexes().await == ["event_vectors_bits_384"] {
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(replaced, "rebuilt over the signs after the start, the old one gone: {:?}", indexes().await);
+    let valid: bool = client
+        .query_one(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relname = 'event_vectors_bits_384' AND n.nspname = $1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(valid);
+    store.delete_event(c.id, &during.id).await.unwrap();
+    // A build cut short leaves an invalid index (as a killed CREATE INDEX CONCURRENTLY does):
+    // the next start drops it and builds it again.
+    client
+        .batch_execute(&format!(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{schema}.event_vectors_bits_384'::regclass"
+        ))
+        .await
+        .unwrap();
+    drop(store);
+    let store = open().await.unwrap();
+    let valid: bool = client
+        .query_one(
+            &format!("SELECT indisvalid FROM pg_index WHERE indexrelid = '{schema}.event_vectors_bits_384'::regclass"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(valid, "rebuilt valid at the start");
     assert!(check(&store, c.id, &stored, &queries, &users).await >= 0.9);
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }
