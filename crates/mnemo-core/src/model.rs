@@ -667,6 +667,17 @@ impl CandidateQuery {
         }
     }
 
+    /// A search's second hop after this query found `found`: `next`'s terms (and statistics)
+    /// with the vector part as found ([`Self::vector_hits_of`]), the rest unchanged.
+    pub fn second_hop(&self, found: &[Candidate], next: crate::store::NextHop) -> CandidateQuery {
+        CandidateQuery {
+            terms: next.terms,
+            vector_hits: self.vector_hits_of(found),
+            corpus: next.corpus,
+            ..self.clone()
+        }
+    }
+
     /// The vector part of a candidate list this query returned: the `k` candidates of highest
     /// cosine. With an exact scan (every user-scoped search) it is the store's vector part, since
     /// a full-text hit outside it scores at most its lowest cosine — up to which of several

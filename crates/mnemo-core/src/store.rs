@@ -213,12 +213,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
         let found = self.search_candidates(collection_id, filter.clone(), first.clone()).await?;
         let Some(next) = then(&found).await else { return Ok((found, None)) };
-        let second = CandidateQuery {
-            terms: next.terms,
-            vector_hits: first.vector_hits_of(&found),
-            corpus: next.corpus,
-            ..first
-        };
+        let second = first.second_hop(&found, next);
         let more = self.search_candidates(collection_id, filter, second).await?;
         Ok((found, Some(more)))
     }

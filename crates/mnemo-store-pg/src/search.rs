@@ -74,12 +74,7 @@ pub(crate) async fn two_hops(
 ) -> Result<(Vec<Candidate>, Option<Vec<Candidate>>), StoreError> {
     let (found, kept) = candidates_kept(conn, cid, f, first, exact_scope).await?;
     let Some(next) = then.decide(&found).await else { return Ok((found, None)) };
-    let second = CandidateQuery {
-        terms: next.terms,
-        vector_hits: first.vector_hits_of(&found),
-        corpus: next.corpus,
-        ..first.clone()
-    };
+    let second = first.second_hop(&found, next);
     let more = match kept {
         // Kept statistics serve a second hop scored with the store's own; statistics given for
         // the first (a sharded store's) were not read, and then the second's come given too.

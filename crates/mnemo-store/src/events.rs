@@ -590,12 +590,7 @@ impl SqliteStore {
         let (f, q) = (filter.clone(), first.clone());
         let (found, kept) = self.read(move |conn| crate::search::candidates_kept(conn, cid, &f, &q)).await?;
         let Some(next) = then(&found).await else { return Ok((found, None)) };
-        let second = CandidateQuery {
-            terms: next.terms,
-            vector_hits: first.vector_hits_of(&found),
-            corpus: next.corpus,
-            ..first
-        };
+        let second = first.second_hop(&found, next);
         let Some(kept) = kept else {
             let more = self.search_candidates(cid, filter, second).await?;
             return Ok((found, Some(more)));
