@@ -88,6 +88,8 @@ fn install_model_from_checkout(default_location: bool) -> Result<()> {
 }
 
 pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
+    // A store setting the engine ignores stops the start before the model's 2 s of loading.
+    cfg.store.check_engine()?;
     let t = std::time::Instant::now();
     // While the embedding model loads (on two threads), not on the first request.
     mnemo_core::warm_up();

@@ -13,6 +13,19 @@ async fn non_loopback_bind_without_keys_refuses_to_start() {
     assert!(err.contains("without API keys"), "{err}");
 }
 
+/// A PostgreSQL setting with the default engine is not ignored (the server would otherwise run
+/// on a local file nobody asked for): the start stops, naming the key and the fix.
+#[tokio::test]
+async fn a_postgres_url_on_the_sqlite_engine_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("m.yaml");
+    std::fs::write(&cfg, "store:\n  url: postgres://db.invalid/mnemo\n").unwrap();
+    let env = [("MNEMO_STORE__ENGINE", "sqlite"), ("MNEMO_STORE__URL", "postgres://db.invalid/mnemo")];
+    let err = Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &env).err().expect("must refuse");
+    assert!(err.contains("store.url: is a postgres setting, but store.engine is sqlite"), "{err}");
+    assert!(!dir.path().join("d").exists(), "no local store was created");
+}
+
 #[tokio::test]
 async fn keys_are_required_and_scoped_to_projects() {
     let dir = tempfile::tempdir().unwrap();
