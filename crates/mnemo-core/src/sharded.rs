@@ -165,15 +165,25 @@ impl ShardedStore {
     /// `q` with the BM25 statistics of every shard (one round, all shards at once), so each
     /// shard ranks and scores its full-text hits as one database holding everything would.
     async fn with_corpus(&self, collection_id: CollectionId, q: CandidateQuery) -> StoreResult<CandidateQuery> {
-        if q.terms.is_empty() || q.corpus.is_some() {
-            return Ok(q);
+        let corpus = self.summed_corpus(collection_id, &q.terms, q.corpus.clone()).await?;
+        Ok(CandidateQuery { corpus, ..q })
+    }
+
+    /// `given`, or every shard's statistics for `terms`' tokens summed (`None` without terms).
+    async fn summed_corpus(
+        &self,
+        collection_id: CollectionId,
+        terms: &[String],
+        given: Option<Arc<Corpus>>,
+    ) -> StoreResult<Option<Arc<Corpus>>> {
+        if terms.is_empty() || given.is_some() {
+            return Ok(given);
         }
         let mut tokens: Vec<String> =
-            q.terms.iter().flat_map(|t| crate::text::fts_tokens(t).collect::<Vec<_>>()).collect();
+            terms.iter().flat_map(|t| crate::text::fts_tokens(t).collect::<Vec<_>>()).collect();
         tokens.sort();
         tokens.dedup();
-        let corpus = self.corpus(collection_id, &tokens).await?;
-        Ok(CandidateQuery { corpus: Some(Arc::new(corpus)), ..q })
+        Ok(Some(Arc::new(self.corpus(collection_id, &tokens).await?)))
     }
 
     async fn event_shard_of_id(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<usize>> {
@@ -532,9 +542,8 @@ impl Store for ShardedStore {
             }
             let hop = match then(&best_of(parts, first.k)).await {
                 Some(next) => {
-                    let q = CandidateQuery { terms: next.terms, corpus: next.corpus, ..first.clone() };
-                    let q = self.with_corpus(collection_id, q).await?;
-                    Some(NextHop { terms: q.terms, corpus: q.corpus })
+                    let corpus = self.summed_corpus(collection_id, &next.terms, next.corpus).await?;
+                    Some(NextHop { terms: next.terms, corpus })
                 }
                 None => None,
             };

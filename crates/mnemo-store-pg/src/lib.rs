@@ -279,18 +279,18 @@ impl PgStore {
         let (pool, mib) = (self.pool.clone(), self.index_build_mib);
         tokio::spawn(async move {
             let t = std::time::Instant::now();
-            let upgraded = match pool.get().await {
-                Ok(c) => {
-                    let r = match raise_build_memory(&c, mib).await {
-                        Ok(()) => schema::upgrade_vector_index(&c, dim).await,
-                        Err(e) => Err(e),
-                    };
-                    // A pooled connection keeps its session settings.
-                    let _ = c.batch_execute("RESET maintenance_work_mem").await;
-                    r.map_err(|e| e.to_string())
+            let upgraded = async {
+                let c = pool.get().await.map_err(|e| e.to_string())?;
+                let r = async {
+                    raise_build_memory(&c, mib).await?;
+                    schema::upgrade_vector_index(&c, dim).await
                 }
-                Err(e) => Err(e.to_string()),
-            };
+                .await;
+                // A pooled connection keeps its session settings.
+                let _ = c.batch_execute("RESET maintenance_work_mem").await;
+                r.map_err(|e| e.to_string())
+            }
+            .await;
             match upgraded {
                 Ok(true) => tracing::info!(
                     dim,

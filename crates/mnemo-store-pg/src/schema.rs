@@ -545,7 +545,7 @@ impl VectorIndex {
     pub fn name(dim: i64) -> String {
         match Self::of(dim) {
             VectorIndex::Bits => format!("event_vectors_bits_{dim}"),
-            _ => format!("event_vectors_hnsw_{dim}"),
+            _ => full_index_name(dim),
         }
     }
 
@@ -598,9 +598,13 @@ pub enum Indexed {
     Upgrade,
 }
 
-/// The index over the signs a dimension has, or the full-vector one an earlier release built.
+fn full_index_name(dim: i64) -> String {
+    format!("event_vectors_hnsw_{dim}")
+}
+
+/// The full-vector index an earlier release built for a dimension now indexed by its signs.
 fn superseded(dim: i64) -> Option<String> {
-    (VectorIndex::of(dim) == VectorIndex::Bits).then(|| format!("event_vectors_hnsw_{dim}"))
+    (VectorIndex::of(dim) == VectorIndex::Bits).then(|| full_index_name(dim))
 }
 
 fn create_index_sql(dim: i64, concurrently: bool) -> String {
@@ -678,11 +682,15 @@ pub async fn upgrade_vector_index(client: &Client, dim: i64) -> Result<bool, tok
         return Ok(false);
     }
     let done = async {
-        if !bulk_load_absent(client, &name).await? || index_state(client, &name).await? == IndexState::Valid {
+        if !bulk_load_absent(client, &name).await? {
             return Ok(false);
         }
-        if index_state(client, &name).await? == IndexState::Invalid {
-            client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}")).await?;
+        match index_state(client, &name).await? {
+            IndexState::Valid => return Ok(false),
+            IndexState::Invalid => {
+                client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}")).await?;
+            }
+            IndexState::Missing => {}
         }
         client.batch_execute(&create_index_sql(dim, true)).await?;
         client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {old}")).await?;

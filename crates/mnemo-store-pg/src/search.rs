@@ -484,10 +484,11 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
         let scope = format!(
             "FROM event_vectors v WHERE v.dim = {dim} AND v.collection_id = {c} AND v.event_id IN (SELECT id FROM events WHERE {where_sql})"
         );
+        let rerank = VectorIndex::rerank(k);
         let sql = match index {
             // The nearest by their signs, then the exact inner product decides among them.
             VectorIndex::Bits => {
-                let rerank = a.push(VectorIndex::rerank(k));
+                let rerank = a.push(rerank);
                 let key = index.key("v", dim.into());
                 format!(
                     "SELECT event_id, score FROM (SELECT v.event_id, (-({ip}))::real AS score {scope}
@@ -497,7 +498,7 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
             }
             _ => format!("SELECT v.event_id, (-({ip}))::real {scope} ORDER BY {ip} LIMIT {lim}"),
         };
-        let ef = if index == VectorIndex::Bits { VectorIndex::rerank(k) } else { 100 };
+        let ef = if index == VectorIndex::Bits { rerank } else { 100 };
         tx.batch_execute(&format!("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {ef}"))
             .await
             .map_err(backend)?;

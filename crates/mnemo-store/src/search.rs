@@ -86,13 +86,7 @@ impl Kept {
         q: &CandidateQuery,
         found: &[Candidate],
     ) -> Result<Vec<Candidate>, StoreError> {
-        let cosine: HashMap<String, f32> = match (&q.vector, &q.vector_hits) {
-            (Some(_), Some(hits)) => hits.iter().cloned().collect(),
-            (None, _) => HashMap::new(),
-            (Some(_), None) => {
-                return Err(StoreError::Invalid("a second hop carries the first hop's vector part".into()));
-            }
-        };
+        let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let mut bm25 = HashMap::new();
         if !q.terms.is_empty() {
             let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
