@@ -312,6 +312,9 @@ enum Op {
 /// Chinese clause end: punctuation, a conjunction-ish break, or the end.
 const ZH_END: &str = r"(?:[，。！？,.!?；;、\n]|而且|但是|所以|$)";
 const EN_END: &str = r"(?:[,.!?;\n]| and | but | because |$)";
+/// The user as the subject of a Chinese statement: "我", or a first clause of the user's own
+/// ("我住在上海，") whose subject the next clause shares ("…，对花生过敏").
+const ZH_I: &str = r"(?:我|我(?:现在|目前|也|还|今年)?(?:住在|生活在|是|叫|在|今年|喜欢|爱|不喜欢)[^。！？!?；;\n，,]{0,20}[，,]\s*(?:也|还|而且)?)";
 
 static RULES: LazyLock<Vec<(Regex, Op)>> = LazyLock::new(|| {
     let zh = |p: &str| Regex::new(&format!("{p}{ZH_END}")).unwrap();
@@ -331,18 +334,25 @@ static RULES: LazyLock<Vec<(Regex, Op)>> = LazyLock::new(|| {
         (zh(r"我是一[名个位]([^，。！？,.!?；;\s]{1,16}?)"), Op::Set("occupation")),
         (zh(r"我是(?:个)?([^一，。！？,.!?；;\s][^，。！？,.!?；;\s]{0,15}?)"), Op::Append("identity", None)),
         (
-            zh(r"我(?:很|最|特别|非常|比较|超)?(?:喜欢|爱吃|爱喝|热爱)([^，。！？,.!?；;]{1,20}?)"),
+            zh(&format!(r"{ZH_I}(?:很|最|特别|非常|比较|超)?(?:喜欢|爱吃|爱喝|热爱)([^，。！？,.!?；;]{{1,20}}?)")),
             Op::Append("likes", Some("dislikes")),
         ),
-        (zh(r"我(?:不喜欢|不爱|讨厌|受不了)([^，。！？,.!?；;]{1,20}?)"), Op::Append("dislikes", Some("likes"))),
+        (
+            zh(&format!(r"{ZH_I}(?:不喜欢|不爱|讨厌|受不了)([^，。！？,.!?；;]{{1,20}}?)")),
+            Op::Append("dislikes", Some("likes")),
+        ),
         (zh(r"我(?:更)?(?:偏好|倾向于?|更喜欢|习惯)([^，。！？,.!?；;]{1,20}?)"), Op::Append("prefers", None)),
-        (zh(r"我对([^，。！？,.!?；;\s]{1,12}?)过敏"), Op::Append("allergies", None)),
+        (zh(&format!(r"{ZH_I}对([^，。！？,.!?；;\s]{{1,12}}?)过敏")), Op::Append("allergies", None)),
         (zh(r"我(?:是|只)?(吃素|素食者?|纯素)"), Op::Set("diet")),
         (en(r"\bmy name is ([A-Za-z][A-Za-z'-]*(?: [A-Z][A-Za-z'-]*)?)"), Op::Set("name")),
         (en(r"\bI(?: am|'m) (\d{1,3}) years? old"), Op::Set("age")),
         (en(r"\bI (?:currently |now )?live in ([A-Za-z][A-Za-z .'-]{1,30}?)"), Op::Set("city")),
-        (en(r"\bI work (?:at|for) ([A-Za-z0-9][A-Za-z0-9 &.'-]{1,30}?)"), Op::Set("workplace")),
-        (en(r"\bI work as (?:an? )?([A-Za-z][A-Za-z -]{1,30}?)"), Op::Set("occupation")),
+        // "I live in Lisbon and work as a nurse": the subject is shared across "and".
+        (
+            en(r"\b(?:I|and) (?:currently |now )?work (?:at|for) ([A-Za-z0-9][A-Za-z0-9 &.'-]{1,30}?)"),
+            Op::Set("workplace"),
+        ),
+        (en(r"\b(?:I|and) (?:currently |now )?work as (?:an? )?([A-Za-z][A-Za-z -]{1,30}?)"), Op::Set("occupation")),
         (en(r"\bI(?: am|'m) an? ([A-Za-z][A-Za-z -]{1,30}?)"), Op::Append("identity", None)),
         (
             en(r"\bI (?:really |also |just )?(?:like|love|enjoy|adore) ([^,.!?;\n]{1,40}?)"),
@@ -499,6 +509,30 @@ mod tests {
         );
         assert_eq!(out.events.len(), 1);
         assert!(out.events[0].memory_info["summary"].as_str().unwrap().starts_with("User: Hi, my name is Alice"));
+    }
+
+    #[test]
+    fn a_chinese_subject_shared_across_a_comma_still_counts() {
+        let out = run(vec![
+            m(1, Role::User, "我住在上海，对花生过敏"),
+            m(2, Role::User, "我今年35岁，很喜欢爬山。我老公不吃辣，对海鲜过敏。"),
+        ]);
+        assert_eq!(
+            apply(&out.profile_changes),
+            json!({"city": "上海", "allergies": ["花生"], "age": "35岁", "likes": ["爬山"]})
+        );
+    }
+
+    #[test]
+    fn a_subject_shared_across_and_still_counts() {
+        let out = run(vec![
+            m(1, Role::User, "I live in Lisbon and work as a nurse. My brother lives in Porto and works as a chef."),
+            m(2, Role::User, "I moved, and now work for Siemens."),
+        ]);
+        assert_eq!(
+            apply(&out.profile_changes),
+            json!({"city": "Lisbon", "occupation": "nurse", "workplace": "Siemens"})
+        );
     }
 
     #[test]

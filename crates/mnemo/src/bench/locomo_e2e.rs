@@ -1,7 +1,7 @@
 //! `mnemo bench locomo --e2e`: what a user's LLM would actually see. The turns go through
 //! `streaming_write` (default trigger) → rules extraction → `get_context` (a fresh conversation,
 //! query = the question, the conversation's user) at 600, 1,200 and 2,400 tokens with the event
-//! limit left to the budget (200: `min(limit, max_tokens/8)` events are ranked), and at 1,200
+//! limit left to the budget (200: `min(limit, max_tokens/24)` events are ranked), and at 1,200
 //! tokens with limit 10 (the setting of the figures before 2026-12-01).
 //!
 //! - **present**: every evidence turn of the question is in the context — an event in it cites
