@@ -36,10 +36,7 @@ pub(crate) const LEGACY_VECTORS: &str = "event_vectors_legacy";
 /// Whether `event_vectors_legacy` still exists (a data directory upgraded from schema v10 whose
 /// relocation has not finished). A look at the schema table: microseconds.
 pub(crate) fn has_legacy_vectors(conn: &Connection) -> StoreResult<bool> {
-    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?1)")
-        .map_err(backend)?
-        .query_row([LEGACY_VECTORS], |r| r.get(0))
-        .map_err(backend)
+    table_exists(conn, LEGACY_VECTORS)
 }
 
 /// The tables vectors are in: `event_vectors`, and the legacy one while it exists.
@@ -179,7 +176,53 @@ impl Relocation {
     }
 }
 
+/// The background copy of vectors written before schema v12 into `event_vectors_f16`: whether it
+/// is still pending, and its progress for the log.
+pub(crate) struct F16Fill {
+    pending: AtomicBool,
+    copied: AtomicU64,
+}
+
+/// Vectors copied per batch: ~5 MB read, ~2 MB written, a few milliseconds of the writer.
+const F16_FILL_BATCH: usize = 1_000;
+
+impl F16Fill {
+    pub(crate) fn new(conn: &Connection) -> StoreResult<Self> {
+        let pending = table_exists(conn, F16_FILL)?;
+        if pending {
+            tracing::info!(
+                "vectors written before schema v12 get their half-precision copy in the background; searches read their f32 rows meanwhile"
+            );
+        }
+        Ok(Self { pending: AtomicBool::new(pending), copied: AtomicU64::new(0) })
+    }
+
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+}
+
 impl SqliteStore {
+    /// One batch of the f16 copy's fill (after the relocation: it moves vectors); `Ok(true)` while
+    /// more is left.
+    pub(crate) async fn fill_f16_step(&self) -> StoreResult<bool> {
+        let f = &self.f16_fill;
+        if !f.pending() {
+            return Ok(false);
+        }
+        let n = self.writer.write(|conn| fill_f16(conn, F16_FILL_BATCH)).await?;
+        let before = f.copied.fetch_add(n as u64, Ordering::Relaxed);
+        if n == 0 {
+            f.pending.store(false, Ordering::Relaxed);
+            tracing::info!(vectors = before, "vectors written before schema v12 have their half-precision copy");
+            return Ok(false);
+        }
+        if (before + n as u64) / 100_000 > before / 100_000 {
+            tracing::info!(vectors = before + n as u64, "copying vectors written before schema v12 to half precision");
+        }
+        Ok(true)
+    }
+
     /// One batch of the relocation; `Ok(true)` while more is left.
     pub(crate) async fn relocate_step(&self) -> StoreResult<bool> {
         let r = &self.relocation;
@@ -285,9 +328,62 @@ pub(crate) fn index_event(
         .map_err(backend)?
         .execute(params![id, cid, vec_to_blob(v), rowid])
         .map_err(backend)?;
+        conn.prepare_cached("INSERT OR REPLACE INTO event_vectors_f16(rowid, h) VALUES (?1, ?2)")
+            .map_err(backend)?
+            .execute(params![rowid, f16_blob(v)])
+            .map_err(backend)?;
         forget_legacy_vector(conn, id)?;
     }
     Ok(())
+}
+
+/// A vector's half-precision copy (little-endian IEEE f16), which orders a scoped search (see
+/// `search::vector_top_k`).
+pub(crate) fn f16_blob(v: &[f32]) -> Vec<u8> {
+    use half::slice::HalfFloatSliceExt;
+    let mut h = vec![half::f16::ZERO; v.len()];
+    h.convert_from_f32_slice(v);
+    h.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The table holding the f16 copy's background fill cursor, while vectors written before schema
+/// v12 still lack their copy.
+pub(crate) const F16_FILL: &str = "event_vectors_f16_fill";
+
+fn table_exists(conn: &Connection, name: &str) -> StoreResult<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?1)")
+        .map_err(backend)?
+        .query_row([name], |r| r.get(0))
+        .map_err(backend)
+}
+
+/// Gives up to `limit` vectors written before schema v12 their f16 copy, in rowid order from the
+/// cursor. Returns how many it read; 0 means none is left, and the cursor's table is dropped.
+pub(crate) fn fill_f16(conn: &Connection, limit: usize) -> StoreResult<usize> {
+    if !table_exists(conn, F16_FILL)? {
+        return Ok(0);
+    }
+    let next: i64 =
+        conn.query_row("SELECT next_rowid FROM event_vectors_f16_fill", [], |r| r.get(0)).map_err(backend)?;
+    let rows: Vec<(i64, Vec<u8>)> = conn
+        .prepare_cached("SELECT rowid, vec FROM event_vectors WHERE rowid >= ?1 ORDER BY rowid LIMIT ?2")
+        .map_err(backend)?
+        .query_map(params![next, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(backend)?
+        .collect::<Result<_, _>>()
+        .map_err(backend)?;
+    let Some(last) = rows.last().map(|(r, _)| *r) else {
+        conn.execute_batch("DROP TABLE event_vectors_f16_fill").map_err(backend)?;
+        return Ok(0);
+    };
+    // A copy written since the upgrade is the same vector's: kept.
+    let mut put =
+        conn.prepare_cached("INSERT OR IGNORE INTO event_vectors_f16(rowid, h) VALUES (?1, ?2)").map_err(backend)?;
+    for (rowid, vec) in &rows {
+        put.execute(params![rowid, f16_blob(&crate::rows::blob_to_vec(vec))]).map_err(backend)?;
+    }
+    conn.execute("UPDATE event_vectors_f16_fill SET next_rowid=?1", [last + 1]).map_err(backend)?;
+    Ok(rows.len())
 }
 
 /// Replaces an event's analysed terms (None: removes them) and keeps the collection's BM25
@@ -669,6 +765,11 @@ impl SqliteStore {
                 conn.execute(
                     "INSERT OR REPLACE INTO event_vectors(rowid, event_id, collection_id, vec) SELECT rowid, id, collection_id, ?3 FROM events WHERE collection_id=?1 AND id=?2",
                     params![cid, id, vec_to_blob(&vector)],
+                )
+                .map_err(backend)?;
+                conn.execute(
+                    "INSERT OR REPLACE INTO event_vectors_f16(rowid, h) SELECT rowid, ?3 FROM events WHERE collection_id=?1 AND id=?2",
+                    params![cid, id, f16_blob(&vector)],
                 )
                 .map_err(backend)?;
                 forget_legacy_vector(conn, &id)?;

@@ -65,6 +65,7 @@ pub struct SqliteStore {
     readers: Arc<Mutex<Vec<Connection>>>,
     options: SqliteOptions,
     relocation: events::Relocation,
+    f16_fill: events::F16Fill,
 }
 
 pub const DB_FILE: &str = "mnemo.db";
@@ -84,6 +85,22 @@ impl SqliteStore {
                     tx.query_row("SELECT NOT EXISTS (SELECT 1 FROM event_vectors_legacy)", [], |r| r.get(0))?;
                 if empty { tx.execute_batch("DROP TABLE event_vectors_legacy") } else { Ok(()) }
             }
+            // A new data directory has no vectors to copy (one upgraded from v10 has them in the
+            // legacy table until the relocation moves them).
+            12 => {
+                let legacy = if events::has_legacy_vectors(tx)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?
+                {
+                    " UNION ALL SELECT 1 FROM event_vectors_legacy"
+                } else {
+                    ""
+                };
+                let empty: bool =
+                    tx.query_row(&format!("SELECT NOT EXISTS (SELECT 1 FROM event_vectors{legacy})"), [], |r| {
+                        r.get(0)
+                    })?;
+                if empty { tx.execute_batch("DROP TABLE event_vectors_f16_fill") } else { Ok(()) }
+            }
             _ => Ok(()),
         })
         .map_err(backend)?
@@ -91,7 +108,15 @@ impl SqliteStore {
         // Jobs left `running` by a previous process of this single-process store resume now.
         conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
         let relocation = events::Relocation::new(&conn)?;
-        Ok(Self { path, writer: Writer::spawn(conn), readers: Arc::new(Mutex::new(Vec::new())), options, relocation })
+        let f16_fill = events::F16Fill::new(&conn)?;
+        Ok(Self {
+            path,
+            writer: Writer::spawn(conn),
+            readers: Arc::new(Mutex::new(Vec::new())),
+            options,
+            relocation,
+            f16_fill,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -167,12 +192,16 @@ impl Store for SqliteStore {
     }
 
     fn housekeeping_interval(&self) -> Option<std::time::Duration> {
-        // Only the relocation after an upgrade from schema v10 (see `events::Relocation`).
-        self.relocation.pending().then_some(std::time::Duration::from_secs(60))
+        // Only the upkeep an upgrade left: the relocation after schema v10 (`events::Relocation`),
+        // then the f16 copies of the vectors written before schema v12 (`events::F16Fill`).
+        (self.relocation.pending() || self.f16_fill.pending()).then_some(std::time::Duration::from_secs(60))
     }
 
     async fn housekeeping(&self) -> StoreResult<bool> {
-        self.relocate_step().await
+        if self.relocate_step().await? {
+            return Ok(true);
+        }
+        self.fill_f16_step().await
     }
 
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {

@@ -110,40 +110,11 @@ pub fn candidates_kept(
     if let Some(hits) = q.vector.as_ref().and(q.vector_hits.as_ref()) {
         cosine = hits.iter().cloned().collect();
     } else if let Some(qv) = &q.vector {
-        // Until the background relocation has moved them, vectors of events written before
-        // schema v11 are in the legacy table, keyed by event id.
-        let legacy = if crate::events::has_legacy_vectors(conn)? {
-            format!(
-                " UNION ALL SELECT lv.event_id, lv.vec FROM event_vectors_legacy lv WHERE lv.event_id IN (SELECT id FROM events WHERE {where_sql})"
-            )
+        cosine = if crate::events::has_legacy_vectors(conn)? {
+            scan_f32(conn, &where_sql, &args, qv, q.k)?
         } else {
-            String::new()
+            vector_top_k(conn, &where_sql, &args, qv, q.k)?
         };
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT v.event_id, v.vec FROM event_vectors v WHERE v.rowid IN (SELECT rowid FROM events WHERE {where_sql}){legacy}"
-            ))
-            .map_err(backend)?;
-        let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;
-        // A bounded min-heap of the best k; scores are computed from the blob's bytes in place and
-        // an id is copied only when it enters the top k.
-        let mut heap: BinaryHeap<Reverse<(OrdF32, String)>> = BinaryHeap::with_capacity(q.k + 1);
-        while let Some(r) = rows.next().map_err(backend)? {
-            let blob = r.get_ref(1).map_err(backend)?.as_blob().map_err(backend)?;
-            if blob.len() != qv.len() * 4 {
-                continue; // a vector from another model; the start-up check prevents this
-            }
-            let score = dot_blob(qv, blob);
-            if heap.len() < q.k || heap.peek().is_some_and(|Reverse((min, _))| score > min.0) {
-                let id = r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string();
-                heap.push(Reverse((OrdF32(score), id)));
-                if heap.len() > q.k {
-                    heap.pop();
-                }
-            }
-        }
-        let scored: Vec<(f32, String)> = heap.into_iter().map(|Reverse((s, id))| (s.0, id)).collect();
-        cosine = scored.into_iter().map(|(s, id)| (id, s)).collect();
     }
     let mut bm25: HashMap<String, f64> = HashMap::new();
     if !q.terms.is_empty() {
@@ -207,6 +178,156 @@ pub fn candidates_kept(
         }
     }
     Ok((load_candidates(conn, cosine, bm25, q, &[])?, None))
+}
+
+/// The k best vectors of the scope by exact inner product, reading every vector in f32 — the
+/// legacy table of a directory upgraded from schema v10 included, until its relocation is done.
+fn scan_f32(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[SqlValue],
+    qv: &[f32],
+    k: usize,
+) -> Result<HashMap<String, f32>, StoreError> {
+    // Vectors of events written before schema v11 are in the legacy table, keyed by event id.
+    let legacy = format!(
+        " UNION ALL SELECT lv.event_id, lv.vec FROM event_vectors_legacy lv WHERE lv.event_id IN (SELECT id FROM events WHERE {where_sql})"
+    );
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT v.event_id, v.vec FROM event_vectors v WHERE v.rowid IN (SELECT rowid FROM events WHERE {where_sql}){legacy}"
+        ))
+        .map_err(backend)?;
+    let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;
+    let mut best = TopK::new(k);
+    while let Some(r) = rows.next().map_err(backend)? {
+        let blob = r.get_ref(1).map_err(backend)?.as_blob().map_err(backend)?;
+        if blob.len() != qv.len() * 4 {
+            continue; // a vector from another model; the start-up check prevents this
+        }
+        best.offer(dot_blob(qv, blob), || Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string()))?;
+    }
+    Ok(best.into_map())
+}
+
+/// The k best by score, then by id (so equal scores are decided the same whatever the order rows
+/// are offered in); an id is copied only when its row may enter (a bounded min-heap).
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Reverse<(OrdF32, String)>>,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        Self { k, heap: BinaryHeap::with_capacity(k + 1) }
+    }
+
+    fn offer(&mut self, score: f32, id: impl FnOnce() -> Result<String, StoreError>) -> Result<(), StoreError> {
+        if self.heap.len() < self.k {
+            self.heap.push(Reverse((OrdF32(score), id()?)));
+            return Ok(());
+        }
+        let Some(Reverse((min, _))) = self.heap.peek() else { return Ok(()) };
+        if score < min.0 {
+            return Ok(());
+        }
+        let entry = (OrdF32(score), id()?);
+        if self.heap.peek().is_some_and(|Reverse(least)| entry > *least) {
+            self.heap.push(Reverse(entry));
+            self.heap.pop();
+        }
+        Ok(())
+    }
+
+    fn into_map(self) -> HashMap<String, f32> {
+        self.heap.into_iter().map(|Reverse((s, id))| (id, s.0)).collect()
+    }
+}
+
+/// The k best vectors of the scope by exact inner product, as [`scan_f32`] finds them, reading
+/// the scope's f16 copies (half the bytes; a user's copies are contiguous) and the f32 rows only
+/// of the few that could be among the k best. Each f16 score is within a bound of the f32 one
+/// (below); a row whose f16 score plus that bound is under the k-th best lower bound cannot be in
+/// the top k, and every other row is scored again in f32 — so the candidates and their scores are
+/// exactly the f32 scan's. Rows without a copy yet (written before schema v12, before the
+/// background fill reached them) are read in f32.
+fn vector_top_k(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[SqlValue],
+    qv: &[f32],
+    k: usize,
+) -> Result<HashMap<String, f32>, StoreError> {
+    use half::slice::HalfFloatSliceExt;
+    let n = qv.len();
+    // |f16 score − f32 score| ≤ Σ|q·h| · rel + abs: each f16 component within 2⁻¹¹ (relative) of
+    // its f32 value, or 2⁻²⁵ (absolute) below f16's normal range, and each of the two sums within
+    // n·2⁻²⁴ of its exact value — with 10% to spare.
+    let rel = (2f32.powi(-11) + 2.0 * n as f32 * 2f32.powi(-24)) * 1.1;
+    let abs = qv.iter().map(|x| x.abs()).sum::<f32>() * 2f32.powi(-24);
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT s.rowid, h.h FROM (SELECT rowid FROM events WHERE {where_sql}) s LEFT JOIN event_vectors_f16 h ON h.rowid = s.rowid"
+        ))
+        .map_err(backend)?;
+    let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;
+    // The k best lower bounds (their least is the bar), and the rows whose upper bound reached
+    // the bar when they were read.
+    let mut lows: BinaryHeap<Reverse<OrdF32>> = BinaryHeap::with_capacity(k + 1);
+    let bar = |lows: &BinaryHeap<Reverse<OrdF32>>| {
+        if lows.len() < k { f32::NEG_INFINITY } else { lows.peek().map_or(f32::NEG_INFINITY, |Reverse(m)| m.0) }
+    };
+    let mut maybe: Vec<(i64, f32)> = Vec::new();
+    let (mut halves, mut floats) = (vec![half::f16::ZERO; n], vec![0f32; n]);
+    while let Some(r) = rows.next().map_err(backend)? {
+        let rowid: i64 = r.get(0).map_err(backend)?;
+        let h = match r.get_ref(1).map_err(backend)? {
+            rusqlite::types::ValueRef::Blob(h) => h,
+            _ => {
+                maybe.push((rowid, f32::INFINITY)); // no copy: read in f32
+                continue;
+            }
+        };
+        if h.len() != n * 2 {
+            continue; // a vector from another model; the start-up check prevents this
+        }
+        for (x, b) in halves.iter_mut().zip(h.chunks_exact(2)) {
+            *x = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+        }
+        halves.convert_to_f32_slice(&mut floats);
+        let (mut score, mut magnitude) = (0f32, 0f32);
+        for (a, b) in qv.iter().zip(&floats) {
+            score += a * b;
+            magnitude += (a * b).abs();
+        }
+        let err = magnitude * rel + abs;
+        lows.push(Reverse(OrdF32(score - err)));
+        if lows.len() > k {
+            lows.pop();
+        }
+        let b = bar(&lows);
+        if score + err >= b {
+            maybe.push((rowid, score + err));
+        }
+        if maybe.len() >= 4 * k + 1024 {
+            maybe.retain(|(_, upper)| *upper >= b);
+        }
+    }
+    let b = bar(&lows);
+    let mut again: Vec<i64> = maybe.into_iter().filter(|(_, upper)| *upper >= b).map(|(r, _)| r).collect();
+    again.sort_unstable(); // neighbouring rows: fewer pages apart
+    let mut exact = conn.prepare_cached("SELECT event_id, vec FROM event_vectors WHERE rowid=?1").map_err(backend)?;
+    let mut best = TopK::new(k);
+    for rowid in again {
+        let mut rows = exact.query([rowid]).map_err(backend)?;
+        let Some(r) = rows.next().map_err(backend)? else { continue };
+        let blob = r.get_ref(1).map_err(backend)?.as_blob().map_err(backend)?;
+        if blob.len() != n * 4 {
+            continue;
+        }
+        best.offer(dot_blob(qv, blob), || Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string()))?;
+    }
+    Ok(best.into_map())
 }
 
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.

@@ -376,11 +376,147 @@ async fn a_data_directory_of_schema_v10_is_usable_at_once_and_relocated_in_the_b
     let docs: i64 =
         s.read(|c| Ok(c.query_row("SELECT docs FROM collection_stats", [], |r| r.get(0)).unwrap())).await.unwrap();
     assert_eq!(docs, 10, "BM25 statistics untouched by the move (one of the ten was deleted, one added)");
+    // Then the vectors get their f16 copies (schema v12), and searches answer the same.
+    assert!(s.f16_fill.pending());
+    while s.housekeeping().await.unwrap() {}
+    assert_eq!(f16_copies(&s).await, (10, 10), "every vector has its f16 copy, under its rowid");
+    for (u, want) in written.iter().enumerate() {
+        assert_scoped_search(&s, 1, &format!("u{u}"), want).await;
+    }
     // Reopened: nothing left to do.
     drop(s);
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     assert!(!s.relocation.pending());
+    assert!(!s.f16_fill.pending());
     assert!(s.housekeeping_interval().is_none());
+}
+
+/// (vectors, f16 copies whose rowid is a vector's).
+async fn f16_copies(s: &SqliteStore) -> (i64, i64) {
+    s.read(|conn| {
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        Ok((
+            count("SELECT count(*) FROM event_vectors"),
+            count("SELECT count(*) FROM event_vectors_f16 h JOIN event_vectors v ON v.rowid = h.rowid"),
+        ))
+    })
+    .await
+    .unwrap()
+}
+
+/// The exact top k of `vectors` against `q`, by score and then by id.
+fn exact_top_k(q: &[f32], vectors: &[(String, Vec<f32>)], k: usize) -> Vec<(String, f32)> {
+    let mut all: Vec<(usize, f32)> =
+        vectors.iter().enumerate().map(|(i, (_, v))| (i, mnemo_core::embed::dot(q, v))).collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1).then(vectors[b.0].0.cmp(&vectors[a.0].0)));
+    let mut top: Vec<(String, f32)> = all.into_iter().take(k).map(|(i, s)| (vectors[i].0.clone(), s)).collect();
+    top.sort_by(|a, b| a.0.cmp(&b.0));
+    top
+}
+
+async fn vector_top_k(s: &SqliteStore, cid: CollectionId, user: &str, q: &[f32], k: usize) -> Vec<(String, f32)> {
+    let mut got: Vec<(String, f32)> = s
+        .search_candidates(
+            cid,
+            EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() },
+            CandidateQuery { vector: Some(q.to_vec()), terms: vec![], k, vector_hits: None, corpus: None },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.event.id, c.cosine.expect("a vector hit has its cosine")))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    got
+}
+
+#[tokio::test]
+async fn the_f16_copies_only_order_a_search_and_the_f32_rows_score_it() {
+    let (_d, s, c) = setup().await;
+    let dim = 384;
+    // 400 vectors around one direction, their scores against it packed within ~10⁻³ (tighter
+    // than f16 can tell apart), some equal; a few events without a vector; and a quarter of the
+    // vectors without their copy (as if written before schema v12), read in f32.
+    let base = unit(7, dim);
+    let mut vectors: Vec<(String, Vec<f32>)> = Vec::new();
+    for i in 0..420u64 {
+        let noise = unit(1000 + i % 380, dim);
+        let mut v: Vec<f32> = base.iter().zip(&noise).map(|(b, n)| b + 0.02 * n).collect();
+        mnemo_core::embed::normalize(&mut v);
+        let embedding = (i % 41 != 40).then(|| v.clone());
+        let e = s
+            .insert_event(NewEvent {
+                embedding: embedding.clone(),
+                ..NewEvent::of_user(
+                    c.id,
+                    EVENT_V1,
+                    "u0",
+                    json!({"summary": format!("e{i}")}).as_object().unwrap().clone(),
+                    1,
+                )
+            })
+            .await
+            .unwrap();
+        if embedding.is_some() {
+            vectors.push((e.id, v));
+        }
+    }
+    s.writer
+        .write(|conn| {
+            conn.execute("DELETE FROM event_vectors_f16 WHERE rowid % 4 = 0", []).map_err(crate::backend)?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let (n, copies) = f16_copies(&s).await;
+    assert_eq!(n, vectors.len() as i64);
+    assert!(copies < n && copies > n / 2, "{copies} of {n} vectors keep their copy");
+    for (qi, q) in [base.clone(), unit(8, dim), vectors[17].1.clone()].iter().enumerate() {
+        for k in [1, 3, 10, 50, 200, 500] {
+            let want = exact_top_k(q, &vectors, k);
+            assert_eq!(vector_top_k(&s, c.id, "u0", q, k).await, want, "query {qi}, k {k}: ids and exact scores");
+        }
+    }
+    // A deleted event takes its copy along: the next event of the user, which reuses its rowid
+    // and has no vector yet, is not scored by the old copy.
+    let last = s.insert_event(NewEvent {
+        embedding: Some(base.clone()),
+        ..NewEvent::of_user(c.id, EVENT_V1, "u0", json!({"summary": "last"}).as_object().unwrap().clone(), 1)
+    });
+    let last = last.await.unwrap();
+    assert_eq!(
+        vector_top_k(&s, c.id, "u0", &base, 1).await,
+        vec![(last.id.clone(), mnemo_core::embed::dot(&base, &base))]
+    );
+    assert!(s.delete_event(c.id, &last.id).await.unwrap());
+    let next = s
+        .insert_event(NewEvent::of_user(
+            c.id,
+            EVENT_V1,
+            "u0",
+            json!({"summary": "next"}).as_object().unwrap().clone(),
+            1,
+        ))
+        .await
+        .unwrap();
+    let rowid = |id: String| async {
+        s.read(move |conn| {
+            Ok(conn.query_row("SELECT rowid FROM events WHERE id=?1", [id], |r| r.get::<_, i64>(0)).unwrap())
+        })
+        .await
+        .unwrap()
+    };
+    let next_rowid = rowid(next.id.clone()).await;
+    let top = vector_top_k(&s, c.id, "u0", &base, 500).await;
+    assert!(!top.iter().any(|(id, _)| *id == next.id), "event at rowid {next_rowid} without a vector is not scored");
+    assert_eq!(top, exact_top_k(&base, &vectors, 500));
+    // A vector set later gets its copy; one replaced gets a new one.
+    let v = unit(5, dim);
+    s.set_event_vector(c.id, &next.id, v.clone()).await.unwrap();
+    vectors.push((next.id, v));
+    let (n, copies_after) = f16_copies(&s).await;
+    assert_eq!((n, copies_after), (vectors.len() as i64, copies + 1));
+    assert_eq!(vector_top_k(&s, c.id, "u0", &unit(5, dim), 20).await, exact_top_k(&unit(5, dim), &vectors, 20));
 }
 
 #[test]
