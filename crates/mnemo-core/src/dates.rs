@@ -72,6 +72,16 @@ fn rules() -> &'static [Rule] {
             r(&format!(r"(?i)\b{MON_EN}\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b"), |c, _| {
                 ymd(num(&c[3])?, month_en(&c[1])?, num(&c[2])?)
             }, false),
+            r(&format!(r"(?i)\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{MON_EN}\.?,?\s+(\d{{4}})\b"), |c, _| {
+                ymd(num(&c[3])?, month_en(&c[2])?, num(&c[1])?)
+            }, false),
+            // A month of a year: "May 2023", "in December, 2023", 2023年5月.
+            r(&format!(r"(?i)\b{MON_EN}\.?,?\s+(\d{{4}})\b"), |c, _| {
+                Some((NaiveDate::from_ymd_opt(num(&c[2])? as i32, month_en(&c[1])?, 1)?, Granularity::Month))
+            }, false),
+            r(r"(\d{4})\s*年\s*(\d{1,2}|[一二三四五六七八九十]{1,3})\s*月", |c, _| {
+                Some((NaiveDate::from_ymd_opt(num(&c[1])? as i32, num(&c[2])?, 1)?, Granularity::Month))
+            }, false),
             // Month and day without a year: the occurrence nearest to the anchor.
             r(r"(\d{1,2}|[一二三四五六七八九十]{1,3})\s*月\s*(\d{1,2}|[一二三四五六七八九十]{1,3})\s*[日号]", |c, a| {
                 nearest_md(a, num(&c[1])?, num(&c[2])?)
@@ -179,6 +189,36 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
         }
     }
     out
+}
+
+/// The spans of time a question names ("on May 23, 2023", "last week", 上周三, 2023年5月), resolved
+/// against `anchor` (the time it is asked), as `[start, end)` in milliseconds. A day reaches one
+/// day either side: a memory is dated when it was said, and what it tells may be of the day
+/// before ("yesterday I…") or be told the day after.
+pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
+    let offset = *anchor.offset();
+    let ms = |d: NaiveDate| {
+        d.and_hms_opt(0, 0, 0)
+            .and_then(|t| t.and_local_timezone(offset).single())
+            .map(|t| t.timestamp_millis())
+            .unwrap_or(i64::MIN)
+    };
+    find_dates(text, anchor)
+        .iter()
+        .map(|m| {
+            let (from, to) = match m.granularity {
+                Granularity::Day => (m.date - Duration::days(1), m.date + Duration::days(2)),
+                Granularity::Week => (m.date, m.date + Duration::days(7)),
+                Granularity::Month => (m.date, add_months(m.date, 1)),
+                Granularity::Year => (m.date, add_months(m.date, 12)),
+            };
+            (ms(from), ms(to))
+        })
+        .collect()
+}
+
+fn add_months(d: NaiveDate, n: u32) -> NaiveDate {
+    d.checked_add_months(chrono::Months::new(n)).unwrap_or(d)
 }
 
 /// What anchoring did to a text.
@@ -377,6 +417,24 @@ mod tests {
 
     fn resolve(text: &str) -> Vec<String> {
         find_dates(text, anchor()).iter().map(|m| format!("{}={}", &text[m.start..m.end], m.render())).collect()
+    }
+
+    #[test]
+    fn a_question_names_spans_of_time() {
+        let day = |y, m, d| {
+            FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
+        };
+        assert_eq!(spans("What did Jon do on May 23, 2023?", anchor()), vec![(day(2023, 5, 22), day(2023, 5, 25))]);
+        assert_eq!(spans("what happened on 25 February, 2022", anchor()), vec![(day(2022, 2, 24), day(2022, 2, 27))]);
+        assert_eq!(
+            spans("Which class did Maria start in December 2023?", anchor()),
+            vec![(day(2023, 12, 1), day(2024, 1, 1))]
+        );
+        assert_eq!(spans("我2023年5月去了哪里", anchor()), vec![(day(2023, 5, 1), day(2023, 6, 1))]);
+        // Relative to when it is asked (Sunday 2026-11-29): last week is Monday 16 to Monday 23.
+        assert_eq!(spans("what did we discuss last week?", anchor()), vec![(day(2026, 11, 16), day(2026, 11, 23))]);
+        assert_eq!(spans("昨天聊了什么", anchor()), vec![(day(2026, 11, 27), day(2026, 11, 30))]);
+        assert!(spans("What are Nate's pets?", anchor()).is_empty());
     }
 
     #[test]

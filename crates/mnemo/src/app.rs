@@ -342,6 +342,14 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     {
         bail!("retrieval.similarity_threshold: must be in [0,1], got {t}");
     }
+    for (key, w) in [("neighbour_weight", r.neighbour_weight), ("date_weight", r.date_weight)] {
+        if !(0.0..=1.0).contains(&w) {
+            bail!("retrieval.{key}: must be in [0,1], got {w}");
+        }
+    }
+    if r.feedback_terms > 50 {
+        bail!("retrieval.feedback_terms: must be in 0..=50, got {}", r.feedback_terms);
+    }
     if !(1..=200_000).contains(&cfg.inject.max_tokens) {
         bail!("inject.max_tokens: must be in 1..=200000, got {}", cfg.inject.max_tokens);
     }
@@ -351,8 +359,9 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         freshness_days: r.freshness_days,
         time_decay,
         max_tokens: cfg.inject.max_tokens,
-        feedback_terms: r.feedback_terms.min(50),
-        neighbour_weight: r.neighbour_weight.clamp(0.0, 1.0),
+        feedback_terms: r.feedback_terms,
+        neighbour_weight: r.neighbour_weight,
+        date_weight: r.date_weight,
     })
 }
 
@@ -545,5 +554,26 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retrieval_weights_out_of_range_are_refused_not_clamped() {
+        let with = |f: &dyn Fn(&mut Config)| {
+            let mut cfg = Config::default();
+            f(&mut cfg);
+            retrieval_config(&cfg).map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms))
+        };
+        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 8));
+        let e = with(&|c| c.retrieval.date_weight = 1.5).unwrap_err().to_string();
+        assert_eq!(e, "retrieval.date_weight: must be in [0,1], got 1.5");
+        let e = with(&|c| c.retrieval.neighbour_weight = -0.1).unwrap_err().to_string();
+        assert_eq!(e, "retrieval.neighbour_weight: must be in [0,1], got -0.1");
+        let e = with(&|c| c.retrieval.feedback_terms = 51).unwrap_err().to_string();
+        assert_eq!(e, "retrieval.feedback_terms: must be in 0..=50, got 51");
     }
 }

@@ -212,6 +212,11 @@ pub struct RetrievalConfig {
     /// get_context +2.0 / +2.1 points at 1,200 / 2,400 tokens over lending a tenth of the
     /// neighbour's whole relevance, the earlier rule).
     pub neighbour_weight: f64,
+    /// A question that names a time — "on May 23, 2023", "in December 2023", "last week",
+    /// "yesterday", 上周三, 2023年5月 (resolved against the time it is asked, at
+    /// `extraction.utc_offset`) — lifts the events dated then by this share of their relevance
+    /// (ranking only; a named day reaches one day either side). 0 = off.
+    pub date_weight: f64,
 }
 
 impl Default for RetrievalConfig {
@@ -223,6 +228,7 @@ impl Default for RetrievalConfig {
             time_decay: TimeDecayConfig::default(),
             feedback_terms: 8,
             neighbour_weight: 0.3,
+            date_weight: 0.3,
         }
     }
 }

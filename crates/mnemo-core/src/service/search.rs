@@ -22,6 +22,9 @@ pub struct RetrievalConfig {
     /// turns of the same conversation (provenance), so an answer is found through the words of the
     /// question it replies to (0 = off).
     pub neighbour_weight: f64,
+    /// A question naming a time ("on May 23, 2023", "last week", 上周三) lifts the events dated
+    /// then by this share of their relevance (0 = off).
+    pub date_weight: f64,
 }
 
 impl Default for RetrievalConfig {
@@ -34,6 +37,7 @@ impl Default for RetrievalConfig {
             max_tokens: 1200,
             feedback_terms: 0,
             neighbour_weight: 0.0,
+            date_weight: 0.0,
         }
     }
 }
@@ -207,6 +211,15 @@ impl Service {
         let offset = self.embedder.query_offset(query);
         let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
         let neighbour_weight = self.config.retrieval.neighbour_weight;
+        // A question that names a time ("on May 23, 2023", "last week", 上周三) lifts the events of
+        // that time by `date_weight` of their relevance (ranking only, as the neighbours' words).
+        let date_weight = self.config.retrieval.date_weight;
+        let spans = if date_weight > 0.0 {
+            crate::dates::spans(query, crate::dates::local(now, self.config.extraction.utc_offset))
+        } else {
+            Vec::new()
+        };
+        let in_spans = |t: Millis| spans.iter().any(|(from, to)| (*from..*to).contains(&t));
         // Scores every candidate, keeps the best `limit`, and copies only their events.
         let ranked = |cands: &[Candidate], layer: Option<&str>| -> Vec<ScoredEvent> {
             let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
@@ -218,7 +231,9 @@ impl Service {
                 .filter(|(_, (origin, _))| *origin >= threshold)
                 .map(|(i, (origin, boost))| {
                     let e = &cands[i].event;
-                    let mut scores = ranking::score(origin + boost, e, &c.schema, now, &req.decay, req.custom_weight);
+                    let dated = if in_spans(e.time) { origin * date_weight } else { 0.0 };
+                    let mut scores =
+                        ranking::score(origin + boost + dated, e, &c.schema, now, &req.decay, req.custom_weight);
                     scores.origin_score = origin;
                     (i, scores)
                 })

@@ -327,3 +327,69 @@ async fn near_duplicates_merge_and_a_correction_supersedes_the_old_memory() {
         .unwrap()[0];
     assert_eq!(profile.attributes["favourite_tea"], "oolong");
 }
+
+#[tokio::test]
+async fn a_question_naming_a_time_lifts_the_memories_of_that_time() {
+    let clock = Arc::new(TestClock(AtomicI64::new(T0)));
+    let config =
+        ServiceConfig { retrieval: RetrievalConfig { date_weight: 0.3, ..Default::default() }, ..Default::default() };
+    let svc = Service::new(
+        Arc::new(MemoryStore::new()),
+        Extractors::new("scripted", Arc::new(Scripted::default())),
+        Arc::new(HashingEmbedder { dim: 256 }),
+        clock,
+        config,
+    );
+    let day = |y, m, d| {
+        chrono::NaiveDate::from_ymd_opt(y, m, d).unwrap().and_hms_opt(12, 0, 0).unwrap().and_utc().timestamp_millis()
+    };
+    let add = |summary: &str, time: i64| {
+        let svc = svc.clone();
+        let summary = summary.to_string();
+        async move {
+            svc.add_event(AddEventRequest {
+                target: target(),
+                memory_type: EVENT_V1.into(),
+                user_id: vec!["u1".into()],
+                assistant_id: vec![],
+                group_id: None,
+                session_id: None,
+                conversation_id: None,
+                scope: None,
+                class: None,
+                time: Some(time),
+                memory_info: info(&summary),
+                ttl_relative: None,
+                ttl_absolute: None,
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let may = add("Took the kids to the aquarium", day(2025, 5, 23)).await;
+    let august = add("Took the kids to the aquarium", day(2025, 8, 10)).await;
+    let december = add("Took the kids to the aquarium", day(2025, 12, 27)).await;
+    let search = |q: &str| {
+        let svc = svc.clone();
+        let q = q.to_string();
+        async move {
+            let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+            svc.search_events(EventSearch::new(target(), Some(q), filter, 3)).await.unwrap()
+        }
+    };
+    // The same text three times: only the named time tells them apart.
+    for (q, want) in [
+        ("When did we go to the aquarium on May 23, 2025?", &may),
+        ("the aquarium in August 2025", &august),
+        // Asked on Thursday 2026-01-01: last week is Monday 22 to Sunday 28 December.
+        ("aquarium last week", &december),
+    ] {
+        let got = search(q).await;
+        assert_eq!(got[0].event.id, want.id, "{q}: {}", render(&got));
+        let (lifted, other) = (&got[0].scores, &got[1].scores);
+        assert!((lifted.score - lifted.origin_score * 1.3).abs() < 1e-9, "{q}: ranked ×1.3, origin_score unchanged");
+        assert_eq!(other.score, other.origin_score, "{q}: the others keep their relevance");
+    }
+    let got = search("the aquarium").await;
+    assert!(got.iter().all(|r| r.scores.score == r.scores.origin_score), "no time named: no lift");
+}
