@@ -29,6 +29,8 @@ pub const RUNS: [(u32, u32); 4] = [(600, 200), (1200, 200), (2400, 200), (1200, 
 #[derive(Default, Clone, Copy)]
 struct Tally {
     present: usize,
+    /// Present in the line of an event that cites it (not only somewhere in the context).
+    own_line: usize,
     cited: usize,
     answer: usize,
     answerable: usize,
@@ -38,6 +40,7 @@ struct Tally {
 impl Tally {
     fn add(&mut self, o: &Tally) {
         self.present += o.present;
+        self.own_line += o.own_line;
         self.cited += o.cited;
         self.answer += o.answer;
         self.answerable += o.answerable;
@@ -47,8 +50,9 @@ impl Tally {
     fn row(&self) -> String {
         let r = |a: usize, n: usize| if n == 0 { "—".to_string() } else { format!("{:.3}", a as f64 / n as f64) };
         format!(
-            "{} | {} | {} | {} | {}",
+            "{} | {} | {} | {} | {} | {}",
             r(self.present, self.n),
+            r(self.own_line, self.n),
             r(self.cited, self.n),
             r(self.answer, self.answerable),
             self.n,
@@ -345,6 +349,15 @@ pub(super) async fn run(
                 *depths.entry(bucket).or_default() += 1;
             }
             tally.present += present as usize;
+            // Stricter: most of the turn's words in the line of an event that cites it.
+            let own_line = q.evidence_turn_ids.iter().all(|t| {
+                let Some(text) = text_of_turn.get(&format!("{}/{t}", q.conversation_id)) else { return false };
+                inc.cross_events.iter().chain(&inc.intra_events).any(|e| {
+                    e.event.source_message_ids.iter().any(|m| turn_of_msg.get(m).is_some_and(|x| x == t))
+                        && mostly_shown(text, &words(&e.event.text()).into_iter().collect())
+                })
+            });
+            tally.own_line += own_line as usize;
             // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates (the turns each event cites,
             // similarity, BM25), once, for trying ranking ideas offline.
             if let (Some(out), 1200, 200) = (dump.as_mut(), max_tokens, event_limit) {
@@ -397,8 +410,10 @@ pub(super) async fn run(
             percentile(&lat, 0.95),
             percentile(&tokens, 0.5)
         );
-        println!("| category | present (cited + shown) | cited | answer in context | questions | with an answer |");
-        println!("| --- | --- | --- | --- | --- | --- |");
+        println!(
+            "| category | present (cited + shown) | shown by the citing event | cited | answer in context | questions | with an answer |"
+        );
+        println!("| --- | --- | --- | --- | --- | --- | --- |");
         let mut total = Tally::default();
         for (cat, t) in &tallies {
             println!("| {cat} | {} |", t.row());
