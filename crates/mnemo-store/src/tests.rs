@@ -489,6 +489,19 @@ async fn the_f16_copies_only_order_a_search_and_the_f32_rows_score_it() {
         vec![(last.id.clone(), mnemo_core::embed::dot(&base, &base))]
     );
     assert!(s.delete_event(c.id, &last.id).await.unwrap());
+    let orphans: i64 = s
+        .read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT count(*) FROM event_vectors_f16 WHERE rowid NOT IN (SELECT rowid FROM event_vectors)",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap())
+        })
+        .await
+        .unwrap();
+    assert_eq!(orphans, 0, "no copy outlives its vector");
     let next = s
         .insert_event(NewEvent::of_user(
             c.id,
@@ -517,6 +530,13 @@ async fn the_f16_copies_only_order_a_search_and_the_f32_rows_score_it() {
     let (n, copies_after) = f16_copies(&s).await;
     assert_eq!((n, copies_after), (vectors.len() as i64, copies + 1));
     assert_eq!(vector_top_k(&s, c.id, "u0", &unit(5, dim), 20).await, exact_top_k(&unit(5, dim), &vectors, 20));
+    // Forgetting the user leaves no copy behind.
+    s.forget_user(c.id, "u0").await.unwrap();
+    let left: i64 = s
+        .read(|conn| Ok(conn.query_row("SELECT count(*) FROM event_vectors_f16", [], |r| r.get(0)).unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "user/forget takes the f16 copies too");
 }
 
 #[test]
