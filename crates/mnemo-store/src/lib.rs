@@ -85,20 +85,16 @@ impl SqliteStore {
                     tx.query_row("SELECT NOT EXISTS (SELECT 1 FROM event_vectors_legacy)", [], |r| r.get(0))?;
                 if empty { tx.execute_batch("DROP TABLE event_vectors_legacy") } else { Ok(()) }
             }
-            // A new data directory has no vectors to copy (one upgraded from v10 has them in the
-            // legacy table until the relocation moves them).
+            // A new data directory has no vectors to copy. (One upgraded from v10 keeps its
+            // vectors in the legacy table — dropped above only when empty — until the relocation
+            // moves them.)
             12 => {
-                let legacy = if events::has_legacy_vectors(tx)
-                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?
-                {
-                    " UNION ALL SELECT 1 FROM event_vectors_legacy"
-                } else {
-                    ""
-                };
-                let empty: bool =
-                    tx.query_row(&format!("SELECT NOT EXISTS (SELECT 1 FROM event_vectors{legacy})"), [], |r| {
-                        r.get(0)
-                    })?;
+                let empty: bool = tx.query_row(
+                    "SELECT NOT EXISTS (SELECT 1 FROM event_vectors)
+                        AND NOT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name='event_vectors_legacy')",
+                    [],
+                    |r| r.get(0),
+                )?;
                 if empty { tx.execute_batch("DROP TABLE event_vectors_f16_fill") } else { Ok(()) }
             }
             _ => Ok(()),

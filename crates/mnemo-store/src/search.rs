@@ -87,15 +87,23 @@ impl Kept {
         found: &[Candidate],
     ) -> Result<Vec<Candidate>, StoreError> {
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
-        let mut bm25 = HashMap::new();
-        if !q.terms.is_empty() {
-            let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
-            let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
-            let docs = self.in_scope.iter().map(|(id, terms)| (id.as_str(), terms.as_deref()));
-            bm25 = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k);
-        }
+        let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.in_scope)? };
         load_candidates(conn, cosine, bm25, q, found)
     }
+}
+
+/// The `k` best BM25 scores of a small scope's events, from their stored terms and the
+/// collection's statistics (or the query's own, a sharded store's sums).
+fn scope_bm25(
+    conn: &Connection,
+    cid: CollectionId,
+    q: &CandidateQuery,
+    in_scope: &[(String, Option<String>)],
+) -> Result<HashMap<String, f64>, StoreError> {
+    let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
+    let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
+    let docs = in_scope.iter().map(|(id, terms)| (id.as_str(), terms.as_deref()));
+    Ok(q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
 }
 
 /// [`candidates`], and the scope it read when it was small enough to keep (see [`Kept`]).
@@ -134,10 +142,7 @@ pub fn candidates_kept(
             .collect::<Result<_, _>>()
             .map_err(backend)?;
         if in_scope.len() <= SMALL_SCOPE {
-            let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
-            let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
-            let docs = in_scope.iter().map(|(id, terms)| (id.as_str(), terms.as_deref()));
-            bm25 = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k);
+            bm25 = scope_bm25(conn, cid, q, &in_scope)?;
             return Ok((load_candidates(conn, cosine, bm25, q, &[])?, Some(Kept { in_scope })));
         }
         let mut a = args.clone();
@@ -227,8 +232,8 @@ impl TopK {
             self.heap.push(Reverse((OrdF32(score), id()?)));
             return Ok(());
         }
-        let Some(Reverse((min, _))) = self.heap.peek() else { return Ok(()) };
-        if score < min.0 {
+        // Below the least kept: out without copying the id; equal to it: the id decides.
+        if self.heap.peek().is_none_or(|Reverse((least, _))| score < least.0) {
             return Ok(());
         }
         let entry = (OrdF32(score), id()?);

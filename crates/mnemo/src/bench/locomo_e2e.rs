@@ -350,12 +350,19 @@ pub(super) async fn run(
             }
             tally.present += present as usize;
             // Stricter: most of the turn's words in the line of an event that cites it.
+            let lines: Vec<(HashSet<&str>, HashSet<String>)> = inc
+                .cross_events
+                .iter()
+                .chain(&inc.intra_events)
+                .map(|e| {
+                    let turns =
+                        e.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m).map(String::as_str));
+                    (turns.collect(), words(&e.event.text()).into_iter().collect())
+                })
+                .collect();
             let own_line = q.evidence_turn_ids.iter().all(|t| {
                 let Some(text) = text_of_turn.get(&format!("{}/{t}", q.conversation_id)) else { return false };
-                inc.cross_events.iter().chain(&inc.intra_events).any(|e| {
-                    e.event.source_message_ids.iter().any(|m| turn_of_msg.get(m).is_some_and(|x| x == t))
-                        && mostly_shown(text, &words(&e.event.text()).into_iter().collect())
-                })
+                lines.iter().any(|(turns, shown)| turns.contains(t.as_str()) && mostly_shown(text, shown))
             });
             tally.own_line += own_line as usize;
             // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates (the turns each event cites,
