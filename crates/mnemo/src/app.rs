@@ -88,8 +88,10 @@ fn install_model_from_checkout(default_location: bool) -> Result<()> {
 }
 
 pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Service>> {
-    // A store setting the engine ignores stops the start before the model's 2 s of loading.
+    // A store setting the engine ignores, or a retrieval setting out of range, stops the start
+    // before the model's 2 s of loading.
     cfg.store.check_engine()?;
+    retrieval_config(cfg)?;
     let t = std::time::Instant::now();
     // While the embedding model loads (on two threads), not on the first request.
     mnemo_core::warm_up();
