@@ -17,6 +17,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub type NextTerms<'a> =
     Box<dyn FnOnce(&[Candidate]) -> futures_util::future::BoxFuture<'a, Option<NextHop>> + Send + 'a>;
 
+/// A search's query vector still being computed (its embedding; `None`: full text only). See
+/// [`Store::search_candidates_pending`].
+pub type PendingVector<'a> = futures_util::future::BoxFuture<'a, Option<Vec<f32>>>;
+
 /// What a search's second hop asks: its terms and, from a sharded store, the BM25 statistics to
 /// score them with ([`CandidateQuery::corpus`]).
 #[derive(Clone, Debug)]
@@ -216,6 +220,23 @@ pub trait Store: Send + Sync + 'static {
         let second = first.second_hop(&found, next);
         let more = self.search_candidates(collection_id, filter, second).await?;
         Ok((found, Some(more)))
+    }
+    /// [`Self::search_candidates_then`] while `first`'s vector is still being computed
+    /// (`first.vector` is ignored): a store may read the scope meanwhile — SQLite scores the
+    /// scope's text and reads its vector copies while the query is embedded. Returns the vector
+    /// with the two answers; each answer is what `search_candidates_then` gives with it.
+    async fn search_candidates_pending(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        vector: PendingVector<'_>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+        let first = CandidateQuery { vector: vector.await, ..first };
+        let qv = first.vector.clone();
+        let (found, more) = self.search_candidates_then(collection_id, filter, first, then).await?;
+        Ok((qv, found, more))
     }
     /// The collection's BM25 statistics for `tokens` (full-text tokens, `text::fts_tokens`):
     /// what a search would score with, on the same terms. A sharded store sums its shards' and

@@ -53,7 +53,24 @@ pub fn search_tokens(text: &str) -> Vec<String> {
 /// The tokens an indexed terms string consists of, as SQLite FTS5's `unicode61` tokenizer reads
 /// it: maximal runs of letters and digits, lowercased.
 pub fn fts_tokens(terms: &str) -> impl Iterator<Item = String> + '_ {
-    terms.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
+    terms.split(|c: char| !token_char(c)).filter(|t| !t.is_empty()).map(str::to_lowercase)
+}
+
+/// CJK Unified Ideographs (every code point of the block is assigned, a letter, and caseless).
+fn cjk_ideograph(c: char) -> bool {
+    ('\u{4E00}'..='\u{9FFF}').contains(&c)
+}
+
+/// `char::is_alphanumeric`, answered without Unicode table lookups for ASCII and the common CJK
+/// ideographs — a search tokenises every stored document of its scope with it.
+fn token_char(c: char) -> bool {
+    if c.is_ascii() { c.is_ascii_alphanumeric() } else { cjk_ideograph(c) || c.is_alphanumeric() }
+}
+
+/// Whether a token has a letter that lower-casing changes (`char::is_uppercase`, without a table
+/// lookup for ASCII and CJK ideographs).
+fn has_upper(t: &str) -> bool {
+    t.chars().any(|c| if c.is_ascii() { c.is_ascii_uppercase() } else { !cjk_ideograph(c) && c.is_uppercase() })
 }
 
 /// Corpus figures BM25 needs: documents and tokens in the collection.
@@ -118,10 +135,15 @@ impl Bm25Query {
         if self.phrases.len() <= FEW && self.phrases.iter().all(|(p, _)| p.len() == 1) {
             let mut freq = [0u32; FEW];
             let mut len = 0usize;
-            for t in doc_terms.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()) {
+            for t in doc_terms.split(|c: char| !token_char(c)).filter(|t| !t.is_empty()) {
                 len += 1;
+                // Folded once per token, not once per query term.
+                let ascii = t.is_ascii();
+                let folded: std::borrow::Cow<str> =
+                    if !ascii && has_upper(t) { t.to_lowercase().into() } else { t.into() };
                 for (f, (p, _)) in freq.iter_mut().zip(&self.phrases) {
-                    *f += u32::from(same_token(t, &p[0]));
+                    let p = p[0].as_str();
+                    *f += u32::from(if ascii { t.eq_ignore_ascii_case(p) } else { folded == p });
                 }
             }
             let len_norm = 1.0 - B + B * len as f64 / self.avgdl;
@@ -136,9 +158,9 @@ impl Bm25Query {
         }
         // Terms are stored lowercased; only a token with upper case is folded (allocating).
         let doc: Vec<std::borrow::Cow<str>> = doc_terms
-            .split(|c: char| !c.is_alphanumeric())
+            .split(|c: char| !token_char(c))
             .filter(|t| !t.is_empty())
-            .map(|t| if t.chars().any(char::is_uppercase) { t.to_lowercase().into() } else { t.into() })
+            .map(|t| if has_upper(t) { t.to_lowercase().into() } else { t.into() })
             .collect();
         let mut score = 0.0;
         let len_norm = 1.0 - B + B * doc.len() as f64 / self.avgdl;
@@ -153,17 +175,6 @@ impl Bm25Query {
             }
         }
         score
-    }
-}
-
-/// Whether a document token, folded to lower case, is the (lowercase) query token.
-fn same_token(t: &str, lower: &str) -> bool {
-    if t.is_ascii() {
-        t.eq_ignore_ascii_case(lower)
-    } else if t.chars().any(char::is_uppercase) {
-        t.to_lowercase() == lower
-    } else {
-        t == lower
     }
 }
 
@@ -216,6 +227,14 @@ mod tests {
             assert_eq!(q.score(doc), general.score(doc), "{doc}");
         }
         assert!(q.score("coffee in Berlin, COFFEE again") > q.score("coffee once in a long text about nothing at all"));
+    }
+
+    #[test]
+    fn the_fast_character_classes_agree_with_unicode() {
+        for c in ('\0'..='\u{FFFF}').chain(['\u{1F600}', '\u{20000}', '\u{1D400}', '\u{10400}']) {
+            assert_eq!(token_char(c), c.is_alphanumeric(), "{c:?}");
+            assert_eq!(has_upper(c.encode_utf8(&mut [0; 4])), c.is_uppercase(), "{c:?}");
+        }
     }
 
     #[test]

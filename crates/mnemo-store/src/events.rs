@@ -5,7 +5,7 @@ use crate::rows::{EVENT_COLS, event_from_row, json, vec_to_blob};
 use crate::{SqliteStore, backend};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextTerms, StoreResult};
+use mnemo_core::store::{NextTerms, PendingVector, StoreResult};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::sync::Mutex;
@@ -338,7 +338,7 @@ pub(crate) fn index_event(
 }
 
 /// A vector's half-precision copy (little-endian IEEE f16), which orders a scoped search (see
-/// `search::vector_top_k`).
+/// `search::CopyRanker`).
 pub(crate) fn f16_blob(v: &[f32]) -> Vec<u8> {
     use half::slice::HalfFloatSliceExt;
     let mut h = vec![half::f16::ZERO; v.len()];
@@ -685,15 +685,53 @@ impl SqliteStore {
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
         let (f, q) = (filter.clone(), first.clone());
         let (found, kept) = self.read(move |conn| crate::search::candidates_kept(conn, cid, &f, &q)).await?;
-        let Some(next) = then(&found).await else { return Ok((found, None)) };
-        let second = first.second_hop(&found, next);
-        let Some(kept) = kept else {
-            let more = self.search_candidates(cid, filter, second).await?;
-            return Ok((found, Some(more)));
+        let more = self.second_hop(cid, filter, &first, &found, kept, then).await?;
+        Ok((found, more))
+    }
+
+    /// The first hop reads the scope's terms and vector copies on a read connection while the
+    /// vector is computed on the async side, handed over through a channel.
+    pub(crate) async fn search_candidates_pending(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        vector: PendingVector<'_>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<f32>>>(1);
+        let (f, q) = (filter.clone(), first.clone());
+        // A dropped sender (the request cancelled) ends the wait as "no vector".
+        let read = self
+            .read(move |conn| crate::search::candidates_pending(conn, cid, &f, &q, move || rx.recv().ok().flatten()));
+        let send = async move {
+            let _ = tx.send(vector.await);
         };
-        let known = found.clone();
-        let more = self.read(move |conn| kept.search_again(conn, cid, &second, &known)).await?;
-        Ok((found, Some(more)))
+        let (read, ()) = tokio::join!(read, send);
+        let (qv, found, kept) = read?;
+        let first = CandidateQuery { vector: qv.clone(), ..first };
+        let more = self.second_hop(cid, filter, &first, &found, kept, then).await?;
+        Ok((qv, found, more))
+    }
+
+    /// A search's second hop, if `then` asks for one: scored from the first hop's kept scope
+    /// when it was small, else searched again.
+    async fn second_hop(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: &CandidateQuery,
+        found: &[Candidate],
+        kept: Option<crate::search::Kept>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<Option<Vec<Candidate>>> {
+        let Some(next) = then(found).await else { return Ok(None) };
+        let second = first.second_hop(found, next);
+        let Some(kept) = kept else {
+            return Ok(Some(self.search_candidates(cid, filter, second).await?));
+        };
+        let known = found.to_vec();
+        Ok(Some(self.read(move |conn| kept.search_again(conn, cid, &second, &known)).await?))
     }
 
     pub(crate) async fn corpus(&self, cid: CollectionId, tokens: Vec<String>) -> StoreResult<Corpus> {

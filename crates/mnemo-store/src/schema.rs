@@ -340,7 +340,7 @@ const MIGRATIONS: &[&str] = &[
     // v12: a half-precision copy of each vector, keyed by the same rowid (so clustered by user
     // too): a scoped search orders its scope by these (1.8 KB a row, two to a page, instead of
     // one 3.6 KB f32 row per page) and re-scores in f32 only the rows that could be in its top k
-    // (`search::vector_top_k`), so results are exact. Writers add the copy beside the vector; a
+    // (`search::CopyRanker`), so results are exact. Writers add the copy beside the vector; a
     // vector deleted or changed in place loses its copy here (the search then reads its f32 row).
     // Vectors written before are copied in the background (`events::F16Fill`, its cursor in
     // `event_vectors_f16_fill`, dropped when done); until then the search reads their f32 rows.

@@ -114,75 +114,135 @@ pub fn candidates_kept(
     q: &CandidateQuery,
 ) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
-    let mut cosine: HashMap<String, f32> = HashMap::new();
-    if let Some(hits) = q.vector.as_ref().and(q.vector_hits.as_ref()) {
-        cosine = hits.iter().cloned().collect();
-    } else if let Some(qv) = &q.vector {
-        cosine = if crate::events::has_legacy_vectors(conn)? {
-            scan_f32(conn, &where_sql, &args, qv, q.k)?
-        } else {
-            vector_top_k(conn, &where_sql, &args, qv, q.k)?
-        };
-    }
+    let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
+    let cosine = vector_part(conn, q, &where_sql, &args)?;
+    Ok((load_candidates(conn, cosine, bm25, q, &[])?, kept))
+}
+
+/// [`candidates_kept`] for a query whose vector is still being computed (`q.vector` is ignored):
+/// the full-text part, and a small scope's vector copies read, before `vector()` is waited for —
+/// a query embedding leaves a core idle for most of its time. Returns the vector with the answer.
+#[allow(clippy::type_complexity)]
+pub fn candidates_pending(
+    conn: &Connection,
+    cid: CollectionId,
+    f: &EventFilter,
+    q: &CandidateQuery,
+    vector: impl FnOnce() -> Option<Vec<f32>>,
+) -> Result<(Option<Vec<f32>>, Vec<Candidate>, Option<Kept>), StoreError> {
+    let (where_sql, args) = event_filter_sql(cid, f);
+    let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
+    // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
+    let copies = match kept.is_some() && !crate::events::has_legacy_vectors(conn)? {
+        true => {
+            let mut copies: Vec<(i64, Option<Vec<u8>>)> = Vec::new();
+            for_each_copy(conn, &where_sql, &args, |rowid, h| copies.push((rowid, h.map(<[u8]>::to_vec))))?;
+            Some(copies)
+        }
+        false => None,
+    };
+    let q = CandidateQuery { vector: vector(), ..q.clone() };
+    let cosine = match (&q.vector, copies) {
+        (Some(qv), Some(copies)) => {
+            let mut ranker = CopyRanker::new(qv, q.k);
+            for (rowid, h) in &copies {
+                ranker.offer(*rowid, h.as_deref());
+            }
+            ranker.finish(conn)?
+        }
+        _ => vector_part(conn, &q, &where_sql, &args)?,
+    };
+    let found = load_candidates(conn, cosine, bm25, &q, &[])?;
+    Ok((q.vector, found, kept))
+}
+
+/// The vector part of a search: the `k` nearest of the scope (or the hits already known).
+fn vector_part(
+    conn: &Connection,
+    q: &CandidateQuery,
+    where_sql: &str,
+    args: &[SqlValue],
+) -> Result<HashMap<String, f32>, StoreError> {
+    Ok(match (&q.vector, &q.vector_hits) {
+        (Some(_), Some(hits)) => hits.iter().cloned().collect(),
+        (Some(qv), None) if crate::events::has_legacy_vectors(conn)? => scan_f32(conn, where_sql, args, qv, q.k)?,
+        (Some(qv), None) => {
+            let mut ranker = CopyRanker::new(qv, q.k);
+            for_each_copy(conn, where_sql, args, |rowid, h| ranker.offer(rowid, h))?;
+            ranker.finish(conn)?
+        }
+        (None, _) => HashMap::new(),
+    })
+}
+
+/// The full-text part of a search: the `k` best BM25 scores of the scope, and a small scope's
+/// terms kept for a second hop.
+fn text_part(
+    conn: &Connection,
+    cid: CollectionId,
+    q: &CandidateQuery,
+    where_sql: &str,
+    args: &[SqlValue],
+) -> Result<(HashMap<String, f64>, Option<Kept>), StoreError> {
     let mut bm25: HashMap<String, f64> = HashMap::new();
-    if !q.terms.is_empty() {
-        // Each term quoted: user text can never be read as FTS5 query syntax.
-        let expr = q.terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
-        // A small scope (the usual: one user's events) is scored here from the events' terms and
-        // the collection's statistics — FTS5's bm25() would walk every document of the collection
-        // that holds a query term (measured: 105 ms at 100k events; see docs/benchmarks.md).
-        let mut scope = conn
-            .prepare_cached(&format!("SELECT id, terms FROM events WHERE {where_sql} LIMIT ?{}", args.len() + 1))
-            .map_err(backend)?;
-        let mut a = args.clone();
-        a.push(SqlValue::Integer(SMALL_SCOPE as i64 + 1));
-        let in_scope: Vec<(String, Option<String>)> = scope
+    if q.terms.is_empty() {
+        return Ok((bm25, None));
+    }
+    // Each term quoted: user text can never be read as FTS5 query syntax.
+    let expr = q.terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
+    // A small scope (the usual: one user's events) is scored here from the events' terms and
+    // the collection's statistics — FTS5's bm25() would walk every document of the collection
+    // that holds a query term (measured: 105 ms at 100k events; see docs/benchmarks.md).
+    let mut scope = conn
+        .prepare_cached(&format!("SELECT id, terms FROM events WHERE {where_sql} LIMIT ?{}", args.len() + 1))
+        .map_err(backend)?;
+    let mut a = args.to_vec();
+    a.push(SqlValue::Integer(SMALL_SCOPE as i64 + 1));
+    let in_scope: Vec<(String, Option<String>)> = scope
+        .query_map(params_from_iter(a.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(backend)?
+        .collect::<Result<_, _>>()
+        .map_err(backend)?;
+    if in_scope.len() <= SMALL_SCOPE {
+        let bm25 = scope_bm25(conn, cid, q, &in_scope)?;
+        return Ok((bm25, Some(Kept { in_scope })));
+    }
+    let mut a = args.to_vec();
+    a.push(SqlValue::Text(expr));
+    let match_idx = a.len();
+    if q.corpus.is_some() {
+        // Statistics given (a sharded store's, over every shard): FTS5's bm25() knows only
+        // this file's, so the matches are scored here, as the small scopes are.
+        let sql = format!(
+            "SELECT e.id, e.terms FROM event_fts CROSS JOIN events e ON e.rowid = event_fts.rowid
+             WHERE event_fts MATCH ?{match_idx} AND e.id IN (SELECT id FROM events WHERE {where_sql})"
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
+        let matches: Vec<(String, Option<String>)> = stmt
             .query_map(params_from_iter(a.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
             .map_err(backend)?
             .collect::<Result<_, _>>()
             .map_err(backend)?;
-        if in_scope.len() <= SMALL_SCOPE {
-            bm25 = scope_bm25(conn, cid, q, &in_scope)?;
-            return Ok((load_candidates(conn, cosine, bm25, q, &[])?, Some(Kept { in_scope })));
-        }
-        let mut a = args.clone();
-        a.push(SqlValue::Text(expr));
-        let match_idx = a.len();
-        if q.corpus.is_some() {
-            // Statistics given (a sharded store's, over every shard): FTS5's bm25() knows only
-            // this file's, so the matches are scored here, as the small scopes are.
-            let sql = format!(
-                "SELECT e.id, e.terms FROM event_fts CROSS JOIN events e ON e.rowid = event_fts.rowid
-                 WHERE event_fts MATCH ?{match_idx} AND e.id IN (SELECT id FROM events WHERE {where_sql})"
-            );
-            let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
-            let matches: Vec<(String, Option<String>)> = stmt
-                .query_map(params_from_iter(a.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
-                .map_err(backend)?
-                .collect::<Result<_, _>>()
-                .map_err(backend)?;
-            bm25 = q.bm25(CorpusStats::default(), |_| 0).top_k(matches, q.k);
-            return Ok((load_candidates(conn, cosine, bm25, q, &[])?, None));
-        }
-        a.push(SqlValue::Integer(q.k as i64));
-        let sql = format!(
-            // CROSS JOIN keeps the full-text match as the outer loop: otherwise the planner may
-            // run the MATCH once per event in scope (measured: 112 ms → see docs/benchmarks.md).
-            "SELECT e.id, -bm25(event_fts) FROM event_fts CROSS JOIN events e ON e.rowid = event_fts.rowid
-             WHERE event_fts MATCH ?{match_idx} AND e.id IN (SELECT id FROM events WHERE {where_sql})
-             ORDER BY bm25(event_fts) LIMIT ?{}",
-            a.len()
-        );
-        let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
-        let rows = stmt
-            .query_map(params_from_iter(a.iter()), |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))
-            .map_err(backend)?;
-        for r in rows {
-            let (id, s) = r.map_err(backend)?;
-            bm25.insert(id, s);
-        }
+        return Ok((q.bm25(CorpusStats::default(), |_| 0).top_k(matches, q.k), None));
     }
-    Ok((load_candidates(conn, cosine, bm25, q, &[])?, None))
+    a.push(SqlValue::Integer(q.k as i64));
+    let sql = format!(
+        // CROSS JOIN keeps the full-text match as the outer loop: otherwise the planner may
+        // run the MATCH once per event in scope (measured: 112 ms → see docs/benchmarks.md).
+        "SELECT e.id, -bm25(event_fts) FROM event_fts CROSS JOIN events e ON e.rowid = event_fts.rowid
+         WHERE event_fts MATCH ?{match_idx} AND e.id IN (SELECT id FROM events WHERE {where_sql})
+         ORDER BY bm25(event_fts) LIMIT ?{}",
+        a.len()
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
+    let rows = stmt
+        .query_map(params_from_iter(a.iter()), |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))
+        .map_err(backend)?;
+    for r in rows {
+        let (id, s) = r.map_err(backend)?;
+        bm25.insert(id, s);
+    }
+    Ok((bm25, None))
 }
 
 /// The k best vectors of the scope by exact inner product, reading every vector in f32 — the
@@ -249,90 +309,148 @@ impl TopK {
     }
 }
 
-/// The k best vectors of the scope by exact inner product, as [`scan_f32`] finds them, reading
-/// the scope's f16 copies (half the bytes; a user's copies are contiguous) and the f32 rows only
-/// of the few that could be among the k best. Each f16 score is within a bound of the f32 one
-/// (below); a row whose f16 score plus that bound is under the k-th best lower bound cannot be in
-/// the top k, and every other row is scored again in f32 — so the candidates and their scores are
-/// exactly the f32 scan's. Rows without a copy yet (written before schema v12, before the
-/// background fill reached them) are read in f32.
-fn vector_top_k(
+/// Each event of the scope with its f16 vector copy (`None`: none yet), in rowid order.
+fn for_each_copy(
     conn: &Connection,
     where_sql: &str,
     args: &[SqlValue],
-    qv: &[f32],
-    k: usize,
-) -> Result<HashMap<String, f32>, StoreError> {
-    use half::slice::HalfFloatSliceExt;
-    let n = qv.len();
-    // |f16 score − f32 score| ≤ Σ|q·h| · rel + abs: each f16 component within 2⁻¹¹ (relative) of
-    // its f32 value, or 2⁻²⁵ (absolute) below f16's normal range, and each of the two sums within
-    // n·2⁻²⁴ of its exact value — with 10% to spare.
-    let rel = (2f32.powi(-11) + 2.0 * n as f32 * 2f32.powi(-24)) * 1.1;
-    let abs = qv.iter().map(|x| x.abs()).sum::<f32>() * 2f32.powi(-24);
+    mut each: impl FnMut(i64, Option<&[u8]>),
+) -> Result<(), StoreError> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT s.rowid, h.h FROM (SELECT rowid FROM events WHERE {where_sql}) s LEFT JOIN event_vectors_f16 h ON h.rowid = s.rowid"
         ))
         .map_err(backend)?;
     let mut rows = stmt.query(params_from_iter(args.iter())).map_err(backend)?;
-    // The k best lower bounds (their least is the bar), and the rows whose upper bound reached
-    // the bar when they were read.
-    let mut lows: BinaryHeap<Reverse<OrdF32>> = BinaryHeap::with_capacity(k + 1);
-    let bar = |lows: &BinaryHeap<Reverse<OrdF32>>| {
-        if lows.len() < k { f32::NEG_INFINITY } else { lows.peek().map_or(f32::NEG_INFINITY, |Reverse(m)| m.0) }
-    };
-    let mut maybe: Vec<(i64, f32)> = Vec::new();
-    let (mut halves, mut floats) = (vec![half::f16::ZERO; n], vec![0f32; n]);
     while let Some(r) = rows.next().map_err(backend)? {
         let rowid: i64 = r.get(0).map_err(backend)?;
-        let h = match r.get_ref(1).map_err(backend)? {
-            rusqlite::types::ValueRef::Blob(h) => h,
-            _ => {
-                maybe.push((rowid, f32::INFINITY)); // no copy: read in f32
-                continue;
-            }
-        };
-        if h.len() != n * 2 {
-            continue; // a vector from another model; the start-up check prevents this
+        match r.get_ref(1).map_err(backend)? {
+            rusqlite::types::ValueRef::Blob(h) => each(rowid, Some(h)),
+            _ => each(rowid, None),
         }
-        for (x, b) in halves.iter_mut().zip(h.chunks_exact(2)) {
+    }
+    Ok(())
+}
+
+/// The k best vectors of the scope by exact inner product, as [`scan_f32`] finds them, from the
+/// scope's f16 copies (half the bytes; a user's copies are contiguous) and the f32 rows only of
+/// the few that could be among the k best. Each f16 score is within a bound of the f32 one
+/// (below); a row whose f16 score plus that bound is under the k-th best lower bound cannot be in
+/// the top k, and every other row is scored again in f32 — so the candidates and their scores are
+/// exactly the f32 scan's. Rows without a copy yet (written before schema v12, before the
+/// background fill reached them) are read in f32.
+struct CopyRanker<'q> {
+    qv: &'q [f32],
+    k: usize,
+    rel: f32,
+    abs: f32,
+    /// The k best lower bounds (their least is the bar).
+    lows: BinaryHeap<Reverse<OrdF32>>,
+    /// The rows whose upper bound reached the bar when they were offered.
+    maybe: Vec<(i64, f32)>,
+    halves: Vec<half::f16>,
+    floats: Vec<f32>,
+}
+
+impl<'q> CopyRanker<'q> {
+    fn new(qv: &'q [f32], k: usize) -> Self {
+        let n = qv.len();
+        // |f16 score − f32 score| ≤ Σ|q·h| · rel + abs: each f16 component within 2⁻¹¹
+        // (relative) of its f32 value, or 2⁻²⁵ (absolute) below f16's normal range, and each of
+        // the two sums within n·2⁻²⁴ of its exact value — with 10% to spare.
+        let rel = (2f32.powi(-11) + 2.0 * n as f32 * 2f32.powi(-24)) * 1.1;
+        let abs = qv.iter().map(|x| x.abs()).sum::<f32>() * 2f32.powi(-24);
+        Self {
+            qv,
+            k,
+            rel,
+            abs,
+            lows: BinaryHeap::with_capacity(k + 1),
+            maybe: Vec::new(),
+            halves: vec![half::f16::ZERO; n],
+            floats: vec![0f32; n],
+        }
+    }
+
+    fn bar(&self) -> f32 {
+        match self.lows.peek() {
+            Some(Reverse(m)) if self.lows.len() >= self.k => m.0,
+            _ => f32::NEG_INFINITY,
+        }
+    }
+
+    fn offer(&mut self, rowid: i64, copy: Option<&[u8]>) {
+        use half::slice::HalfFloatSliceExt;
+        let Some(h) = copy else {
+            self.maybe.push((rowid, f32::INFINITY)); // no copy: read in f32
+            return;
+        };
+        if h.len() != self.qv.len() * 2 {
+            return; // a vector from another model; the start-up check prevents this
+        }
+        for (x, b) in self.halves.iter_mut().zip(h.chunks_exact(2)) {
             *x = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
         }
-        halves.convert_to_f32_slice(&mut floats);
-        let (mut score, mut magnitude) = (0f32, 0f32);
-        for (a, b) in qv.iter().zip(&floats) {
-            score += a * b;
-            magnitude += (a * b).abs();
+        self.halves.convert_to_f32_slice(&mut self.floats);
+        let (score, magnitude) = dot_and_magnitude(self.qv, &self.floats);
+        let err = magnitude * self.rel + self.abs;
+        self.lows.push(Reverse(OrdF32(score - err)));
+        if self.lows.len() > self.k {
+            self.lows.pop();
         }
-        let err = magnitude * rel + abs;
-        lows.push(Reverse(OrdF32(score - err)));
-        if lows.len() > k {
-            lows.pop();
-        }
-        let b = bar(&lows);
+        let b = self.bar();
         if score + err >= b {
-            maybe.push((rowid, score + err));
+            self.maybe.push((rowid, score + err));
         }
-        if maybe.len() >= 4 * k + 1024 {
-            maybe.retain(|(_, upper)| *upper >= b);
+        if self.maybe.len() >= 4 * self.k + 1024 {
+            self.maybe.retain(|(_, upper)| *upper >= b);
         }
     }
-    let b = bar(&lows);
-    let mut again: Vec<i64> = maybe.into_iter().filter(|(_, upper)| *upper >= b).map(|(r, _)| r).collect();
-    again.sort_unstable(); // neighbouring rows: fewer pages apart
-    let mut exact = conn.prepare_cached("SELECT event_id, vec FROM event_vectors WHERE rowid=?1").map_err(backend)?;
-    let mut best = TopK::new(k);
-    for rowid in again {
-        let mut rows = exact.query([rowid]).map_err(backend)?;
-        let Some(r) = rows.next().map_err(backend)? else { continue };
-        let blob = r.get_ref(1).map_err(backend)?.as_blob().map_err(backend)?;
-        if blob.len() != n * 4 {
-            continue;
+
+    /// The k best, scored in f32.
+    fn finish(self, conn: &Connection) -> Result<HashMap<String, f32>, StoreError> {
+        let b = self.bar();
+        let (qv, n) = (self.qv, self.qv.len());
+        let mut again: Vec<i64> = self.maybe.into_iter().filter(|(_, upper)| *upper >= b).map(|(r, _)| r).collect();
+        again.sort_unstable(); // neighbouring rows: fewer pages apart
+        let mut exact =
+            conn.prepare_cached("SELECT event_id, vec FROM event_vectors WHERE rowid=?1").map_err(backend)?;
+        let mut best = TopK::new(self.k);
+        for rowid in again {
+            let mut rows = exact.query([rowid]).map_err(backend)?;
+            let Some(r) = rows.next().map_err(backend)? else { continue };
+            let blob = r.get_ref(1).map_err(backend)?.as_blob().map_err(backend)?;
+            if blob.len() != n * 4 {
+                continue;
+            }
+            best.offer(dot_blob(qv, blob), || {
+                Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string())
+            })?;
         }
-        best.offer(dot_blob(qv, blob), || Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string()))?;
+        Ok(best.into_map())
     }
-    Ok(best.into_map())
+}
+
+/// `(Σ q·h, Σ |q·h|)` in eight lanes the compiler keeps in vector registers (a sum in one
+/// accumulator cannot be vectorised: each addition waits for the last). The order of the
+/// additions differs from a sequential sum; the error bound of [`CopyRanker`] holds for any order.
+fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
+    const L: usize = 8;
+    let (mut s, mut m) = ([0f32; L], [0f32; L]);
+    let (qc, hc) = (q.chunks_exact(L), h.chunks_exact(L));
+    let (qr, hr) = (qc.remainder(), hc.remainder());
+    for (a, b) in qc.zip(hc) {
+        for i in 0..L {
+            let p = a[i] * b[i];
+            s[i] += p;
+            m[i] += p.abs();
+        }
+    }
+    for (a, b) in qr.iter().zip(hr) {
+        s[0] += a * b;
+        m[0] += (a * b).abs();
+    }
+    (s.iter().sum(), m.iter().sum())
 }
 
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.
@@ -365,7 +483,11 @@ fn load_candidates(
         let seen = known.get(id.as_str());
         let event = match seen {
             Some(c) => c.event.clone(),
-            None => load.query_row([&id], event_from_row).map_err(backend)?,
+            // A row deleted since an earlier read of the same search (its first hop): gone.
+            None => match load.query_row([&id], event_from_row).optional().map_err(backend)? {
+                Some(e) => e,
+                None => continue,
+            },
         };
         let cos = match (cosine.get(&id), &q.vector) {
             (Some(c), _) => Some(*c),

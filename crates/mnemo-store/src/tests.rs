@@ -414,20 +414,33 @@ fn exact_top_k(q: &[f32], vectors: &[(String, Vec<f32>)], k: usize) -> Vec<(Stri
     top
 }
 
+/// The vector part of a user's search, both as a search with its vector does it (streaming the
+/// copies) and as one whose vector comes later does (the copies read first); asserted equal.
 async fn vector_top_k(s: &SqliteStore, cid: CollectionId, user: &str, q: &[f32], k: usize) -> Vec<(String, f32)> {
-    let mut got: Vec<(String, f32)> = s
-        .search_candidates(
+    let f = EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() };
+    let hits = |found: Vec<Candidate>| {
+        let mut got: Vec<(String, f32)> =
+            found.into_iter().map(|c| (c.event.id, c.cosine.expect("a vector hit has its cosine"))).collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        got
+    };
+    let query = CandidateQuery { vector: Some(q.to_vec()), terms: vec![], k, vector_hits: None, corpus: None };
+    let streamed = hits(s.search_candidates(cid, f.clone(), query.clone()).await.unwrap());
+    // A term no event has: no full-text hit, but the scope is read (and kept) first.
+    let later = CandidateQuery { vector: None, terms: vec!["zzyzx".into()], ..query };
+    let v = q.to_vec();
+    let (_, found, _) = s
+        .search_candidates_pending(
             cid,
-            EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() },
-            CandidateQuery { vector: Some(q.to_vec()), terms: vec![], k, vector_hits: None, corpus: None },
+            f,
+            later,
+            Box::pin(async move { Some(v) }),
+            Box::new(|_| Box::pin(std::future::ready(None))),
         )
         .await
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.event.id, c.cosine.expect("a vector hit has its cosine")))
-        .collect();
-    got.sort_by(|a, b| a.0.cmp(&b.0));
-    got
+        .unwrap();
+    assert_eq!(hits(found), streamed, "read ahead or streamed, the same vector part");
+    streamed
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@ use super::*;
 use crate::context::{Assembled, Locale};
 use crate::error::{CoreError, CoreResult};
 use crate::ranking::{Scores, TimeDecay};
+use crate::service::search::QueryVector;
 
 pub const MAX_TOKENS_RANGE: (u32, u32) = (1, 200_000);
 
@@ -72,19 +73,38 @@ impl Service {
         let mut req = req;
         req.event_limit = req.event_limit.min((req.max_tokens / 24).max(1)).min(MAX_CONTEXT_EVENTS);
         let c = self.collection_for_read(&req.target).await?;
+        let search = |filter: EventFilter, limit: u32| EventSearch {
+            target: req.target.clone(),
+            query: req.query.clone(),
+            filter,
+            limit,
+            decay: req.decay,
+            custom_weight: 0.0,
+            similarity_threshold: req.similarity_threshold,
+            freshness_days: None,
+            include_archived: false,
+        };
         // The query is embedded once, for both searches — while the conversation is looked up
-        // when the request names whose memories to search (else only once a search is sure).
+        // when the request names whose memories to search (else only once a search is sure), and
+        // then the other conversations' search reads its scope meanwhile.
         let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
         let named = !req.event_filter.user_id.is_empty() || !req.event_filter.assistant_id.is_empty();
+        // Ask for more than the limit: this conversation's own events are removed after.
+        let cross_limit = req.event_limit + 10;
         let early = async {
             match query {
-                Some(q) if named && (req.include.intra_events || req.include.cross_events) => {
-                    Some(self.query_vector(q).await)
+                Some(q) if named && req.include.cross_events => {
+                    let qv = QueryVector::Pending(Box::pin(self.query_vector(q)));
+                    let (found, qv) =
+                        self.search_with_vector(&c, &search(req.event_filter.clone(), cross_limit), qv).await?;
+                    Ok::<_, CoreError>((Some(found), Some(qv)))
                 }
-                _ => None,
+                Some(q) if named && req.include.intra_events => Ok((None, Some(self.query_vector(q).await))),
+                _ => Ok((None, None)),
             }
         };
         let (conv, early) = tokio::join!(self.store.conversation_info(c.id, &req.conversation_id), early);
+        let (cross_found, early) = early?;
         let conv = conv?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
         // Whose memories: the request's filter, else the conversation's metadata.
@@ -131,27 +151,21 @@ impl Service {
                 })
                 .next();
         }
-        let search = |filter: EventFilter, limit: u32| EventSearch {
-            target: req.target.clone(),
-            query: req.query.clone(),
-            filter,
-            limit,
-            decay: req.decay,
-            custom_weight: 0.0,
-            similarity_threshold: req.similarity_threshold,
-            freshness_days: None,
-            include_archived: false,
-        };
         // The look-ups run one after another: asked at once they measured slower on SQLite
         // (each read connection keeps its own page cache; in turn they reuse the warm one).
         if req.include.intra_events && conv.is_some() {
             let mut f = filter.clone();
             f.conversation_id = vec![req.conversation_id.clone()];
-            cands.intra_events = self.search_with_vector(&c, &search(f, req.event_limit), qv.clone()).await?;
+            let qv = QueryVector::Known(qv.clone());
+            cands.intra_events = self.search_with_vector(&c, &search(f, req.event_limit), qv).await?.0;
         }
         if req.include.cross_events && known && query.is_some() {
-            // Ask for more than the limit: this conversation's own events are removed after.
-            let found = self.search_with_vector(&c, &search(filter.clone(), req.event_limit + 10), qv).await?;
+            let found = match cross_found {
+                Some(found) => found,
+                None => {
+                    self.search_with_vector(&c, &search(filter.clone(), cross_limit), QueryVector::Known(qv)).await?.0
+                }
+            };
             cands.cross_events = found
                 .into_iter()
                 .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))

@@ -154,10 +154,11 @@ impl Service {
     /// Search within one collection, with the layered scope fallback (seed 002 §6.1).
     pub(super) async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
         let qv = match req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
-            Some(q) => self.query_vector(q).await,
-            None => None,
+            // Embedded while the store reads the scope (the future runs when the store polls it).
+            Some(q) => QueryVector::Pending(Box::pin(self.query_vector(q))),
+            None => QueryVector::Known(None),
         };
-        self.search_with_vector(c, req, qv).await
+        Ok(self.search_with_vector(c, req, qv).await?.0)
     }
 
     /// The query's vector; `None` when the embedder fails, and the search degrades to full text
@@ -181,13 +182,14 @@ impl Service {
         }
     }
 
-    /// [`Self::search_in`] with the query's vector already computed (`qv`, `None`: full text).
+    /// [`Self::search_in`] with the query's vector computed or being computed; returns the
+    /// vector too (`None`: full text only).
     pub(super) async fn search_with_vector(
         &self,
         c: &Collection,
         req: &EventSearch,
-        qv: Option<Vec<f32>>,
-    ) -> CoreResult<Vec<ScoredEvent>> {
+        qv: QueryVector<'_>,
+    ) -> CoreResult<(Vec<ScoredEvent>, Option<Vec<f32>>)> {
         let now = self.now();
         let mut filter = req.filter.clone();
         filter.active_only = !req.include_archived;
@@ -199,13 +201,14 @@ impl Service {
         let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
         let Some(query) = query else {
             let events = self.store.list_events(c.id, filter, req.limit).await?;
-            return Ok(events
+            let events = events
                 .into_iter()
                 .map(|e| {
                     let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
                     ScoredEvent { layer: e.scope.clone(), event: e, scores }
                 })
-                .collect());
+                .collect();
+            return Ok((events, None));
         };
         let terms = crate::text::search_tokens(query);
         let offset = self.embedder.query_offset(query);
@@ -251,7 +254,7 @@ impl Service {
                 .collect()
         };
         let k = (req.limit as usize * 3).max(50);
-        let cq = CandidateQuery { vector: qv, terms, k, vector_hits: None, corpus: None };
+        let mut cq = CandidateQuery { vector: None, terms, k, vector_hits: None, corpus: None };
         // Second hop: the query plus what its best hits share (same vector and filter), fused
         // with the first by rank.
         let n_feedback = self.config.retrieval.feedback_terms;
@@ -265,7 +268,17 @@ impl Service {
             let next = extra.map(|extra| crate::store::NextHop::terms(cq.terms.iter().cloned().chain(extra).collect()));
             Box::pin(std::future::ready(next))
         });
-        let (first, second) = self.store.search_candidates_then(c.id, filter.clone(), cq.clone(), then).await?;
+        let (qv, first, second) = match qv {
+            QueryVector::Known(qv) => {
+                let first = CandidateQuery { vector: qv.clone(), ..cq.clone() };
+                let (found, more) = self.store.search_candidates_then(c.id, filter.clone(), first, then).await?;
+                (qv, found, more)
+            }
+            QueryVector::Pending(qv) => {
+                self.store.search_candidates_pending(c.id, filter.clone(), cq.clone(), qv, then).await?
+            }
+        };
+        cq.vector = qv;
         let mut results = first_ranked.unwrap_or_else(|| ranked(&first, None));
         if let Some(second) = second {
             results = fuse_by_rank(results, ranked(&second, None), req.limit as usize);
@@ -275,7 +288,7 @@ impl Service {
         if scoped && results.len() < req.limit as usize {
             let mut global = filter.clone();
             global.scope = vec![GLOBAL_SCOPE.to_string()];
-            for r in ranked(&self.store.search_candidates(c.id, global, cq).await?, Some(GLOBAL_SCOPE)) {
+            for r in ranked(&self.store.search_candidates(c.id, global, cq.clone()).await?, Some(GLOBAL_SCOPE)) {
                 if results.len() >= req.limit as usize {
                     break;
                 }
@@ -284,8 +297,15 @@ impl Service {
                 }
             }
         }
-        Ok(results)
+        Ok((results, cq.vector))
     }
+}
+
+/// A search's query vector: computed (`None`: full text only), or still being computed — the
+/// store then reads the scope meanwhile ([`crate::store::Store::search_candidates_pending`]).
+pub(super) enum QueryVector<'a> {
+    Known(Option<Vec<f32>>),
+    Pending(crate::store::PendingVector<'a>),
 }
 
 /// Per candidate, what the adjacent turns add to its relevance: an event is scored again with

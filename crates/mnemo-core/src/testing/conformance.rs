@@ -680,6 +680,26 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     assert_eq!(asked, Some(one.len()), "the second search is decided from the first's candidates");
     assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
     assert_eq!(key(two.expect("a second search")), scanned);
+    // The same with the vector still being computed when the search starts (the store may read
+    // the scope meanwhile): the same answers, and the vector handed back.
+    let slow_vector: crate::store::PendingVector<'_> = Box::pin(async {
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        Some(qv.clone())
+    });
+    let then: crate::store::NextTerms<'_> = Box::new(|_| {
+        Box::pin(std::future::ready(Some(crate::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
+    });
+    let unset = CandidateQuery { vector: None, ..first.clone() };
+    let (got, one, two) = s.search_candidates_pending(c.id, f.clone(), unset.clone(), slow_vector, then).await.unwrap();
+    assert_eq!(got.as_deref(), Some(&qv[..]), "the vector is handed back");
+    assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
+    assert_eq!(key(two.expect("a second search")), scanned);
+    // No vector after all (the embedder failed): full text only, as a search without one.
+    let none: crate::store::PendingVector<'_> = Box::pin(std::future::ready(None));
+    let no_hop: crate::store::NextTerms<'_> = Box::new(|_| Box::pin(std::future::ready(None)));
+    let (got, one, two) = s.search_candidates_pending(c.id, f.clone(), unset.clone(), none, no_hop).await.unwrap();
+    assert!(got.is_none() && two.is_none());
+    assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), unset).await.unwrap()));
     let (_, none) =
         s.search_candidates_then(c.id, f, first, Box::new(|_| Box::pin(std::future::ready(None)))).await.unwrap();
     assert!(none.is_none(), "no terms, no second search");
