@@ -35,7 +35,7 @@
 use crate::StoreError;
 use crate::extract::ExtractionOutput;
 use crate::model::*;
-use crate::store::{NextHop, NextTerms, Store, StoreResult};
+use crate::store::{NextHop, NextTerms, PendingVector, Store, StoreResult};
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
 use std::collections::{BTreeMap, HashMap};
@@ -78,6 +78,86 @@ pub struct ShardedStore {
 }
 
 impl ShardedStore {
+    /// Both hops on every shard (see `Store::search_candidates_then`), with `first`'s vector
+    /// given, or coming (`vector`), handed to every shard as it arrives.
+    async fn two_hops(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        vector: Option<PendingVector<'_>>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+        let k = first.k;
+        let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<Candidate>)>();
+        let (hop_tx, hop_rx) = tokio::sync::watch::channel::<Option<Option<NextHop>>>(None);
+        let (vector_tx, vector_rx) = tokio::sync::watch::channel::<Option<Option<Vec<f32>>>>(None);
+        let pending = vector.is_some();
+        let publish = async {
+            let v = match vector {
+                Some(v) => v.await,
+                None => first.vector.clone(),
+            };
+            let _ = vector_tx.send(Some(v.clone()));
+            Ok::<_, StoreError>(v)
+        };
+        let searches = async {
+            let found_tx = found_tx; // moved in: dropped below, once every shard holds its own
+            let first = self.with_corpus(collection_id, first.clone()).await?;
+            let searches = self.shards.iter().enumerate().map(|(i, s)| {
+                let (found_tx, mut hop_rx, mut vector_rx) = (found_tx.clone(), hop_rx.clone(), vector_rx.clone());
+                let ask: NextTerms<'static> = Box::new(move |found: &[Candidate]| {
+                    let _ = found_tx.send((i, found.to_vec()));
+                    Box::pin(async move {
+                        hop_rx.wait_for(Option::is_some).await.ok().and_then(|hop| hop.clone().flatten())
+                    })
+                });
+                let (filter, first) = (filter.clone(), first.clone());
+                async move {
+                    if !pending {
+                        let (found, more) = s.search_candidates_then(collection_id, filter, first, ask).await?;
+                        return Ok((found, more));
+                    }
+                    let vector: PendingVector<'static> = Box::pin(async move {
+                        vector_rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone().flatten())
+                    });
+                    let (_, found, more) =
+                        s.search_candidates_pending(collection_id, filter, first, vector, ask).await?;
+                    Ok::<_, StoreError>((found, more))
+                }
+            });
+            let searches = try_join_all(searches);
+            drop(found_tx);
+            searches.await
+        };
+        let decide = async {
+            // Until every shard has answered (a shard that ends without asking drops its sender).
+            let mut parts = Vec::new();
+            while let Some((_, found)) = found_rx.recv().await {
+                parts.extend(found);
+            }
+            let hop = match then(&best_of(parts, k)).await {
+                Some(next) => {
+                    let corpus = self.summed_corpus(collection_id, &next.terms, next.corpus).await?;
+                    Some(NextHop { terms: next.terms, corpus })
+                }
+                None => None,
+            };
+            let _ = hop_tx.send(Some(hop));
+            Ok::<_, StoreError>(())
+        };
+        let (qv, answers, ()) = tokio::try_join!(publish, searches, decide)?;
+        let mut firsts = Vec::new();
+        let mut seconds: Option<Vec<Candidate>> = None;
+        for (found, more) in answers {
+            firsts.extend(found);
+            if let Some(more) = more {
+                seconds.get_or_insert_with(Vec::new).extend(more);
+            }
+        }
+        Ok((qv, best_of(firsts, k), seconds.map(|more| best_of(more, k))))
+    }
+
     /// Routes over `shards` (their order is the routing table: never reorder or resize a
     /// deployment's list). Copies every collection of shard 0 to the shards that lack it, with
     /// its id — what a crash between the shards' creations left out.
@@ -519,47 +599,21 @@ impl Store for ShardedStore {
         first: CandidateQuery,
         then: NextTerms<'_>,
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        let first = self.with_corpus(collection_id, first).await?;
-        let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<Candidate>)>();
-        let (hop_tx, hop_rx) = tokio::sync::watch::channel::<Option<Option<NextHop>>>(None);
-        let searches = self.shards.iter().enumerate().map(|(i, s)| {
-            let (found_tx, mut hop_rx) = (found_tx.clone(), hop_rx.clone());
-            let ask: NextTerms<'static> = Box::new(move |found: &[Candidate]| {
-                let _ = found_tx.send((i, found.to_vec()));
-                Box::pin(
-                    async move { hop_rx.wait_for(Option::is_some).await.ok().and_then(|hop| hop.clone().flatten()) },
-                )
-            });
-            s.search_candidates_then(collection_id, filter.clone(), first.clone(), ask)
-        });
-        let searches = try_join_all(searches);
-        drop(found_tx);
-        let decide = async {
-            // Until every shard has answered (a shard that ends without asking drops its sender).
-            let mut parts = Vec::new();
-            while let Some((_, found)) = found_rx.recv().await {
-                parts.extend(found);
-            }
-            let hop = match then(&best_of(parts, first.k)).await {
-                Some(next) => {
-                    let corpus = self.summed_corpus(collection_id, &next.terms, next.corpus).await?;
-                    Some(NextHop { terms: next.terms, corpus })
-                }
-                None => None,
-            };
-            let _ = hop_tx.send(Some(hop));
-            Ok::<_, StoreError>(())
-        };
-        let (answers, ()) = tokio::try_join!(searches, decide)?;
-        let mut firsts = Vec::new();
-        let mut seconds: Option<Vec<Candidate>> = None;
-        for (found, more) in answers {
-            firsts.extend(found);
-            if let Some(more) = more {
-                seconds.get_or_insert_with(Vec::new).extend(more);
-            }
-        }
-        Ok((best_of(firsts, first.k), seconds.map(|more| best_of(more, first.k))))
+        let (_, found, more) = self.two_hops(collection_id, filter, first, None, then).await?;
+        Ok((found, more))
+    }
+
+    /// As `search_candidates_then`, each shard given the vector as it comes (a watch channel):
+    /// a shard that reads its scope while it waits (SQLite) does so.
+    async fn search_candidates_pending(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        vector: PendingVector<'_>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+        self.two_hops(collection_id, filter, first, Some(vector), then).await
     }
 
     async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
