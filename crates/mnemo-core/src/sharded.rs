@@ -35,7 +35,7 @@
 use crate::StoreError;
 use crate::extract::ExtractionOutput;
 use crate::model::*;
-use crate::store::{NextHop, NextTerms, PendingVector, Store, StoreResult};
+use crate::store::{NextHop, NextTerms, PendingVector, Store, StoreResult, TwoHops};
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
 use std::collections::{BTreeMap, HashMap};
@@ -78,26 +78,22 @@ pub struct ShardedStore {
 }
 
 impl ShardedStore {
-    /// Both hops on every shard (see `Store::search_candidates_then`), with `first`'s vector
-    /// given, or coming (`vector`), handed to every shard as it arrives.
+    /// Both hops on every shard (see `Store::search_candidates_then`), the vector handed to
+    /// every shard as it arrives (a watch channel).
     async fn two_hops(
         &self,
         collection_id: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
-        vector: Option<PendingVector<'_>>,
+        vector: PendingVector<'_>,
         then: NextTerms<'_>,
-    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+    ) -> StoreResult<TwoHops> {
         let k = first.k;
         let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<Candidate>)>();
         let (hop_tx, hop_rx) = tokio::sync::watch::channel::<Option<Option<NextHop>>>(None);
         let (vector_tx, vector_rx) = tokio::sync::watch::channel::<Option<Option<Vec<f32>>>>(None);
-        let pending = vector.is_some();
         let publish = async {
-            let v = match vector {
-                Some(v) => v.await,
-                None => first.vector.clone(),
-            };
+            let v = vector.await;
             let _ = vector_tx.send(Some(v.clone()));
             Ok::<_, StoreError>(v)
         };
@@ -112,19 +108,10 @@ impl ShardedStore {
                         hop_rx.wait_for(Option::is_some).await.ok().and_then(|hop| hop.clone().flatten())
                     })
                 });
-                let (filter, first) = (filter.clone(), first.clone());
-                async move {
-                    if !pending {
-                        let (found, more) = s.search_candidates_then(collection_id, filter, first, ask).await?;
-                        return Ok((found, more));
-                    }
-                    let vector: PendingVector<'static> = Box::pin(async move {
-                        vector_rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone().flatten())
-                    });
-                    let (_, found, more) =
-                        s.search_candidates_pending(collection_id, filter, first, vector, ask).await?;
-                    Ok::<_, StoreError>((found, more))
-                }
+                let vector: PendingVector<'static> = Box::pin(async move {
+                    vector_rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone().flatten())
+                });
+                s.search_candidates_then(collection_id, filter.clone(), first.clone(), vector, ask)
             });
             let searches = try_join_all(searches);
             drop(found_tx);
@@ -146,16 +133,16 @@ impl ShardedStore {
             let _ = hop_tx.send(Some(hop));
             Ok::<_, StoreError>(())
         };
-        let (qv, answers, ()) = tokio::try_join!(publish, searches, decide)?;
+        let (vector, answers, ()) = tokio::try_join!(publish, searches, decide)?;
         let mut firsts = Vec::new();
         let mut seconds: Option<Vec<Candidate>> = None;
-        for (found, more) in answers {
-            firsts.extend(found);
-            if let Some(more) = more {
+        for TwoHops { first, second, .. } in answers {
+            firsts.extend(first);
+            if let Some(more) = second {
                 seconds.get_or_insert_with(Vec::new).extend(more);
             }
         }
-        Ok((qv, best_of(firsts, k), seconds.map(|more| best_of(more, k))))
+        Ok(TwoHops { vector, first: best_of(firsts, k), second: seconds.map(|more| best_of(more, k)) })
     }
 
     /// Routes over `shards` (their order is the routing table: never reorder or resize a
@@ -587,33 +574,21 @@ impl Store for ShardedStore {
     }
 
     /// Every shard runs its own two-hop search (so a store that keeps what its first search
-    /// read — PostgreSQL's small scopes — scores the second from it), while the second hop is
-    /// decided once, here: each shard's `then` hands its first answer over and waits; when all
-    /// have, the union's `k` best decide the terms (the caller's `then`), their statistics are
-    /// summed over the shards, and every shard goes on with the same second query (and its own
-    /// first hop's vector part).
+    /// read — PostgreSQL's small scopes — scores the second from it, and one that reads its
+    /// scope while the vector is computed — SQLite — does), while the second hop is decided
+    /// once, here: each shard's `then` hands its first answer over and waits; when all have, the
+    /// union's `k` best decide the terms (the caller's `then`), their statistics are summed over
+    /// the shards, and every shard goes on with the same second query (and its own first hop's
+    /// vector part).
     async fn search_candidates_then(
-        &self,
-        collection_id: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        then: NextTerms<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        let (_, found, more) = self.two_hops(collection_id, filter, first, None, then).await?;
-        Ok((found, more))
-    }
-
-    /// As `search_candidates_then`, each shard given the vector as it comes (a watch channel):
-    /// a shard that reads its scope while it waits (SQLite) does so.
-    async fn search_candidates_pending(
         &self,
         collection_id: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
-    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
-        self.two_hops(collection_id, filter, first, Some(vector), then).await
+    ) -> StoreResult<TwoHops> {
+        self.two_hops(collection_id, filter, first, vector, then).await
     }
 
     async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {

@@ -17,9 +17,23 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub type NextTerms<'a> =
     Box<dyn FnOnce(&[Candidate]) -> futures_util::future::BoxFuture<'a, Option<NextHop>> + Send + 'a>;
 
-/// A search's query vector still being computed (its embedding; `None`: full text only). See
-/// [`Store::search_candidates_pending`].
+/// A search's query vector, perhaps still being computed (its embedding; `None`: full text
+/// only). See [`Store::search_candidates_then`].
 pub type PendingVector<'a> = futures_util::future::BoxFuture<'a, Option<Vec<f32>>>;
+
+/// A query vector already known, as a [`PendingVector`].
+pub fn known_vector(v: Option<Vec<f32>>) -> PendingVector<'static> {
+    Box::pin(std::future::ready(v))
+}
+
+/// What [`Store::search_candidates_then`] answers: the query vector it searched with, the first
+/// hop's candidates and the second's (when `then` asked for one).
+#[derive(Clone, Debug)]
+pub struct TwoHops {
+    pub vector: Option<Vec<f32>>,
+    pub first: Vec<Candidate>,
+    pub second: Option<Vec<Candidate>>,
+}
 
 /// What a search's second hop asks: its terms and, from a sharded store, the BM25 statistics to
 /// score them with ([`CandidateQuery::corpus`]).
@@ -203,40 +217,30 @@ pub trait Store: Send + Sync + 'static {
         filter: EventFilter,
         query: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>>;
-    /// Two searches over one filter: `first`, then — when `then` makes terms of its candidates
-    /// (a search's second hop, pseudo-relevance feedback) — the same query with those terms and
-    /// the first's vector part ([`CandidateQuery::vector_hits_of`]). Each answer is what
-    /// `search_candidates` gives for it; a store that can score the second from what the first
-    /// read overrides this (SQLite and PostgreSQL keep a small scope's terms: no second scan).
+    /// Two searches over one filter: `first` with the query vector `vector` (`first.vector` is
+    /// not read), then — when `then` makes terms of its candidates (a search's second hop,
+    /// pseudo-relevance feedback) — the same query with those terms and the first's vector part
+    /// ([`CandidateQuery::vector_hits_of`]). Each answer is what `search_candidates` gives for it
+    /// with the vector. The vector may still be being computed (the query's embedding): a store
+    /// may read the scope meanwhile (SQLite reads a small scope's terms and vector copies), and
+    /// one that can score the second hop from what the first read does (SQLite and PostgreSQL
+    /// keep a small scope's terms: no second scan).
     async fn search_candidates_then(
-        &self,
-        collection_id: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        then: NextTerms<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        let found = self.search_candidates(collection_id, filter.clone(), first.clone()).await?;
-        let Some(next) = then(&found).await else { return Ok((found, None)) };
-        let second = first.second_hop(&found, next);
-        let more = self.search_candidates(collection_id, filter, second).await?;
-        Ok((found, Some(more)))
-    }
-    /// [`Self::search_candidates_then`] while `first`'s vector is still being computed
-    /// (`first.vector` is ignored): a store may read the scope meanwhile — SQLite scores the
-    /// scope's text and reads its vector copies while the query is embedded. Returns the vector
-    /// with the two answers; each answer is what `search_candidates_then` gives with it.
-    async fn search_candidates_pending(
         &self,
         collection_id: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
-    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+    ) -> StoreResult<TwoHops> {
         let first = CandidateQuery { vector: vector.await, ..first };
-        let qv = first.vector.clone();
-        let (found, more) = self.search_candidates_then(collection_id, filter, first, then).await?;
-        Ok((qv, found, more))
+        let found = self.search_candidates(collection_id, filter.clone(), first.clone()).await?;
+        let Some(next) = then(&found).await else {
+            return Ok(TwoHops { vector: first.vector, first: found, second: None });
+        };
+        let second = first.second_hop(&found, next);
+        let more = self.search_candidates(collection_id, filter, second).await?;
+        Ok(TwoHops { vector: first.vector, first: found, second: Some(more) })
     }
     /// The collection's BM25 statistics for `tokens` (full-text tokens, `text::fts_tokens`):
     /// what a search would score with, on the same terms. A sharded store sums its shards' and

@@ -9,7 +9,7 @@ use crate::sql::{
 use deadpool_postgres::Pool;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextTerms, StoreResult};
+use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
@@ -514,9 +514,12 @@ impl PgStore {
         cid: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
+        vector: PendingVector<'_>,
         then: NextTerms<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        self.search_twice(cid, &filter, &first, &mut crate::search::Then::Ask(then)).await
+    ) -> StoreResult<TwoHops> {
+        let first = CandidateQuery { vector: vector.await, ..first };
+        let (found, second) = self.search_twice(cid, &filter, &first, &mut crate::search::Then::Ask(then)).await?;
+        Ok(TwoHops { vector: first.vector, first: found, second })
     }
 
     /// Searches on the read replica when there is one, else (or when it fails) on the primary.

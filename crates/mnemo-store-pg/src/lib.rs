@@ -629,9 +629,10 @@ impl Store for PgStore {
         cid: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
+        vector: mnemo_core::store::PendingVector<'_>,
         then: mnemo_core::store::NextTerms<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        PgStore::search_candidates_then(self, cid, filter, first, then).await
+    ) -> StoreResult<mnemo_core::store::TwoHops> {
+        PgStore::search_candidates_then(self, cid, filter, first, vector, then).await
     }
 
     async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {

@@ -5,7 +5,7 @@ use crate::rows::{EVENT_COLS, event_from_row, json, vec_to_blob};
 use crate::{SqliteStore, backend};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextTerms, PendingVector, StoreResult};
+use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::sync::Mutex;
@@ -674,44 +674,30 @@ impl SqliteStore {
         self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
     }
 
-    /// Both hops of a search: the second, decided by `then` from the first's candidates, is
-    /// scored from the scope the first read (not read again) when it was small enough to keep.
+    /// Both hops of a search. The first reads the scope's terms and a small scope's vector
+    /// copies on a read connection while the vector is computed on the async side, handed over
+    /// through a channel; the second, decided by `then` from the first's candidates, is scored
+    /// from the scope the first read (not read again) when it was small enough to keep.
     pub(crate) async fn search_candidates_then(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        then: NextTerms<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        let (f, q) = (filter.clone(), first.clone());
-        let (found, kept) = self.read(move |conn| crate::search::candidates_kept(conn, cid, &f, &q)).await?;
-        let more = self.second_hop(cid, filter, &first, &found, kept, then).await?;
-        Ok((found, more))
-    }
-
-    /// The first hop reads the scope's terms and vector copies on a read connection while the
-    /// vector is computed on the async side, handed over through a channel.
-    pub(crate) async fn search_candidates_pending(
         &self,
         cid: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
-    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
+    ) -> StoreResult<TwoHops> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<f32>>>(1);
         let (f, q) = (filter.clone(), first.clone());
         // A dropped sender (the request cancelled) ends the wait as "no vector".
-        let read = self
-            .read(move |conn| crate::search::candidates_pending(conn, cid, &f, &q, move || rx.recv().ok().flatten()));
+        let read = self.read(move |conn| crate::search::first_hop(conn, cid, &f, &q, move || rx.recv().ok().flatten()));
         let send = async move {
             let _ = tx.send(vector.await);
         };
         let (read, ()) = tokio::join!(read, send);
-        let (qv, found, kept) = read?;
-        let first = CandidateQuery { vector: qv.clone(), ..first };
-        let more = self.second_hop(cid, filter, &first, &found, kept, then).await?;
-        Ok((qv, found, more))
+        let crate::search::FirstHop { vector, found, kept } = read?;
+        let first = CandidateQuery { vector: vector.clone(), ..first };
+        let second = self.second_hop(cid, filter, &first, &found, kept, then).await?;
+        Ok(TwoHops { vector, first: found, second })
     }
 
     /// A search's second hop, if `then` asks for one: scored from the first hop's kept scope

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextTerms, PendingVector, Store, StoreResult};
+use mnemo_core::store::{NextTerms, PendingVector, Store, StoreResult, TwoHops};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -356,20 +356,10 @@ impl Store for SqliteStore {
         cid: CollectionId,
         filter: EventFilter,
         first: CandidateQuery,
-        then: NextTerms<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        SqliteStore::search_candidates_then(self, cid, filter, first, then).await
-    }
-
-    async fn search_candidates_pending(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
-    ) -> StoreResult<(Option<Vec<f32>>, Vec<Candidate>, Option<Vec<Candidate>>)> {
-        SqliteStore::search_candidates_pending(self, cid, filter, first, vector, then).await
+    ) -> StoreResult<TwoHops> {
+        SqliteStore::search_candidates_then(self, cid, filter, first, vector, then).await
     }
 
     async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {

@@ -66,7 +66,7 @@ pub fn candidates(
     f: &EventFilter,
     q: &CandidateQuery,
 ) -> Result<Vec<Candidate>, StoreError> {
-    Ok(candidates_kept(conn, cid, f, q)?.0)
+    Ok(first_hop(conn, cid, f, q, || q.vector.clone())?.found)
 }
 
 /// What a small scope's search read, kept for a search's second hop over the same scope: the
@@ -106,54 +106,69 @@ fn scope_bm25(
     Ok(q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
 }
 
-/// [`candidates`], and the scope it read when it was small enough to keep (see [`Kept`]).
-pub fn candidates_kept(
-    conn: &Connection,
-    cid: CollectionId,
-    f: &EventFilter,
-    q: &CandidateQuery,
-) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
-    let (where_sql, args) = event_filter_sql(cid, f);
-    let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
-    let cosine = vector_part(conn, q, &where_sql, &args)?;
-    Ok((load_candidates(conn, cosine, bm25, q, &[])?, kept))
+/// A search's first hop: the query vector it searched with, its candidates, and the scope it
+/// read when it was small enough to keep (see [`Kept`]).
+pub struct FirstHop {
+    pub vector: Option<Vec<f32>>,
+    pub found: Vec<Candidate>,
+    pub kept: Option<Kept>,
 }
 
-/// [`candidates_kept`] for a query whose vector is still being computed (`q.vector` is ignored):
-/// the full-text part, and a small scope's vector copies read, before `vector()` is waited for —
-/// a query embedding leaves a core idle for most of its time. Returns the vector with the answer.
-#[allow(clippy::type_complexity)]
-pub fn candidates_pending(
+/// [`candidates`] with the query vector `vector()` (`q.vector` is not read), and the scope
+/// read. The full-text part, and a small scope's vector copies, are read before `vector()` is
+/// called — it may wait for the query's embedding, which leaves a core idle for most of its time.
+pub fn first_hop(
     conn: &Connection,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
     vector: impl FnOnce() -> Option<Vec<f32>>,
-) -> Result<(Option<Vec<f32>>, Vec<Candidate>, Option<Kept>), StoreError> {
+) -> Result<FirstHop, StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
     let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
-    let copies = match kept.is_some() && !crate::events::has_legacy_vectors(conn)? {
-        true => {
-            let mut copies: Vec<(i64, Option<Vec<u8>>)> = Vec::new();
-            for_each_copy(conn, &where_sql, &args, |rowid, h| copies.push((rowid, h.map(<[u8]>::to_vec))))?;
-            Some(copies)
-        }
+    let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::events::has_legacy_vectors(conn)? {
+        true => Some(Copies::read(conn, &where_sql, &args)?),
         false => None,
     };
     let q = CandidateQuery { vector: vector(), ..q.clone() };
     let cosine = match (&q.vector, copies) {
         (Some(qv), Some(copies)) => {
             let mut ranker = CopyRanker::new(qv, q.k);
-            for (rowid, h) in &copies {
-                ranker.offer(*rowid, h.as_deref());
-            }
+            copies.offer_to(&mut ranker);
             ranker.finish(conn)?
         }
         _ => vector_part(conn, &q, &where_sql, &args)?,
     };
     let found = load_candidates(conn, cosine, bm25, &q, &[])?;
-    Ok((q.vector, found, kept))
+    Ok(FirstHop { vector: q.vector, found, kept })
+}
+
+/// A scope's f16 vector copies, read into memory (one buffer) before the query vector exists.
+struct Copies {
+    /// Each event's rowid and where its copy is in `bytes` (`None`: no copy yet).
+    rows: Vec<(i64, Option<std::ops::Range<usize>>)>,
+    bytes: Vec<u8>,
+}
+
+impl Copies {
+    fn read(conn: &Connection, where_sql: &str, args: &[SqlValue]) -> Result<Self, StoreError> {
+        let mut c = Copies { rows: Vec::new(), bytes: Vec::new() };
+        for_each_copy(conn, where_sql, args, |rowid, h| {
+            let at = h.map(|h| {
+                c.bytes.extend_from_slice(h);
+                c.bytes.len() - h.len()..c.bytes.len()
+            });
+            c.rows.push((rowid, at));
+        })?;
+        Ok(c)
+    }
+
+    fn offer_to(&self, ranker: &mut CopyRanker<'_>) {
+        for (rowid, at) in &self.rows {
+            ranker.offer(*rowid, at.clone().map(|r| &self.bytes[r]));
+        }
+    }
 }
 
 /// The vector part of a search: the `k` nearest of the scope (or the hits already known).

@@ -429,8 +429,8 @@ async fn vector_top_k(s: &SqliteStore, cid: CollectionId, user: &str, q: &[f32],
     // A term no event has: no full-text hit, but the scope is read (and kept) first.
     let later = CandidateQuery { vector: None, terms: vec!["zzyzx".into()], ..query };
     let v = q.to_vec();
-    let (_, found, _) = s
-        .search_candidates_pending(
+    let hops = s
+        .search_candidates_then(
             cid,
             f,
             later,
@@ -439,7 +439,7 @@ async fn vector_top_k(s: &SqliteStore, cid: CollectionId, user: &str, q: &[f32],
         )
         .await
         .unwrap();
-    assert_eq!(hits(found), streamed, "read ahead or streamed, the same vector part");
+    assert_eq!(hits(hops.first), streamed, "read ahead or streamed, the same vector part");
     streamed
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::context::{Assembled, Locale};
 use crate::error::{CoreError, CoreResult};
 use crate::ranking::{Scores, TimeDecay};
-use crate::service::search::QueryVector;
+use crate::store::known_vector;
 
 pub const MAX_TOKENS_RANGE: (u32, u32) = (1, 200_000);
 
@@ -94,7 +94,7 @@ impl Service {
         let early = async {
             match query {
                 Some(q) if named && req.include.cross_events => {
-                    let qv = QueryVector::Pending(Box::pin(self.query_vector(q)));
+                    let qv = Box::pin(self.query_vector(q));
                     let (found, qv) =
                         self.search_with_vector(&c, &search(req.event_filter.clone(), cross_limit), qv).await?;
                     Ok::<_, CoreError>((Some(found), Some(qv)))
@@ -156,15 +156,13 @@ impl Service {
         if req.include.intra_events && conv.is_some() {
             let mut f = filter.clone();
             f.conversation_id = vec![req.conversation_id.clone()];
-            let qv = QueryVector::Known(qv.clone());
+            let qv = known_vector(qv.clone());
             cands.intra_events = self.search_with_vector(&c, &search(f, req.event_limit), qv).await?.0;
         }
         if req.include.cross_events && known && query.is_some() {
             let found = match cross_found {
                 Some(found) => found,
-                None => {
-                    self.search_with_vector(&c, &search(filter.clone(), cross_limit), QueryVector::Known(qv)).await?.0
-                }
+                None => self.search_with_vector(&c, &search(filter.clone(), cross_limit), known_vector(qv)).await?.0,
             };
             cands.cross_events = found
                 .into_iter()

@@ -155,8 +155,8 @@ impl Service {
     pub(super) async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
         let qv = match req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
             // Embedded while the store reads the scope (the future runs when the store polls it).
-            Some(q) => QueryVector::Pending(Box::pin(self.query_vector(q))),
-            None => QueryVector::Known(None),
+            Some(q) => Box::pin(self.query_vector(q)),
+            None => crate::store::known_vector(None),
         };
         Ok(self.search_with_vector(c, req, qv).await?.0)
     }
@@ -188,7 +188,7 @@ impl Service {
         &self,
         c: &Collection,
         req: &EventSearch,
-        qv: QueryVector<'_>,
+        qv: crate::store::PendingVector<'_>,
     ) -> CoreResult<(Vec<ScoredEvent>, Option<Vec<f32>>)> {
         let now = self.now();
         let mut filter = req.filter.clone();
@@ -268,17 +268,9 @@ impl Service {
             let next = extra.map(|extra| crate::store::NextHop::terms(cq.terms.iter().cloned().chain(extra).collect()));
             Box::pin(std::future::ready(next))
         });
-        let (qv, first, second) = match qv {
-            QueryVector::Known(qv) => {
-                let first = CandidateQuery { vector: qv.clone(), ..cq.clone() };
-                let (found, more) = self.store.search_candidates_then(c.id, filter.clone(), first, then).await?;
-                (qv, found, more)
-            }
-            QueryVector::Pending(qv) => {
-                self.store.search_candidates_pending(c.id, filter.clone(), cq.clone(), qv, then).await?
-            }
-        };
-        cq.vector = qv;
+        let crate::store::TwoHops { vector, first, second } =
+            self.store.search_candidates_then(c.id, filter.clone(), cq.clone(), qv, then).await?;
+        cq.vector = vector;
         let mut results = first_ranked.unwrap_or_else(|| ranked(&first, None));
         if let Some(second) = second {
             results = fuse_by_rank(results, ranked(&second, None), req.limit as usize);
@@ -299,13 +291,6 @@ impl Service {
         }
         Ok((results, cq.vector))
     }
-}
-
-/// A search's query vector: computed (`None`: full text only), or still being computed — the
-/// store then reads the scope meanwhile ([`crate::store::Store::search_candidates_pending`]).
-pub(super) enum QueryVector<'a> {
-    Known(Option<Vec<f32>>),
-    Pending(crate::store::PendingVector<'a>),
 }
 
 /// Per candidate, what the adjacent turns add to its relevance: an event is scored again with

@@ -676,12 +676,15 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
         asked = Some(found.len());
         Box::pin(std::future::ready(Some(crate::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
     });
-    let (one, two) = s.search_candidates_then(c.id, f.clone(), first.clone(), then).await.unwrap();
-    assert_eq!(asked, Some(one.len()), "the second search is decided from the first's candidates");
-    assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
-    assert_eq!(key(two.expect("a second search")), scanned);
+    let unset = CandidateQuery { vector: None, ..first.clone() };
+    let known = crate::store::known_vector(Some(qv.clone()));
+    let hops = s.search_candidates_then(c.id, f.clone(), unset.clone(), known, then).await.unwrap();
+    assert_eq!(asked, Some(hops.first.len()), "the second search is decided from the first's candidates");
+    assert_eq!(hops.vector.as_deref(), Some(&qv[..]), "the vector is handed back");
+    assert_eq!(key(hops.first), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
+    assert_eq!(key(hops.second.expect("a second search")), scanned);
     // The same with the vector still being computed when the search starts (the store may read
-    // the scope meanwhile): the same answers, and the vector handed back.
+    // the scope meanwhile): the same answers.
     let slow_vector: crate::store::PendingVector<'_> = Box::pin(async {
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         Some(qv.clone())
@@ -689,20 +692,16 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     let then: crate::store::NextTerms<'_> = Box::new(|_| {
         Box::pin(std::future::ready(Some(crate::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
     });
-    let unset = CandidateQuery { vector: None, ..first.clone() };
-    let (got, one, two) = s.search_candidates_pending(c.id, f.clone(), unset.clone(), slow_vector, then).await.unwrap();
-    assert_eq!(got.as_deref(), Some(&qv[..]), "the vector is handed back");
-    assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
-    assert_eq!(key(two.expect("a second search")), scanned);
+    let hops = s.search_candidates_then(c.id, f.clone(), unset.clone(), slow_vector, then).await.unwrap();
+    assert_eq!(hops.vector.as_deref(), Some(&qv[..]), "the vector is handed back");
+    assert_eq!(key(hops.first), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
+    assert_eq!(key(hops.second.expect("a second search")), scanned);
     // No vector after all (the embedder failed): full text only, as a search without one.
-    let none: crate::store::PendingVector<'_> = Box::pin(std::future::ready(None));
+    let none = crate::store::known_vector(None);
     let no_hop: crate::store::NextTerms<'_> = Box::new(|_| Box::pin(std::future::ready(None)));
-    let (got, one, two) = s.search_candidates_pending(c.id, f.clone(), unset.clone(), none, no_hop).await.unwrap();
-    assert!(got.is_none() && two.is_none());
-    assert_eq!(key(one), key(s.search_candidates(c.id, f.clone(), unset).await.unwrap()));
-    let (_, none) =
-        s.search_candidates_then(c.id, f, first, Box::new(|_| Box::pin(std::future::ready(None)))).await.unwrap();
-    assert!(none.is_none(), "no terms, no second search");
+    let hops = s.search_candidates_then(c.id, f.clone(), unset.clone(), none, no_hop).await.unwrap();
+    assert!(hops.vector.is_none() && hops.second.is_none(), "no terms asked, no second search");
+    assert_eq!(key(hops.first), key(s.search_candidates(c.id, f.clone(), unset).await.unwrap()));
 }
 
 /// `insert_events`: every event of a batch is stored (with its vector, subjects and terms) and
