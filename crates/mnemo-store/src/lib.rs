@@ -8,6 +8,7 @@
 
 mod collections;
 mod conversations;
+mod copies;
 mod events;
 mod jobs;
 mod maintenance;

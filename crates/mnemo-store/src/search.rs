@@ -349,84 +349,38 @@ fn for_each_copy(
 
 /// The k best vectors of the scope by exact inner product, as [`scan_f32`] finds them, from the
 /// scope's f16 copies (half the bytes; a user's copies are contiguous) and the f32 rows only of
-/// the few that could be among the k best. Each f16 score is within a bound of the f32 one
-/// (below); a row whose f16 score plus that bound is under the k-th best lower bound cannot be in
-/// the top k, and every other row is scored again in f32 — so the candidates and their scores are
-/// exactly the f32 scan's. Rows without a copy yet (written before schema v12, before the
+/// the few that could be among the k best ([`crate::copies`]: the candidates and their scores
+/// are exactly the f32 scan's). Rows without a copy yet (written before schema v12, before the
 /// background fill reached them) are read in f32.
 struct CopyRanker<'q> {
     qv: &'q [f32],
     k: usize,
-    rel: f32,
-    abs: f32,
-    /// The k best lower bounds (their least is the bar).
-    lows: BinaryHeap<Reverse<OrdF32>>,
-    /// The rows whose upper bound reached the bar when they were offered.
-    maybe: Vec<(i64, f32)>,
+    ranker: crate::copies::CopyRanker<'q, i64>,
     halves: Vec<half::f16>,
-    floats: Vec<f32>,
 }
 
 impl<'q> CopyRanker<'q> {
     fn new(qv: &'q [f32], k: usize) -> Self {
-        let n = qv.len();
-        // |f16 score − f32 score| ≤ Σ|q·h| · rel + abs: each f16 component within 2⁻¹¹
-        // (relative) of its f32 value, or 2⁻²⁵ (absolute) below f16's normal range, and each of
-        // the two sums within n·2⁻²⁴ of its exact value — with 10% to spare.
-        let rel = (2f32.powi(-11) + 2.0 * n as f32 * 2f32.powi(-24)) * 1.1;
-        let abs = qv.iter().map(|x| x.abs()).sum::<f32>() * 2f32.powi(-24);
-        Self {
-            qv,
-            k,
-            rel,
-            abs,
-            lows: BinaryHeap::with_capacity(k + 1),
-            maybe: Vec::new(),
-            halves: vec![half::f16::ZERO; n],
-            floats: vec![0f32; n],
-        }
+        let ranker = crate::copies::CopyRanker::new(qv, k);
+        Self { qv, k, ranker, halves: vec![half::f16::ZERO; qv.len()] }
     }
 
-    fn bar(&self) -> f32 {
-        match self.lows.peek() {
-            Some(Reverse(m)) if self.lows.len() >= self.k => m.0,
-            _ => f32::NEG_INFINITY,
-        }
-    }
-
+    /// A row and its copy (little-endian f16; `None`: none yet).
     fn offer(&mut self, rowid: i64, copy: Option<&[u8]>) {
-        use half::slice::HalfFloatSliceExt;
-        let Some(h) = copy else {
-            self.maybe.push((rowid, f32::INFINITY)); // no copy: read in f32
-            return;
-        };
-        if h.len() != self.qv.len() * 2 {
+        let Some(h) = copy else { return self.ranker.offer(rowid, None) };
+        if h.len() != self.halves.len() * 2 {
             return; // a vector from another model; the start-up check prevents this
         }
         for (x, b) in self.halves.iter_mut().zip(h.chunks_exact(2)) {
             *x = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
         }
-        self.halves.convert_to_f32_slice(&mut self.floats);
-        let (score, magnitude) = dot_and_magnitude(self.qv, &self.floats);
-        let err = magnitude * self.rel + self.abs;
-        self.lows.push(Reverse(OrdF32(score - err)));
-        if self.lows.len() > self.k {
-            self.lows.pop();
-        }
-        let b = self.bar();
-        if score + err >= b {
-            self.maybe.push((rowid, score + err));
-        }
-        if self.maybe.len() >= 4 * self.k + 1024 {
-            self.maybe.retain(|(_, upper)| *upper >= b);
-        }
+        self.ranker.offer(rowid, Some(&self.halves));
     }
 
     /// The k best, scored in f32.
     fn finish(self, conn: &Connection) -> Result<HashMap<String, f32>, StoreError> {
-        let b = self.bar();
         let (qv, n) = (self.qv, self.qv.len());
-        let mut again: Vec<i64> = self.maybe.into_iter().filter(|(_, upper)| *upper >= b).map(|(r, _)| r).collect();
+        let mut again = self.ranker.finish();
         again.sort_unstable(); // neighbouring rows: fewer pages apart
         let mut exact =
             conn.prepare_cached("SELECT event_id, vec FROM event_vectors WHERE rowid=?1").map_err(backend)?;
@@ -444,28 +398,6 @@ impl<'q> CopyRanker<'q> {
         }
         Ok(best.into_map())
     }
-}
-
-/// `(Σ q·h, Σ |q·h|)` in eight lanes the compiler keeps in vector registers (a sum in one
-/// accumulator cannot be vectorised: each addition waits for the last). The order of the
-/// additions differs from a sequential sum; the error bound of [`CopyRanker`] holds for any order.
-fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
-    const L: usize = 8;
-    let (mut s, mut m) = ([0f32; L], [0f32; L]);
-    let (qc, hc) = (q.chunks_exact(L), h.chunks_exact(L));
-    let (qr, hr) = (qc.remainder(), hc.remainder());
-    for (a, b) in qc.zip(hc) {
-        for i in 0..L {
-            let p = a[i] * b[i];
-            s[i] += p;
-            m[i] += p.abs();
-        }
-    }
-    for (a, b) in qr.iter().zip(hr) {
-        s[0] += a * b;
-        m[0] += (a * b).abs();
-    }
-    (s.iter().sum(), m.iter().sum())
 }
 
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.
