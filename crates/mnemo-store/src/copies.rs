@@ -76,9 +76,9 @@ impl<'q, Id> CopyRanker<'q, Id> {
     }
 }
 
-/// An f32 with a total order (for the heap).
+/// An f32 with a total order (for a heap).
 #[derive(PartialEq)]
-struct Score(f32);
+pub(crate) struct Score(pub f32);
 
 impl Eq for Score {}
 

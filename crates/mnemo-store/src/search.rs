@@ -4,6 +4,7 @@
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
 use crate::backend;
+use crate::copies::Score;
 use crate::events::event_filter_sql;
 use crate::rows::{EVENT_COLS, blob_to_vec, event_from_row};
 use mnemo_core::StoreError;
@@ -12,26 +13,8 @@ use mnemo_core::model::*;
 use mnemo_core::text::{CorpusStats, fts_tokens};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-
-/// An f32 with a total order (for the top-k heap).
-#[derive(PartialEq)]
-struct OrdF32(f32);
-
-impl Eq for OrdF32 {}
-
-impl PartialOrd for OrdF32 {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for OrdF32 {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
 
 /// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
 fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
@@ -294,7 +277,7 @@ fn scan_f32(
 /// are offered in); an id is copied only when its row may enter (a bounded min-heap).
 struct TopK {
     k: usize,
-    heap: BinaryHeap<Reverse<(OrdF32, String)>>,
+    heap: BinaryHeap<Reverse<(Score, String)>>,
 }
 
 impl TopK {
@@ -304,14 +287,14 @@ impl TopK {
 
     fn offer(&mut self, score: f32, id: impl FnOnce() -> Result<String, StoreError>) -> Result<(), StoreError> {
         if self.heap.len() < self.k {
-            self.heap.push(Reverse((OrdF32(score), id()?)));
+            self.heap.push(Reverse((Score(score), id()?)));
             return Ok(());
         }
         // Below the least kept: out without copying the id; equal to it: the id decides.
         if self.heap.peek().is_none_or(|Reverse((least, _))| score < least.0) {
             return Ok(());
         }
-        let entry = (OrdF32(score), id()?);
+        let entry = (Score(score), id()?);
         if self.heap.peek().is_some_and(|Reverse(least)| entry > *least) {
             self.heap.push(Reverse(entry));
             self.heap.pop();
