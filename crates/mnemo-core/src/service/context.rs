@@ -103,7 +103,22 @@ impl Service {
                 _ => Ok((None, None)),
             }
         };
-        let (conv, early) = tokio::join!(self.store.conversation_info(c.id, &req.conversation_id), early);
+        // The profiles too, when the request says whose (else the conversation's metadata does).
+        let profiles = async {
+            let mut p = req.profile_filter.clone();
+            if p.user_id.is_empty() && named {
+                p.user_id = req.event_filter.user_id.clone();
+            }
+            match (p.user_id.is_empty(), named) {
+                (false, _) if req.include.profile => {
+                    self.store.list_profiles(c.id, p, req.profile_limit).await.map(Some)
+                }
+                (true, false) => Ok(None),
+                _ => Ok(Some(Vec::new())),
+            }
+        };
+        let (conv, early, profiles) =
+            tokio::join!(self.store.conversation_info(c.id, &req.conversation_id), early, profiles);
         let (cross_found, early) = early?;
         let conv = conv?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
@@ -126,10 +141,14 @@ impl Service {
             (None, Some(q)) if searches => self.query_vector(q).await,
             (None, _) => None,
         };
-        let mut cands = crate::context::Candidates::default();
-        if req.include.profile && !profile_filter.user_id.is_empty() {
-            cands.profiles = self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?;
-        }
+        let profiles = match profiles? {
+            Some(profiles) => profiles,
+            None if req.include.profile && !profile_filter.user_id.is_empty() => {
+                self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?
+            }
+            None => Vec::new(),
+        };
+        let mut cands = crate::context::Candidates { profiles, ..Default::default() };
         if req.include.short_term
             && let Some(conv) = &conv
         {

@@ -76,6 +76,23 @@ async fn the_seed_example_gives_the_seed_layout() {
         .await;
     let c = d["context_str"].as_str().unwrap();
     assert!(c.contains("1. 用户画像") && !c.contains("2."), "{c}");
+    // Whose profile: the profile filter's user, else the event filter's, else the
+    // conversation's — each read the same way (the first two beside the search).
+    for body in [
+        json!({"collection_name": "c", "conversation_id": "now", "query": "奶粉", "event_search_config": {"filter": {"user_id": "user_123"}}}),
+        json!({"collection_name": "c", "conversation_id": "now", "query": "奶粉"}),
+        json!({"collection_name": "c", "conversation_id": "brand-new", "query": "奶粉", "event_search_config": {"filter": {"user_id": "user_123"}}}),
+    ] {
+        let d = s.ok("get_context", body.clone()).await;
+        let profiles = d["context_parts"]["profiles"].as_array().unwrap();
+        assert_eq!(profiles.len(), 1, "{body}: {d}");
+        assert!(d["context_str"].as_str().unwrap().contains("- 居住城市: 上海"), "{body}");
+    }
+    // An event filter naming an assistant alone names no user: no profile.
+    let d = s
+        .ok("get_context", json!({"collection_name": "c", "conversation_id": "now", "query": "奶粉", "event_search_config": {"filter": {"assistant_id": "nobody"}}}))
+        .await;
+    assert!(d["context_parts"]["profiles"].as_array().unwrap().is_empty(), "{d}");
     // Nothing known at all: the empty string.
     let d = s.ok("get_context", json!({"collection_name": "c", "conversation_id": "nobody"})).await;
     assert_eq!(d["context_str"], "");
