@@ -78,73 +78,6 @@ pub struct ShardedStore {
 }
 
 impl ShardedStore {
-    /// Both hops on every shard (see `Store::search_candidates_then`), the vector handed to
-    /// every shard as it arrives (a watch channel).
-    async fn two_hops(
-        &self,
-        collection_id: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        vector: PendingVector<'_>,
-        then: NextTerms<'_>,
-    ) -> StoreResult<TwoHops> {
-        let k = first.k;
-        let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<Candidate>)>();
-        let (hop_tx, hop_rx) = tokio::sync::watch::channel::<Option<Option<NextHop>>>(None);
-        let (vector_tx, vector_rx) = tokio::sync::watch::channel::<Option<Option<Vec<f32>>>>(None);
-        let publish = async {
-            let v = vector.await;
-            let _ = vector_tx.send(Some(v.clone()));
-            Ok::<_, StoreError>(v)
-        };
-        let searches = async {
-            let found_tx = found_tx; // moved in: dropped below, once every shard holds its own
-            let first = self.with_corpus(collection_id, first.clone()).await?;
-            let searches = self.shards.iter().enumerate().map(|(i, s)| {
-                let (found_tx, mut hop_rx, mut vector_rx) = (found_tx.clone(), hop_rx.clone(), vector_rx.clone());
-                let ask: NextTerms<'static> = Box::new(move |found: &[Candidate]| {
-                    let _ = found_tx.send((i, found.to_vec()));
-                    Box::pin(async move {
-                        hop_rx.wait_for(Option::is_some).await.ok().and_then(|hop| hop.clone().flatten())
-                    })
-                });
-                let vector: PendingVector<'static> = Box::pin(async move {
-                    vector_rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone().flatten())
-                });
-                s.search_candidates_then(collection_id, filter.clone(), first.clone(), vector, ask)
-            });
-            let searches = try_join_all(searches);
-            drop(found_tx);
-            searches.await
-        };
-        let decide = async {
-            // Until every shard has answered (a shard that ends without asking drops its sender).
-            let mut parts = Vec::new();
-            while let Some((_, found)) = found_rx.recv().await {
-                parts.extend(found);
-            }
-            let hop = match then(&best_of(parts, k)).await {
-                Some(next) => {
-                    let corpus = self.summed_corpus(collection_id, &next.terms, next.corpus).await?;
-                    Some(NextHop { terms: next.terms, corpus })
-                }
-                None => None,
-            };
-            let _ = hop_tx.send(Some(hop));
-            Ok::<_, StoreError>(())
-        };
-        let (vector, answers, ()) = tokio::try_join!(publish, searches, decide)?;
-        let mut firsts = Vec::new();
-        let mut seconds: Option<Vec<Candidate>> = None;
-        for TwoHops { first, second, .. } in answers {
-            firsts.extend(first);
-            if let Some(more) = second {
-                seconds.get_or_insert_with(Vec::new).extend(more);
-            }
-        }
-        Ok(TwoHops { vector, first: best_of(firsts, k), second: seconds.map(|more| best_of(more, k)) })
-    }
-
     /// Routes over `shards` (their order is the routing table: never reorder or resize a
     /// deployment's list). Copies every collection of shard 0 to the shards that lack it, with
     /// its id — what a crash between the shards' creations left out.
@@ -579,7 +512,7 @@ impl Store for ShardedStore {
     /// once, here: each shard's `then` hands its first answer over and waits; when all have, the
     /// union's `k` best decide the terms (the caller's `then`), their statistics are summed over
     /// the shards, and every shard goes on with the same second query (and its own first hop's
-    /// vector part).
+    /// vector part). The vector is handed to every shard as it arrives (a watch channel).
     async fn search_candidates_then(
         &self,
         collection_id: CollectionId,
@@ -588,7 +521,61 @@ impl Store for ShardedStore {
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
     ) -> StoreResult<TwoHops> {
-        self.two_hops(collection_id, filter, first, vector, then).await
+        let k = first.k;
+        let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<Candidate>>();
+        let (hop_tx, hop_rx) = tokio::sync::watch::channel::<Option<Option<NextHop>>>(None);
+        let (vector_tx, vector_rx) = tokio::sync::watch::channel::<Option<Option<Vec<f32>>>>(None);
+        let publish = async {
+            let v = vector.await;
+            let _ = vector_tx.send(Some(v.clone()));
+            Ok::<_, StoreError>(v)
+        };
+        let searches = async {
+            let found_tx = found_tx; // moved in: dropped below, once every shard holds its own
+            let first = self.with_corpus(collection_id, first.clone()).await?;
+            let searches = self.shards.iter().map(|s| {
+                let (found_tx, mut hop_rx, mut vector_rx) = (found_tx.clone(), hop_rx.clone(), vector_rx.clone());
+                let ask: NextTerms<'static> = Box::new(move |found: &[Candidate]| {
+                    let _ = found_tx.send(found.to_vec());
+                    Box::pin(async move {
+                        hop_rx.wait_for(Option::is_some).await.ok().and_then(|hop| hop.clone().flatten())
+                    })
+                });
+                let vector: PendingVector<'static> = Box::pin(async move {
+                    vector_rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone().flatten())
+                });
+                s.search_candidates_then(collection_id, filter.clone(), first.clone(), vector, ask)
+            });
+            let searches = try_join_all(searches);
+            drop(found_tx);
+            searches.await
+        };
+        let decide = async {
+            // Until every shard has answered (a shard that ends without asking drops its sender).
+            let mut parts = Vec::new();
+            while let Some(found) = found_rx.recv().await {
+                parts.extend(found);
+            }
+            let hop = match then(&best_of(parts, k)).await {
+                Some(next) => {
+                    let corpus = self.summed_corpus(collection_id, &next.terms, next.corpus).await?;
+                    Some(NextHop { terms: next.terms, corpus })
+                }
+                None => None,
+            };
+            let _ = hop_tx.send(Some(hop));
+            Ok::<_, StoreError>(())
+        };
+        let (vector, answers, ()) = tokio::try_join!(publish, searches, decide)?;
+        let mut firsts = Vec::new();
+        let mut seconds: Option<Vec<Candidate>> = None;
+        for TwoHops { first, second, .. } in answers {
+            firsts.extend(first);
+            if let Some(more) = second {
+                seconds.get_or_insert_with(Vec::new).extend(more);
+            }
+        }
+        Ok(TwoHops { vector, first: best_of(firsts, k), second: seconds.map(|more| best_of(more, k)) })
     }
 
     async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {

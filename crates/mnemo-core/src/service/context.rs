@@ -103,18 +103,25 @@ impl Service {
                 _ => Ok((None, None)),
             }
         };
-        // The profiles too, when the request says whose (else the conversation's metadata does).
-        let profiles = async {
+        // Whose profiles: the profile filter's users, else the memories' (`users`). Read beside
+        // the search when the request names them; else once the conversation's metadata has.
+        let profile_filter = |users: &[String]| {
             let mut p = req.profile_filter.clone();
-            if p.user_id.is_empty() && named {
-                p.user_id = req.event_filter.user_id.clone();
+            if p.user_id.is_empty() {
+                p.user_id = users.to_vec();
             }
-            match (p.user_id.is_empty(), named) {
-                (false, _) if req.include.profile => {
-                    self.store.list_profiles(c.id, p, req.profile_limit).await.map(Some)
-                }
-                (true, false) => Ok(None),
-                _ => Ok(Some(Vec::new())),
+            p
+        };
+        let read_profiles = |p: ProfileFilter| async move {
+            match req.include.profile && !p.user_id.is_empty() {
+                true => self.store.list_profiles(c.id, p, req.profile_limit).await,
+                false => Ok(Vec::new()),
+            }
+        };
+        let profiles = async {
+            match named || !req.profile_filter.user_id.is_empty() {
+                true => read_profiles(profile_filter(&req.event_filter.user_id)).await.map(Some),
+                false => Ok(None),
             }
         };
         let (conv, early, profiles) =
@@ -130,10 +137,6 @@ impl Service {
                 filter.assistant_id.extend(meta.assistant_id.clone());
             }
         }
-        let mut profile_filter = req.profile_filter.clone();
-        if profile_filter.user_id.is_empty() {
-            profile_filter.user_id = filter.user_id.clone();
-        }
         let known = !filter.user_id.is_empty() || !filter.assistant_id.is_empty();
         let searches = (req.include.intra_events && conv.is_some()) || (req.include.cross_events && known);
         let qv = match (early, query) {
@@ -143,10 +146,7 @@ impl Service {
         };
         let profiles = match profiles? {
             Some(profiles) => profiles,
-            None if req.include.profile && !profile_filter.user_id.is_empty() => {
-                self.store.list_profiles(c.id, profile_filter, req.profile_limit).await?
-            }
-            None => Vec::new(),
+            None => read_profiles(profile_filter(&filter.user_id)).await?,
         };
         let mut cands = crate::context::Candidates { profiles, ..Default::default() };
         if req.include.short_term
