@@ -306,14 +306,17 @@ enum BenchCommand {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    // The server logs its work; one-shot commands only warnings, so their output stays readable.
     let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
     // The server logs its work; one-shot commands only warnings, so their output stays readable.
     // rmcp's per-session INFO lines are noise in a server log (mnemo logs the client at DEBUG).
     let default_level = if matches!(cli.command, Command::Serve { .. }) { "info,rmcp=warn" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A server logs a line per request: one thread writes them, so a request's worker never makes
+    // a write(2) of its own or waits for a slow reader of stderr. Lines are dropped (not waited
+    // for) only past 128k unwritten ones; the guard writes what is left when main returns.
+    let (stderr, _flush_on_exit) = tracing_appender::non_blocking(std::io::stderr());
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(stderr);
     match cfg.log.format.as_str() {
         "json" => log.json().init(),
         "text" => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),

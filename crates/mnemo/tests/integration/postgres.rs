@@ -24,8 +24,12 @@ async fn the_server_talks_to_postgres_over_verified_tls() {
     std::fs::write(&cfg, "").unwrap();
     let env = [("MNEMO_STORE__URL", tls.as_str())];
     let mut s = Server::spawn_with_log(&cfg, &data, "127.0.0.1:0", &env, Some(&log)).expect("starts over TLS");
-    let logged = std::fs::read_to_string(&log).unwrap();
-    assert!(logged.contains("PostgreSQL: connected over TLS") && logged.contains("TLSv1."), "{logged}");
+    // The log is written by a thread of its own: the line may land just after the server answers.
+    eventually(10, "the TLS line in the log", || async {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        (logged.contains("PostgreSQL: connected over TLS") && logged.contains("TLSv1.")).then_some(())
+    })
+    .await;
 
     let id = s
         .ok(
