@@ -5,7 +5,10 @@
 //! in a fresh data directory. Then, in this process: `event/search` for one user through the
 //! `Service` — with the query embedded by the configured model (the real path), and with a
 //! precomputed vector (no embedding) — and `get_context`; 300 queries each over random users.
-//! Baseline in the same run: the query embedding alone. Finally `mnemo serve` is started on the
+//! `get_context` is measured for a conversation the store does not know (the other
+//! conversations' events alone) and in a live one: two turns written and 20 of the user's events
+//! extracted from it (untimed), so this conversation's events are searched as well — what an app
+//! asks before each LLM call. Baseline in the same run: the query embedding alone. Finally `mnemo serve` is started on the
 //! data directory as a separate process: cold start (spawn → first search answered) and its RSS
 //! after 200 searches. `--stores sqlite,postgres` runs every size on both stores, one after the
 //! other in the same process, for a side-by-side table.
@@ -16,7 +19,7 @@ use anyhow::{Context, Result};
 use mnemo_core::embed::{EmbedKind, normalize};
 use mnemo_core::model::*;
 use mnemo_core::ranking::TimeDecay;
-use mnemo_core::service::{ContextRequest, EventSearch, Include, Target};
+use mnemo_core::service::{ContextRequest, EventSearch, Include, IncomingMessage, Target, WriteRequest};
 use mnemo_core::{Store, SystemClock};
 use std::io::{BufRead, BufReader};
 use std::sync::Arc;
@@ -119,6 +122,55 @@ async fn fill(
     Ok((c.id, rate))
 }
 
+/// Makes `conversation` live for `user` (untimed): two turns written to it, and 20 events of the
+/// user's extracted from it, with vectors and texts like the fill's.
+#[allow(clippy::too_many_arguments)]
+async fn make_live(
+    service: &mnemo_core::Service,
+    store: &Arc<dyn Store>,
+    target: &Target,
+    collection: CollectionId,
+    user: &str,
+    conversation: &str,
+    dim: usize,
+    rng: &mut Rng,
+) -> Result<()> {
+    let turn = |role, content: &str| IncomingMessage {
+        role,
+        content: content.to_string(),
+        name: None,
+        time: None,
+        idempotency_key: None,
+    };
+    service
+        .streaming_write(WriteRequest {
+            project: target.project.clone(),
+            collection: target.collection.clone(),
+            conversation_id: conversation.to_string(),
+            messages: vec![
+                turn(Role::User, "we were talking about the trip and the coffee shops"),
+                turn(Role::Assistant, "yes, the hand-drip place near the station"),
+            ],
+            trigger: mnemo_core::ExtractTrigger::default(),
+            meta: ConversationMeta { user_id: Some(user.to_string()), ..Default::default() },
+        })
+        .await?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    let events = (0..20)
+        .map(|j| {
+            let mut v: Vec<f32> = (0..dim).map(|_| rng.f()).collect();
+            normalize(&mut v);
+            let text: Vec<&str> = (0..10).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
+            let mut e =
+                synthetic_event(collection, user.to_string(), format!("live {j}: {}", text.join(" ")), v, now - j);
+            e.conversation_id = Some(conversation.to_string());
+            e
+        })
+        .collect();
+    store.insert_events(events).await?;
+    Ok(())
+}
+
 fn dir_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|it| it.filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
@@ -215,9 +267,11 @@ pub async fn run(
             service.check_embedding_model().await?;
             let target = Target { project: "default".into(), collection: "scale".into() };
             let mut rng = Rng(42);
-            let (mut embed_only, mut with_embed, mut no_embed, mut ctx, mut ctx_again) =
-                (vec![], vec![], vec![], vec![], vec![]);
+            let (mut embed_only, mut with_embed, mut no_embed, mut ctx, mut ctx_again, mut ctx_live) =
+                (vec![], vec![], vec![], vec![], vec![], vec![]);
             let c = service.collection_for_read(&target).await?;
+            // Live conversations get names of their own in each run (kept data is measured again).
+            let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
             for i in 0..300 {
                 // Each measure asks for its own random user, so each pays the same first-touch
                 // reads (a user's pages are rarely all in cache at 1M); `ctx_again` is the same
@@ -269,6 +323,31 @@ pub async fn run(
                 service.get_context(again).await?;
                 ctx_again.push(ms(t));
             }
+            // Then get_context in a live conversation, each right after its writes: every write
+            // makes each read connection start over (SQLite drops its page cache and memory map
+            // when the file changed), so these come last and the measures above stay reads alone.
+            for i in 0..300 {
+                let live = format!("live-{run}-{i}");
+                let user = format!("user-{}", rng.next() as usize % users);
+                make_live(&service, &db, &target, c.id, &user, &live, embedder.dimension(), &mut rng).await?;
+                let in_live = ContextRequest {
+                    target: target.clone(),
+                    conversation_id: live,
+                    query: Some(QUERIES[i % QUERIES.len()].to_string()),
+                    event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                    decay: TimeDecay::NONE,
+                    similarity_threshold: None,
+                    profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
+                    profile_limit: 1,
+                    event_limit: 5,
+                    max_tokens: 1200,
+                    include: Include::default(),
+                    locale: None,
+                };
+                let t = Instant::now();
+                service.get_context(in_live).await?;
+                ctx_live.push(ms(t));
+            }
             let _ = service.flush_hits().await;
             let bytes = match store.as_str() {
                 "postgres" | "sharded" => db.stats().await?.bytes,
@@ -277,8 +356,14 @@ pub async fn run(
             drop(service);
             drop(db);
             let (cold, rss, hwm, anon) = cold_start(&cfg.store.path, &env, users).await?;
-            let (e, w, s, x, xa) =
-                (p50_p95(embed_only), p50_p95(with_embed), p50_p95(no_embed), p50_p95(ctx), p50_p95(ctx_again));
+            let (e, w, s, x, xa, xl) = (
+                p50_p95(embed_only),
+                p50_p95(with_embed),
+                p50_p95(no_embed),
+                p50_p95(ctx),
+                p50_p95(ctx_again),
+                p50_p95(ctx_live),
+            );
             let label = match store.as_str() {
                 "postgres" if !cfg.store.hnsw => "postgres (hnsw: false)",
                 "sharded" if !cfg.store.hnsw => "sharded, 2 databases (hnsw: false)",
@@ -286,7 +371,7 @@ pub async fn run(
                 other => other,
             };
             let row = format!(
-                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} / {:.0} MB | {:.0} MB |",
+                "| {label} | {n} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} ms | {:.0} / {:.0} / {:.0} MB | {:.0} MB |",
                 n as f64 / users as f64,
                 ingest,
                 e.0,
@@ -299,6 +384,8 @@ pub async fn run(
                 x.1,
                 xa.0,
                 xa.1,
+                xl.0,
+                xl.1,
                 cold,
                 rss,
                 hwm,
@@ -310,9 +397,9 @@ pub async fn run(
         }
     }
     println!(
-        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | get_context, same user again | cold start to first search | serve RSS after 200 searches / peak / anonymous | data on disk |"
+        "\n| store | events | per user | ingest events/s | query embedding alone (baseline) p50 / p95 ms | search, no embedding p50 / p95 ms | event/search incl. embedding p50 / p95 ms | get_context p50 / p95 ms | get_context, same user again | get_context in a live conversation | cold start to first search | serve RSS after 200 searches / peak / anonymous | data on disk |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         println!("{r}");
     }

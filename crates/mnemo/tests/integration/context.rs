@@ -119,15 +119,31 @@ async fn intra_conversation_events_come_before_other_conversations() {
     .await;
     eventually(10, "extraction", || async { (s.events("bob").await.len() == 2).then_some(()) }).await;
     s.write("b", msgs(&[("user", "What should I pack?")]), json!({}), "bob").await;
-    let d = s
-        .ok("get_context", json!({"collection_name": "c", "conversation_id": "b", "query": "packing for Kyoto"}))
-        .await;
-    let c = d["context_str"].as_str().unwrap();
-    assert!(c.contains("\n\n1. Recent conversation\n") && c.contains("\n\n2. Events from this conversation\n"), "{c}");
-    let intra = c.find("Events from this conversation").expect(c);
-    let cross = c.find("3. Related events from other conversations").expect(c);
-    assert!(intra < cross && c.find("ryokan").unwrap() < cross && c.find("April").unwrap() > cross, "{c}");
-    assert_eq!(d["context_parts"]["intra_conversation_events"][0]["conversation_id"], "b");
+    // Whose memories, from the conversation; then named by the request, when both searches run
+    // beside the conversation's lookup and share one query vector: the same context.
+    let mut contexts = Vec::new();
+    for named in [json!({}), json!({"event_search_config": {"filter": {"user_id": "bob"}}})] {
+        let mut body = json!({"collection_name": "c", "conversation_id": "b", "query": "packing for Kyoto"});
+        body.as_object_mut().unwrap().extend(named.as_object().unwrap().clone());
+        let d = s.ok("get_context", body).await;
+        let c = d["context_str"].as_str().unwrap().to_string();
+        assert!(
+            c.contains("\n\n1. Recent conversation\n") && c.contains("\n\n2. Events from this conversation\n"),
+            "{c}"
+        );
+        let intra = c.find("Events from this conversation").expect(&c);
+        let cross = c.find("3. Related events from other conversations").expect(&c);
+        assert!(intra < cross && c.find("ryokan").unwrap() < cross && c.find("April").unwrap() > cross, "{c}");
+        assert_eq!(d["context_parts"]["intra_conversation_events"][0]["conversation_id"], "b");
+        assert_eq!(d["context_parts"]["cross_conversation_events"][0]["conversation_id"], "a");
+        contexts.push(d["context_parts"].clone());
+    }
+    let scores = |parts: &Value, key: &str| {
+        parts[key].as_array().unwrap().iter().map(|e| e["score"].as_f64().expect("a score")).collect::<Vec<_>>()
+    };
+    for key in ["intra_conversation_events", "cross_conversation_events"] {
+        assert_eq!(scores(&contexts[0], key), scores(&contexts[1], key), "{key}: the same vector either way");
+    }
 }
 
 #[tokio::test]
