@@ -242,7 +242,7 @@ impl Service {
     }
 }
 
-/// A query vector another search is computing: it waits for [`embedded`]'s value (none if that
+/// A query vector another search is computing: it waits for what `embedded` sends (none if that
 /// search stopped before it was ready: then full text only).
 fn shared(mut rx: tokio::sync::watch::Receiver<Option<Option<Vec<f32>>>>) -> PendingVector<'static> {
     Box::pin(async move { rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()).flatten() })
