@@ -4,7 +4,7 @@ use super::*;
 use crate::context::{Assembled, Locale};
 use crate::error::{CoreError, CoreResult};
 use crate::ranking::{Scores, TimeDecay};
-use crate::store::{PendingVector, known_vector};
+use crate::store::known_vector;
 
 pub const MAX_TOKENS_RANGE: (u32, u32) = (1, 200_000);
 
@@ -120,7 +120,12 @@ impl Service {
             let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
             let intra = match named && req.include.intra_events && conv.is_some() {
                 true => {
-                    Some(self.search_with_vector(&c, &this_conversation(&req.event_filter), shared(vector_rx)).await?.0)
+                    // The vector first, then the search: waiting, it holds no read connection.
+                    let qv = match query {
+                        Some(_) => ready(vector_rx).await,
+                        None => None,
+                    };
+                    Some(self.search_with_vector(&c, &this_conversation(&req.event_filter), known_vector(qv)).await?.0)
                 }
                 false => None,
             };
@@ -242,8 +247,8 @@ impl Service {
     }
 }
 
-/// A query vector another search is computing: it waits for what `embedded` sends (none if that
+/// The query vector another search is computing, once `embedded` has sent it (none if that
 /// search stopped before it was ready: then full text only).
-fn shared(mut rx: tokio::sync::watch::Receiver<Option<Option<Vec<f32>>>>) -> PendingVector<'static> {
-    Box::pin(async move { rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()).flatten() })
+async fn ready(mut rx: tokio::sync::watch::Receiver<Option<Option<Vec<f32>>>>) -> Option<Vec<f32>> {
+    rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()).flatten()
 }

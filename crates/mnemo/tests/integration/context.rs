@@ -144,6 +144,11 @@ async fn intra_conversation_events_come_before_other_conversations() {
     for key in ["intra_conversation_events", "cross_conversation_events"] {
         assert_eq!(scores(&contexts[0], key), scores(&contexts[1], key), "{key}: the same vector either way");
     }
+    // Named, without a query: this conversation's events, newest first, and no vector waited for.
+    let d = s
+        .ok("get_context", json!({"collection_name": "c", "conversation_id": "b", "event_search_config": {"filter": {"user_id": "bob"}}}))
+        .await;
+    assert_eq!(d["context_parts"]["intra_conversation_events"][0]["conversation_id"], "b", "{d}");
 }
 
 #[tokio::test]
