@@ -84,52 +84,24 @@ impl Service {
             freshness_days: None,
             include_archived: false,
         };
-        // The query is embedded once, for both searches. When the request names whose memories
-        // to search, the other conversations' search starts at once (it reads its scope while the
-        // query is embedded), beside the conversation's lookup and then this conversation's own
-        // search, which takes the same vector once it is ready; else the conversation's metadata
-        // says whose, and both searches follow it, side by side.
+        // The query is embedded once, for both searches — while the conversation is looked up
+        // when the request names whose memories to search (else only once a search is sure), and
+        // then the other conversations' search reads its scope meanwhile.
         let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
         let named = !req.event_filter.user_id.is_empty() || !req.event_filter.assistant_id.is_empty();
         // Ask for more than the limit: this conversation's own events are removed after.
         let cross_limit = req.event_limit + 10;
-        let this_conversation = |filter: &EventFilter| {
-            let mut f = filter.clone();
-            f.conversation_id = vec![req.conversation_id.clone()];
-            search(f, req.event_limit)
-        };
-        let (vector_tx, vector_rx) = tokio::sync::watch::channel(None);
-        let embedded = |q| async move {
-            let v = self.query_vector(q).await;
-            let _ = vector_tx.send(Some(v.clone()));
-            v
-        };
         let early = async {
             match query {
                 Some(q) if named && req.include.cross_events => {
-                    let (found, qv) = self
-                        .search_with_vector(&c, &search(req.event_filter.clone(), cross_limit), Box::pin(embedded(q)))
-                        .await?;
+                    let qv = Box::pin(self.query_vector(q));
+                    let (found, qv) =
+                        self.search_with_vector(&c, &search(req.event_filter.clone(), cross_limit), qv).await?;
                     Ok::<_, CoreError>((Some(found), Some(qv)))
                 }
-                Some(q) if named && req.include.intra_events => Ok((None, Some(embedded(q).await))),
+                Some(q) if named && req.include.intra_events => Ok((None, Some(self.query_vector(q).await))),
                 _ => Ok((None, None)),
             }
-        };
-        let conversation = async {
-            let conv = self.store.conversation_info(c.id, &req.conversation_id).await?;
-            let intra = match named && req.include.intra_events && conv.is_some() {
-                true => {
-                    // The vector first, then the search: waiting, it holds no read connection.
-                    let qv = match query {
-                        Some(_) => ready(vector_rx).await,
-                        None => None,
-                    };
-                    Some(self.search_with_vector(&c, &this_conversation(&req.event_filter), known_vector(qv)).await?.0)
-                }
-                false => None,
-            };
-            Ok::<_, CoreError>((conv, intra))
         };
         // Whose profiles: the profile filter's users, else the memories' (`users`). Read beside
         // the search when the request names them; else once the conversation's metadata has.
@@ -152,9 +124,10 @@ impl Service {
                 false => Ok(None),
             }
         };
-        let (conversation, early, profiles) = tokio::join!(conversation, early, profiles);
+        let (conv, early, profiles) =
+            tokio::join!(self.store.conversation_info(c.id, &req.conversation_id), early, profiles);
         let (cross_found, early) = early?;
-        let (conv, intra_found) = conversation?;
+        let conv = conv?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
         // Whose memories: the request's filter, else the conversation's metadata.
         let mut filter = req.event_filter.clone();
@@ -165,11 +138,10 @@ impl Service {
             }
         }
         let known = !filter.user_id.is_empty() || !filter.assistant_id.is_empty();
-        let intra_wanted = req.include.intra_events && conv.is_some();
-        let cross_wanted = req.include.cross_events && known && query.is_some();
+        let searches = (req.include.intra_events && conv.is_some()) || (req.include.cross_events && known);
         let qv = match (early, query) {
             (Some(qv), _) => qv,
-            (None, Some(q)) if intra_wanted || (req.include.cross_events && known) => self.query_vector(q).await,
+            (None, Some(q)) if searches => self.query_vector(q).await,
             (None, _) => None,
         };
         let profiles = match profiles? {
@@ -198,33 +170,25 @@ impl Service {
                 })
                 .next();
         }
-        // What the early lookups did not search yet, side by side.
-        let intra = async {
-            match (intra_found, intra_wanted) {
-                (Some(found), _) => Ok(found),
-                (None, true) => {
-                    Ok(self.search_with_vector(&c, &this_conversation(&filter), known_vector(qv.clone())).await?.0)
-                }
-                (None, false) => Ok::<_, CoreError>(Vec::new()),
-            }
-        };
-        let cross = async {
-            match (cross_found, cross_wanted) {
-                (Some(found), _) => Ok(found),
-                (None, true) => Ok(self
-                    .search_with_vector(&c, &search(filter.clone(), cross_limit), known_vector(qv.clone()))
-                    .await?
-                    .0),
-                (None, false) => Ok::<_, CoreError>(Vec::new()),
-            }
-        };
-        let (intra, cross) = tokio::join!(intra, cross);
-        cands.intra_events = intra?;
-        cands.cross_events = cross?
-            .into_iter()
-            .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
-            .take(req.event_limit as usize)
-            .collect();
+        // The look-ups run one after another: asked at once they measured slower on SQLite
+        // (each read connection keeps its own page cache; in turn they reuse the warm one).
+        if req.include.intra_events && conv.is_some() {
+            let mut f = filter.clone();
+            f.conversation_id = vec![req.conversation_id.clone()];
+            let qv = known_vector(qv.clone());
+            cands.intra_events = self.search_with_vector(&c, &search(f, req.event_limit), qv).await?.0;
+        }
+        if req.include.cross_events && known && query.is_some() {
+            let found = match cross_found {
+                Some(found) => found,
+                None => self.search_with_vector(&c, &search(filter.clone(), cross_limit), known_vector(qv)).await?.0,
+            };
+            cands.cross_events = found
+                .into_iter()
+                .filter(|e| e.event.conversation_id.as_deref() != Some(req.conversation_id.as_str()))
+                .take(req.event_limit as usize)
+                .collect();
+        }
         let locale = match req.locale {
             Some(l) => l,
             None => {
@@ -245,10 +209,4 @@ impl Service {
         self.count_hits(&c, &hit);
         Ok(ContextResult { assembled, locale })
     }
-}
-
-/// The query vector another search is computing, once `embedded` has sent it (none if that
-/// search stopped before it was ready: then full text only).
-async fn ready(mut rx: tokio::sync::watch::Receiver<Option<Option<Vec<f32>>>>) -> Option<Vec<f32>> {
-    rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone()).flatten()
 }
