@@ -143,6 +143,10 @@ impl Rng {
     pub fn f(&mut self) -> f32 {
         (self.next() % 20_000) as f32 / 10_000.0 - 1.0
     }
+    /// `n` of [`WORDS`], space-separated: a synthetic event's text.
+    pub fn words(&mut self, n: usize) -> String {
+        (0..n).map(|_| WORDS[(self.next() % WORDS.len() as u64) as usize]).collect::<Vec<_>>().join(" ")
+    }
 }
 
 /// Words synthetic event texts are made of (English and Chinese).

@@ -8,12 +8,12 @@
 //! `get_context` is measured for a conversation the store does not know (the other
 //! conversations' events alone) and in a live one: two turns written and 20 of the user's events
 //! extracted from it (untimed), so this conversation's events are searched as well — what an app
-//! asks before each LLM call. Baseline in the same run: the query embedding alone. Finally `mnemo serve` is started on the
-//! data directory as a separate process: cold start (spawn → first search answered) and its RSS
+//! asks before each LLM call. Baseline in the same run: the query embedding alone. Finally
+//! `mnemo serve` is started on the data directory as a separate process: cold start (spawn → first search answered) and its RSS
 //! after 200 searches. `--stores sqlite,postgres` runs every size on both stores, one after the
 //! other in the same process, for a side-by-side table.
 
-use crate::bench::{Rng, WORDS, percentile, synthetic_event};
+use crate::bench::{Rng, percentile, synthetic_event};
 use crate::config::Config;
 use anyhow::{Context, Result};
 use mnemo_core::embed::{EmbedKind, normalize};
@@ -83,8 +83,7 @@ async fn fill(
     for i in 0..n {
         let mut v: Vec<f32> = centres[i % centres.len()].iter().map(|c| c + 0.6 * rng.f()).collect();
         normalize(&mut v);
-        let text: Vec<&str> = (0..10).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
-        let (user, summary) = (format!("user-{}", i % users), format!("event {i}: {}", text.join(" ")));
+        let (user, summary) = (format!("user-{}", i % users), format!("event {i}: {}", rng.words(10)));
         events.push(synthetic_event(c.id, user, summary, v, 1_700_000_000_000 + i as i64 * 1000));
         if events.len() == batch || i + 1 == n {
             let (s, mut chunk) = (store.clone(), std::mem::take(&mut events));
@@ -120,6 +119,24 @@ async fn fill(
     let rate = n as f64 / t0.elapsed().as_secs_f64();
     println!("  ingest: {n} events in {:.1} s ({rate:.0} events/s, {batch} per insert)", t0.elapsed().as_secs_f64());
     Ok((c.id, rate))
+}
+
+/// What the bench asks get_context: 5 events of `user`'s and their profile, 1,200 tokens.
+fn context_request(target: &Target, conversation: String, query: &str, user: String) -> ContextRequest {
+    ContextRequest {
+        target: target.clone(),
+        conversation_id: conversation,
+        query: Some(query.to_string()),
+        event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
+        event_limit: 5,
+        decay: TimeDecay::NONE,
+        similarity_threshold: None,
+        profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
+        profile_limit: 1,
+        max_tokens: 1200,
+        include: Include::default(),
+        locale: None,
+    }
 }
 
 /// Makes `conversation` live for `user` (untimed): two turns written to it, and 20 events of the
@@ -160,9 +177,8 @@ async fn make_live(
         .map(|j| {
             let mut v: Vec<f32> = (0..dim).map(|_| rng.f()).collect();
             normalize(&mut v);
-            let text: Vec<&str> = (0..10).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
             let mut e =
-                synthetic_event(collection, user.to_string(), format!("live {j}: {}", text.join(" ")), v, now - j);
+                synthetic_event(collection, user.to_string(), format!("live {j}: {}", rng.words(10)), v, now - j);
             e.conversation_id = Some(conversation.to_string());
             e
         })
@@ -301,20 +317,7 @@ pub async fn run(
                 )
                 .await?;
                 no_embed.push(ms(t));
-                let context = ContextRequest {
-                    target: target.clone(),
-                    conversation_id: format!("conv-{user}"),
-                    query: Some(q.to_string()),
-                    event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
-                    event_limit: 5,
-                    decay: TimeDecay::NONE,
-                    similarity_threshold: None,
-                    profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
-                    profile_limit: 1,
-                    max_tokens: 1200,
-                    include: Include::default(),
-                    locale: None,
-                };
+                let context = context_request(&target, format!("conv-{user}"), q, user);
                 let t = Instant::now();
                 service.get_context(context.clone()).await?;
                 ctx.push(ms(t));
@@ -330,22 +333,8 @@ pub async fn run(
                 let live = format!("live-{run}-{i}");
                 let user = format!("user-{}", rng.next() as usize % users);
                 make_live(&service, &db, &target, c.id, &user, &live, embedder.dimension(), &mut rng).await?;
-                let in_live = ContextRequest {
-                    target: target.clone(),
-                    conversation_id: live,
-                    query: Some(QUERIES[i % QUERIES.len()].to_string()),
-                    event_filter: EventFilter { user_id: vec![user.clone()], ..Default::default() },
-                    decay: TimeDecay::NONE,
-                    similarity_threshold: None,
-                    profile_filter: ProfileFilter { user_id: vec![user], ..Default::default() },
-                    profile_limit: 1,
-                    event_limit: 5,
-                    max_tokens: 1200,
-                    include: Include::default(),
-                    locale: None,
-                };
                 let t = Instant::now();
-                service.get_context(in_live).await?;
+                service.get_context(context_request(&target, live, QUERIES[i % QUERIES.len()], user)).await?;
                 ctx_live.push(ms(t));
             }
             let _ = service.flush_hits().await;

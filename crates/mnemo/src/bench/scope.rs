@@ -51,9 +51,8 @@ pub async fn run(sizes: &[usize]) -> Result<()> {
         for i in 0..n {
             let v = vector(&mut rng, &centres[i % centres.len()]);
             all.push(v.clone());
-            let text: Vec<&str> = (0..8).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
             let s = store.clone();
-            let event = synthetic_event(c.id, "u".into(), format!("event {i}: {}", text.join(" ")), v, i as i64);
+            let event = synthetic_event(c.id, "u".into(), format!("event {i}: {}", rng.words(8)), v, i as i64);
             pending.push(tokio::spawn(async move { s.insert_event(event).await }));
             if pending.len() >= 256 {
                 for p in pending.drain(..) {

@@ -5,7 +5,7 @@
 //! row per event, in the event's transaction), alternating rounds so a busy machine affects both
 //! alike; then the outbox of the last round delivered to a local receiver (signed, over HTTP).
 
-use crate::bench::{Rng, WORDS, percentile, synthetic_event};
+use crate::bench::{Rng, percentile, synthetic_event};
 use crate::config::Config;
 use anyhow::{Context, Result};
 use mnemo_core::model::*;
@@ -25,8 +25,7 @@ async fn insert_round(store: &Arc<dyn Store>, cid: CollectionId, n: usize, seed:
         let mut v: Vec<f32> = (0..512).map(|_| rng.f()).collect();
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
         v.iter_mut().for_each(|x| *x /= norm);
-        let text: Vec<&str> = (0..10).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
-        let event = synthetic_event(cid, format!("user-{}", i % 100), text.join(" "), v, 1_700_000_000_000 + i as i64);
+        let event = synthetic_event(cid, format!("user-{}", i % 100), rng.words(10), v, 1_700_000_000_000 + i as i64);
         let s = store.clone();
         pending.push(tokio::spawn(async move { s.insert_event(event).await }));
         if pending.len() >= 512 {

@@ -119,8 +119,8 @@ async fn intra_conversation_events_come_before_other_conversations() {
     .await;
     eventually(10, "extraction", || async { (s.events("bob").await.len() == 2).then_some(()) }).await;
     s.write("b", msgs(&[("user", "What should I pack?")]), json!({}), "bob").await;
-    // Whose memories, from the conversation; then named by the request, when both searches run
-    // beside the conversation's lookup and share one query vector: the same context.
+    // Whose memories, from the conversation; then named by the request, when the other
+    // conversations' search starts beside the conversation's lookup: the same context.
     let mut contexts = Vec::new();
     for named in [json!({}), json!({"event_search_config": {"filter": {"user_id": "bob"}}})] {
         let mut body = json!({"collection_name": "c", "conversation_id": "b", "query": "packing for Kyoto"});
@@ -144,7 +144,7 @@ async fn intra_conversation_events_come_before_other_conversations() {
     for key in ["intra_conversation_events", "cross_conversation_events"] {
         assert_eq!(scores(&contexts[0], key), scores(&contexts[1], key), "{key}: the same vector either way");
     }
-    // Named, without a query: this conversation's events, newest first, and no vector waited for.
+    // Named, without a query: this conversation's events, newest first.
     let d = s
         .ok("get_context", json!({"collection_name": "c", "conversation_id": "b", "event_search_config": {"filter": {"user_id": "bob"}}}))
         .await;
