@@ -9,6 +9,7 @@
 //! space runs out, the lowest-priority parts are the ones left out, and short-term memory loses
 //! its oldest turns first. Empty sections are left out; nothing at all gives the empty string.
 
+use crate::excerpt::{Excerpter, Focus};
 use crate::model::{Millis, Profile, StoredMessage};
 use crate::service::ScoredEvent;
 use crate::tokens::TokenCounter;
@@ -172,7 +173,7 @@ fn render(sections: &[(&str, Vec<String>)], l: &Labels) -> String {
     s
 }
 
-pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
+pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus) -> Assembled {
     let l = match locale {
         Locale::Zh => &ZH,
         Locale::En => &EN,
@@ -307,30 +308,60 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize) -> Assembled {
         no_room.set(max_tokens.saturating_sub(n) < MIN_EVENT_LINE);
         no_room.get()
     };
-    for e in &c.intra_events {
-        if full(&|| build(&recap, &profile, &recent_rev, &intra, &cross)) {
-            dropped += 1;
-            continue;
-        }
-        intra.push(event_line(e, l));
-        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), intra.last()) {
-            included.intra_events.push(e.clone());
-        } else {
-            intra.pop();
-            dropped += 1;
-        }
-    }
-    for e in &c.cross_events {
-        if full(&|| build(&recap, &profile, &recent_rev, &intra, &cross)) {
-            dropped += 1;
-            continue;
-        }
-        cross.push(event_line(e, l));
-        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), cross.last()) {
-            included.cross_events.push(e.clone());
-        } else {
-            cross.pop();
-            dropped += 1;
+    // Events, this conversation's first. Once the events shown fill `focus.whole_share` of the
+    // budget, and unless all the rest would fit whole, a long one is shown as its turn that
+    // matches the query (crate::excerpt); one that does not fit whole is tried so too.
+    let mut excerpter = Excerpter::new(focus, c.intra_events.iter().chain(&c.cross_events));
+    // What an event takes whole, estimated cheaply (UTF-8 bytes / 4 — near the count for English
+    // and Chinese alike — and its labels), and what the events not yet offered take.
+    let whole_cost = |e: &ScoredEvent| e.event.text().len() / 4 + 16 + LINE_MARGIN;
+    let mut rest: usize =
+        if excerpter.enabled() { c.intra_events.iter().chain(&c.cross_events).map(whole_cost).sum() } else { 0 };
+    for (is_intra, events) in [(true, &c.intra_events), (false, &c.cross_events)] {
+        for e in events {
+            if excerpter.enabled() {
+                rest -= whole_cost(e);
+            }
+            if full(&|| build(&recap, &profile, &recent_rev, &intra, &cross)) {
+                dropped += 1;
+                continue;
+            }
+            let used = budget.get().exact + budget.get().pending;
+            let excerpt = excerpter.applies(used, max_tokens) && used + whole_cost(e) + rest > max_tokens;
+            let first = if excerpt { excerpter.excerpt(e, locale) } else { None };
+            let mut excerpted = first.is_some() || !excerpter.enabled();
+            let mut candidate = first.unwrap_or_else(|| e.clone());
+            loop {
+                let line = event_line(&candidate, l);
+                if is_intra {
+                    intra.push(line)
+                } else {
+                    cross.push(line)
+                }
+                let last = if is_intra { intra.last() } else { cross.last() };
+                if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), last) {
+                    if is_intra {
+                        included.intra_events.push(candidate)
+                    } else {
+                        included.cross_events.push(candidate)
+                    }
+                    break;
+                }
+                if is_intra {
+                    intra.pop()
+                } else {
+                    cross.pop()
+                };
+                if !excerpted {
+                    excerpted = true;
+                    if let Some(x) = excerpter.excerpt(e, locale) {
+                        candidate = x;
+                        continue;
+                    }
+                }
+                dropped += 1;
+                break;
+            }
         }
     }
     let mut context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
@@ -473,7 +504,7 @@ mod tests {
         let mut shown = 0;
         for max in [40, 600, 5000, 20_000] {
             let c = Candidates { cross_events: events.clone(), ..Default::default() };
-            let a = assemble(c, Locale::En, max);
+            let a = assemble(c, Locale::En, max, &Focus::default());
             assert!(a.token_count <= max, "{} > {max}", a.token_count);
             assert_eq!(a.token_count, TokenCounter::count(&a.context_str));
             let n = a.included.cross_events.len();
@@ -484,9 +515,65 @@ mod tests {
         assert!(shown > 300, "a 20k budget holds hundreds of short events: {shown}");
     }
 
+    /// Events of four turns each, as the rules extractor writes them; turn 2 of each says where
+    /// its speaker went hiking.
+    fn chunks(n: usize) -> Vec<ScoredEvent> {
+        (0..n)
+            .map(|i| {
+                let turns = [
+                    ("Nate", "user", format!("Morning! I spent day {i} mostly reading at home, as usual.")),
+                    ("Joanna", "assistant", format!("Sounds calm. Did anything else happen on day {i}?")),
+                    ("Nate", "user", format!("Yes, I went hiking up trail number {i} with my dog.")),
+                    ("Joanna", "assistant", "Lovely, I wish I could come along next time you go.".to_string()),
+                ];
+                let mut e = ev(
+                    &format!("e{i}"),
+                    &turns.iter().map(|(w, _, c)| format!("{w}: {c}")).collect::<Vec<_>>().join(" "),
+                    T0 + i as i64,
+                );
+                let raw = turns.iter().map(|(w, r, c)| format!("{w}({r}):{c}")).collect::<Vec<_>>().join("\n");
+                e.event.memory_info.insert("original_messages".into(), raw.into());
+                e.event.source_message_ids = (0..4).map(|t| (i * 10 + t) as i64).collect();
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn past_the_whole_share_long_events_are_shown_by_their_matching_turn() {
+        let c = Candidates { cross_events: chunks(40), ..Default::default() };
+        let focus = Focus { terms: crate::text::search_tokens("Where did Nate go hiking?"), whole_share: 0.5 };
+        let whole = assemble(c.clone(), Locale::En, 1200, &Focus::default());
+        let mixed = assemble(c.clone(), Locale::En, 1200, &focus);
+        assert!(mixed.token_count <= 1200 && whole.token_count <= 1200);
+        assert_eq!(mixed.token_count, TokenCounter::count(&mixed.context_str));
+        let (w, m) = (whole.included.cross_events.len(), mixed.included.cross_events.len());
+        assert!(m >= w + w / 2, "excerpts let more events in: {m} against {w}");
+        let excerpted: Vec<&ScoredEvent> =
+            mixed.included.cross_events.iter().filter(|e| e.event.memory_info.contains_key("excerpt")).collect();
+        let first = mixed.included.cross_events.len() - excerpted.len();
+        assert!(
+            first >= 2 && mixed.included.cross_events[..first].iter().all(|e| e.event.source_message_ids.len() == 4)
+        );
+        for e in &excerpted {
+            // The hiking turn alone: it does not ask, so no reply; it cites only itself.
+            assert_eq!(e.event.source_message_ids.len(), 1);
+            assert_eq!(e.event.source_message_ids[0] % 10, 2);
+            let line = event_line(e, &EN);
+            assert!(mixed.context_str.contains(&line) && line.contains("went hiking up trail"), "{line}");
+        }
+        // Everything fits whole: nothing is cut.
+        let few = Candidates { cross_events: chunks(3), ..Default::default() };
+        let a = assemble(few, Locale::En, 1200, &focus);
+        assert!(a.included.cross_events.iter().all(|e| !e.event.memory_info.contains_key("excerpt")));
+        // No query: whole.
+        let blind = Focus { terms: vec![], whole_share: 0.5 };
+        assert_eq!(assemble(c, Locale::En, 1200, &blind).included.cross_events.len(), w);
+    }
+
     #[test]
     fn seed_layout_in_chinese() {
-        let a = assemble(seed(), Locale::Zh, 1200);
+        let a = assemble(seed(), Locale::Zh, 1200, &Focus::default());
         insta::assert_snapshot!(a.context_str);
         assert_eq!(a.dropped, 0);
         assert_eq!(a.token_count, TokenCounter::count(&a.context_str));
@@ -499,16 +586,16 @@ mod tests {
         c.short_term = vec![msg(1, Role::User, "Any formula with DHA?")];
         c.intra_events = vec![ev("e0", "User asked about lactose-free formula", T0 - 60_000)];
         c.cross_events.truncate(1);
-        insta::assert_snapshot!(assemble(c, Locale::En, 1200).context_str);
+        insta::assert_snapshot!(assemble(c, Locale::En, 1200, &Focus::default()).context_str);
     }
 
     #[test]
     fn empty_sections_are_left_out_and_nothing_gives_empty() {
-        assert_eq!(assemble(Candidates::default(), Locale::Zh, 1200).context_str, "");
+        assert_eq!(assemble(Candidates::default(), Locale::Zh, 1200, &Focus::default()).context_str, "");
         let mut c = seed();
         c.profiles.clear();
         c.cross_events.clear();
-        let s = assemble(c, Locale::Zh, 1200).context_str;
+        let s = assemble(c, Locale::Zh, 1200, &Focus::default()).context_str;
         assert!(s.contains("1. 最近对话内容") && !s.contains("用户画像") && !s.contains("事件记忆"), "{s}");
     }
 
@@ -519,7 +606,7 @@ mod tests {
             c.short_term.push(msg(i, Role::User, &format!("第{i}条消息：今天聊了很多关于奶粉和辅食的话题")));
         }
         for budget in [50usize, 80, 120, 200, 400, 800, 1200, 4000] {
-            let a = assemble(c.clone(), Locale::Zh, budget);
+            let a = assemble(c.clone(), Locale::Zh, budget, &Focus::default());
             assert!(a.token_count <= budget, "budget {budget}: {}", a.token_count);
             let kept = &a.included.short_term;
             if let Some(last) = kept.last() {
@@ -531,7 +618,7 @@ mod tests {
                 assert_eq!(a.included.short_term.len(), c.short_term.len(), "events only once all turns fit");
             }
         }
-        let tight = assemble(c.clone(), Locale::Zh, 120);
+        let tight = assemble(c.clone(), Locale::Zh, 120, &Focus::default());
         assert!(tight.included.cross_events.is_empty() && tight.dropped > 0);
     }
 }

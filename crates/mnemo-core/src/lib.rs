@@ -13,6 +13,7 @@ pub mod context;
 pub mod dates;
 pub mod embed;
 pub mod error;
+pub mod excerpt;
 pub mod extract;
 pub mod model;
 pub mod profile;

@@ -18,6 +18,7 @@
 use async_trait::async_trait;
 use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor, ProfileChange};
 use mnemo_core::model::{EVENT_V1, Role, StoredMessage};
+use mnemo_core::text::asks;
 use regex::Regex;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -170,20 +171,6 @@ fn chunk<'a, 'b>(messages: &'b [Clean<'a>], cfg: &RulesConfig) -> Vec<Vec<Clean<
         chunks.push(current);
     }
     chunks
-}
-
-/// Whether a turn ends by asking: its last sentence ends with a question mark (an attachment
-/// note such as "[image: …]" after it is ignored).
-fn asks(text: &str) -> bool {
-    let body = text.trim_end();
-    let body = match body.strip_suffix(']').and_then(|b| b.rfind('[').map(|i| &b[..i])) {
-        Some(before) if !before.trim().is_empty() => before,
-        _ => body,
-    };
-    body.chars()
-        .rev()
-        .find(|c| matches!(c, '.' | '!' | '?' | '。' | '！' | '？'))
-        .is_some_and(|c| matches!(c, '?' | '？'))
 }
 
 /// Vocabulary of a text: lowercase latin words and CJK character bigrams.

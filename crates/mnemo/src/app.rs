@@ -344,7 +344,9 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     {
         bail!("retrieval.similarity_threshold: must be in [0,1], got {t}");
     }
-    for (key, w) in [("neighbour_weight", r.neighbour_weight), ("date_weight", r.date_weight)] {
+    for (key, w) in
+        [("neighbour_weight", r.neighbour_weight), ("date_weight", r.date_weight), ("whole_share", r.whole_share)]
+    {
         if !(0.0..=1.0).contains(&w) {
             bail!("retrieval.{key}: must be in [0,1], got {w}");
         }
@@ -364,6 +366,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         feedback_terms: r.feedback_terms,
         neighbour_weight: r.neighbour_weight,
         date_weight: r.date_weight,
+        whole_share: r.whole_share,
     })
 }
 
@@ -568,9 +571,11 @@ mod tests {
         let with = |f: &dyn Fn(&mut Config)| {
             let mut cfg = Config::default();
             f(&mut cfg);
-            retrieval_config(&cfg).map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms))
+            retrieval_config(&cfg).map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share))
         };
-        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 8));
+        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 8, 0.5));
+        let e = with(&|c| c.retrieval.whole_share = 2.0).unwrap_err().to_string();
+        assert_eq!(e, "retrieval.whole_share: must be in [0,1], got 2");
         let e = with(&|c| c.retrieval.date_weight = 1.5).unwrap_err().to_string();
         assert_eq!(e, "retrieval.date_weight: must be in [0,1], got 1.5");
         let e = with(&|c| c.retrieval.neighbour_weight = -0.1).unwrap_err().to_string();

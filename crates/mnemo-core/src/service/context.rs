@@ -203,7 +203,11 @@ impl Service {
                 if crate::text::looks_chinese(&sample) { Locale::Zh } else { Locale::En }
             }
         };
-        let assembled = crate::context::assemble(cands, locale, req.max_tokens as usize);
+        let focus = crate::excerpt::Focus {
+            terms: query.map(crate::text::search_tokens).unwrap_or_default(),
+            whole_share: self.config.retrieval.whole_share,
+        };
+        let assembled = crate::context::assemble(cands, locale, req.max_tokens as usize, &focus);
         let hit: Vec<ScoredEvent> =
             assembled.included.intra_events.iter().chain(&assembled.included.cross_events).cloned().collect();
         self.count_hits(&c, &hit);

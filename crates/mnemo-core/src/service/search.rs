@@ -25,6 +25,10 @@ pub struct RetrievalConfig {
     /// A question naming a time ("on May 23, 2023", "last week", 上周三) lifts the events dated
     /// then by this share of their relevance (0 = off).
     pub date_weight: f64,
+    /// get_context shows events whole until they fill this share of its budget; past it, an
+    /// event of several turns is shown as its turn that matches the query (crate::excerpt;
+    /// 1 = always whole).
+    pub whole_share: f64,
 }
 
 impl Default for RetrievalConfig {
@@ -38,6 +42,7 @@ impl Default for RetrievalConfig {
             feedback_terms: 0,
             neighbour_weight: 0.0,
             date_weight: 0.0,
+            whole_share: 1.0,
         }
     }
 }

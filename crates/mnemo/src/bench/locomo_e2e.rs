@@ -242,7 +242,10 @@ pub(super) async fn run(
     let coll = svc.collection_for_read(&target).await?;
     let mut turn_of_msg: HashMap<i64, String> = HashMap::new();
     let mut text_of_turn: HashMap<String, String> = HashMap::new();
+    let mut event_of_turn: HashMap<String, String> = HashMap::new();
     let mut events = 0usize;
+    // turn key ("conv/turn") → the id of the event citing it (for MNEMO_BENCH_DEBUG).
+    let mut event_of_msg: HashMap<i64, String> = HashMap::new();
     for c in convs {
         for s in &c.sessions {
             let conv = format!("{}/{}", c.conversation_id, s.session_id);
@@ -251,11 +254,19 @@ pub(super) async fn run(
             for sess in &info.sessions {
                 let d = store.session_info(coll.id, &sess.session_id).await?.context("session")?;
                 events += d.events.len();
+                for e in &d.events {
+                    for m in &e.source_message_ids {
+                        event_of_msg.insert(*m, e.id.clone());
+                    }
+                }
                 stored.extend(d.messages);
             }
             stored.sort_by_key(|m| m.message_id);
             for (m, t) in stored.iter().zip(&s.messages) {
                 turn_of_msg.insert(m.message_id, t.turn_id.clone());
+                if let Some(e) = event_of_msg.get(&m.message_id) {
+                    event_of_turn.insert(format!("{}/{}", c.conversation_id, t.turn_id), e.clone());
+                }
                 // Turn ids repeat across conversations ("D1:3"): the text is keyed by both.
                 text_of_turn.insert(format!("{}/{}", c.conversation_id, t.turn_id), t.content.clone());
             }
@@ -271,6 +282,7 @@ pub(super) async fn run(
         let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
         let debug = std::env::var_os("MNEMO_BENCH_DEBUG").is_some();
         let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut missing: BTreeMap<&str, usize> = BTreeMap::new();
         let (mut lat, mut tokens) = (Vec::new(), Vec::new());
         for (i, q) in questions.iter().enumerate() {
             let user = user_of[q.conversation_id.as_str()].to_string();
@@ -292,6 +304,13 @@ pub(super) async fn run(
                 })
                 .await?;
             lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            // MNEMO_BENCH_SHOW=TEXT: print the context of the questions containing TEXT, at each budget.
+            if std::env::var("MNEMO_BENCH_SHOW").is_ok_and(|s| q.question.contains(&s)) {
+                println!(
+                    "\n{} ({max_tokens} tokens, evidence {:?}):\n{}",
+                    q.question, q.evidence_turn_ids, out.assembled.context_str
+                );
+            }
             tokens.push(out.assembled.token_count as f64);
             // The turns cited by the events in the context, and the words the context shows.
             let inc = &out.assembled.included;
@@ -317,6 +336,28 @@ pub(super) async fn run(
                         .is_some_and(|text| mostly_shown(text, &shown))
             });
             if !present && debug {
+                // Each evidence turn not present: its event not in the context, or in it as an
+                // excerpt that left the turn out.
+                let in_context: HashMap<&str, bool> = inc
+                    .cross_events
+                    .iter()
+                    .chain(&inc.intra_events)
+                    .map(|e| (e.event.id.as_str(), e.event.memory_info.contains_key("excerpt")))
+                    .collect();
+                for t in &q.evidence_turn_ids {
+                    if cited.contains(t.as_str()) {
+                        continue;
+                    }
+                    let why = match event_of_turn.get(&format!("{}/{t}", q.conversation_id)) {
+                        None => "no event cites it",
+                        Some(e) => match in_context.get(e.as_str()) {
+                            Some(true) => "an excerpt of its event left it out",
+                            Some(false) => "its event is shown whole",
+                            None => "its event is not in the context",
+                        },
+                    };
+                    *missing.entry(why).or_default() += 1;
+                }
                 let user = user_of[q.conversation_id.as_str()].to_string();
                 let found = svc
                     .search_events(mnemo_core::service::EventSearch::new(
@@ -429,6 +470,7 @@ pub(super) async fn run(
         println!("| **overall** | {} |", total.row());
         if debug {
             println!("evidence not present: depth at which the ranking holds all of it: {depths:?}");
+            println!("evidence turns not cited: {missing:?}");
         }
     }
     if let Some(mut out) = dump.take() {

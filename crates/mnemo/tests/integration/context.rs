@@ -371,3 +371,63 @@ async fn a_data_directory_of_the_previous_release_is_reindexed() {
     let info = s.ok("session/info", json!({"collection_name": "c", "conversation_id": "conv1"})).await;
     assert_eq!(info["sessions"].as_array().unwrap().len(), 1, "{info}");
 }
+
+/// Once the events shown whole fill half the budget, a long one is shown as its turn that answers
+/// the query; the part listed says what was shown, and a budget that holds everything cuts
+/// nothing.
+#[tokio::test]
+async fn a_tight_budget_shows_long_memories_by_the_turn_that_answers() {
+    let s = Server::start("");
+    // Distinct days (near-duplicate memories would be merged at extraction).
+    let days = [
+        ("baked sourdough bread for the neighbours", "Eagle Ridge", "Was the crust as crunchy as you hoped?"),
+        ("painted a watercolour of the harbour", "Blue Lake", "Which colours did you pick for the water?"),
+        ("fixed the brakes on my old bicycle", "Pine Hollow", "Did the new brake pads fit without trouble?"),
+        ("visited my grandmother in Leeds", "Granite Peak", "How is she doing these days?"),
+        ("played three games of chess with Tom", "Fox Creek", "Who won the last game in the end?"),
+        ("cleared out the garage and sold a lamp", "Cedar Falls", "How much did the lamp go for?"),
+        ("wrote a short poem about autumn leaves", "Misty Canyon", "Will you read it to me some time?"),
+        ("practised the violin for two hours", "Old Mill", "Which piece are you learning now?"),
+    ];
+    for (i, (morning, trail, question)) in days.iter().enumerate() {
+        s.write(
+            &format!("day-{i}"),
+            msgs(&[
+                ("user", &format!("Good morning! Yesterday I {morning}.")),
+                ("assistant", question),
+                ("user", &format!("Later in the afternoon I went hiking up the {trail} trail with my dog Biscuit.")),
+                ("assistant", &format!("The {trail} trail sounds lovely; I hope the weather was kind to you both.")),
+            ]),
+            json!({"message_count": 4}),
+            "nate",
+        )
+        .await;
+    }
+    eventually(20, "extraction", || async { s.jobs().await.iter().all(|j| j["state"] == "done").then_some(()) }).await;
+    let ask = |max_tokens: u32| {
+        s.ok(
+            "get_context",
+            json!({"collection_name": "c", "conversation_id": "new", "query": "Which trails did I go hiking up with my dog?",
+                "event_search_config": {"filter": {"user_id": "nate"}, "limit": 20}, "max_tokens": max_tokens, "locale": "en"}),
+        )
+    };
+    let d = ask(420).await;
+    let c = d["context_str"].as_str().unwrap();
+    let events = d["context_parts"]["cross_conversation_events"].as_array().unwrap().clone();
+    let (cut, whole): (Vec<&Value>, Vec<&Value>) = events.iter().partition(|e| e["memory_info"]["excerpt"] == true);
+    assert!(!whole.is_empty() && !cut.is_empty(), "{c}");
+    for e in &cut {
+        let summary = e["memory_info"]["summary"].as_str().unwrap();
+        assert!(c.contains(summary), "what is listed is what is shown: {summary}\n{c}");
+        assert!(summary.contains("went hiking up the") && !summary.contains("Good morning"), "{summary}");
+        assert_eq!(e["source_message_ids"].as_array().unwrap().len(), 1, "cites only the shown turn: {e}");
+    }
+    assert!(d["token_count"].as_u64().unwrap() <= 420);
+    // Every turn of the memory is still at hand.
+    assert!(cut[0]["memory_info"]["original_messages"].as_str().unwrap().contains("I hope the weather"));
+    // Room for everything: every event whole.
+    let d = ask(4000).await;
+    let events = d["context_parts"]["cross_conversation_events"].as_array().unwrap();
+    assert!(events.len() >= days.len() && d["dropped_items"] == 0, "{d}");
+    assert!(events.iter().all(|e| e["memory_info"].get("excerpt").is_none()), "{d}");
+}
