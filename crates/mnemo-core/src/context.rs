@@ -185,13 +185,13 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
     // Section lines as admitted so far; short-term is collected newest first and reversed on render.
     let mut profile: Vec<String> = Vec::new();
     let mut recent_rev: Vec<String> = Vec::new();
-    let mut intra: Vec<String> = Vec::new();
-    let mut cross: Vec<String> = Vec::new();
+    // Event lines: this conversation's, then the other conversations'.
+    let mut events: [Vec<String>; 2] = [Vec::new(), Vec::new()];
     let mut included = Candidates::default();
     let mut dropped = 0usize;
     // The recap (a new conversation's opening) sits between the profile and the turns.
     let mut recap: Vec<String> = Vec::new();
-    let build = |rc: &[String], p: &[String], r: &[String], i: &[String], x: &[String]| {
+    let build = |rc: &[String], p: &[String], r: &[String], [i, x]: &[Vec<String>; 2]| {
         let recent: Vec<String> = r.iter().rev().cloned().collect();
         render(
             &[
@@ -242,7 +242,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
         let mut any = false;
         for line in lines {
             profile.push(line);
-            if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), profile.last()) {
+            if fits(&|| build(&recap, &profile, &recent_rev, &events), profile.last()) {
                 any = true;
             } else {
                 profile.pop();
@@ -255,7 +255,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
     }
     if let Some(r) = &c.recap {
         recap.push(event_line(r, l));
-        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), recap.last()) {
+        if fits(&|| build(&recap, &profile, &recent_rev, &events), recap.last()) {
             included.recap = Some(r.clone());
         } else {
             recap.clear();
@@ -269,20 +269,20 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
             continue;
         }
         recent_rev.push(message_line(m));
-        if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), recent_rev.last()) {
+        if fits(&|| build(&recap, &profile, &recent_rev, &events), recent_rev.last()) {
             included.short_term.push(m.clone());
             continue;
         }
         recent_rev.pop();
         // The newest turn alone is too long: keep its beginning rather than lose it entirely.
         if i == 0 {
-            let base = TokenCounter::count(&build(&recap, &profile, &recent_rev, &intra, &cross));
+            let base = TokenCounter::count(&build(&recap, &profile, &recent_rev, &events));
             let room = max_tokens.saturating_sub(base + 24);
             if room > 16 {
                 let mut cut = m.clone();
                 cut.content = format!("{}…", TokenCounter::truncate(&m.content, room));
                 recent_rev.push(message_line(&cut));
-                if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), recent_rev.last()) {
+                if fits(&|| build(&recap, &profile, &recent_rev, &events), recent_rev.last()) {
                     included.short_term.push(cut);
                     short_full = true;
                     continue;
@@ -317,12 +317,12 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
     let whole_cost = |e: &ScoredEvent| e.event.text().len() / 4 + 16 + LINE_MARGIN;
     let mut rest: usize =
         if excerpter.enabled() { c.intra_events.iter().chain(&c.cross_events).map(whole_cost).sum() } else { 0 };
-    for (is_intra, events) in [(true, &c.intra_events), (false, &c.cross_events)] {
-        for e in events {
+    for (section, offered) in [&c.intra_events, &c.cross_events].into_iter().enumerate() {
+        for e in offered {
             if excerpter.enabled() {
                 rest -= whole_cost(e);
             }
-            if full(&|| build(&recap, &profile, &recent_rev, &intra, &cross)) {
+            if full(&|| build(&recap, &profile, &recent_rev, &events)) {
                 dropped += 1;
                 continue;
             }
@@ -332,26 +332,15 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
             let mut excerpted = first.is_some() || !excerpter.enabled();
             let mut candidate = first.unwrap_or_else(|| e.clone());
             loop {
-                let line = event_line(&candidate, l);
-                if is_intra {
-                    intra.push(line)
-                } else {
-                    cross.push(line)
-                }
-                let last = if is_intra { intra.last() } else { cross.last() };
-                if fits(&|| build(&recap, &profile, &recent_rev, &intra, &cross), last) {
-                    if is_intra {
-                        included.intra_events.push(candidate)
-                    } else {
-                        included.cross_events.push(candidate)
+                events[section].push(event_line(&candidate, l));
+                if fits(&|| build(&recap, &profile, &recent_rev, &events), events[section].last()) {
+                    match section {
+                        0 => included.intra_events.push(candidate),
+                        _ => included.cross_events.push(candidate),
                     }
                     break;
                 }
-                if is_intra {
-                    intra.pop()
-                } else {
-                    cross.pop()
-                };
+                events[section].pop();
                 if !excerpted {
                     excerpted = true;
                     if let Some(x) = excerpter.excerpt(e, locale) {
@@ -364,14 +353,14 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
             }
         }
     }
-    let mut context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
+    let mut context_str = build(&recap, &profile, &recent_rev, &events);
     let mut token_count = TokenCounter::count(&context_str);
     // The estimate is an upper bound in practice; should a string still come out over the budget,
     // the lowest-priority lines go until it fits (never more than max_tokens).
     while token_count > max_tokens {
-        if cross.pop().is_some() {
+        if events[1].pop().is_some() {
             included.cross_events.pop();
-        } else if intra.pop().is_some() {
+        } else if events[0].pop().is_some() {
             included.intra_events.pop();
         } else if !recent_rev.is_empty() {
             recent_rev.pop();
@@ -382,7 +371,7 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
             break;
         }
         dropped += 1;
-        context_str = build(&recap, &profile, &recent_rev, &intra, &cross);
+        context_str = build(&recap, &profile, &recent_rev, &events);
         token_count = TokenCounter::count(&context_str);
     }
     Assembled { context_str, token_count, included, dropped }
