@@ -10,7 +10,9 @@
 //!    `original_messages` and the source message ids as provenance; the time of its first message.
 //! 4. **Profile** from first-person statements of the user in Chinese and English (我叫/我是/我住在/
 //!    我家宝宝…/我喜欢/我不喜欢…, "my name is", "I live in", "I like", "I don't like", "I prefer"…),
-//!    as set / append / remove changes that the store applies in place.
+//!    as set / append / remove changes that the store applies in place. An English value must be
+//!    about the user: "I love your turtles", "I love it when you cook", "I love the idea", "I'm a
+//!    huge fan of it" are reactions to the other side, not profile (`about_the_user`).
 //!
 //! What it cannot do: understand paraphrase, resolve "it"/"that", merge facts across sessions, or
 //! judge importance. The `llm` extractor does those.
@@ -382,6 +384,62 @@ fn clean_value(v: &str) -> Option<String> {
     (!v.is_empty() && v.chars().count() <= 40).then(|| v.to_string())
 }
 
+/// Whether an English value says something about the user, not a reaction to the other side or
+/// to what was just said: "I love your turtles", "I love it when you cook", "I love that you chose
+/// pottery", "I love the idea", "I'm a huge fan of it", "I'm a part of…" are kept out of the
+/// profile; "I love hiking", "I'm an expert hiker" stay. Chinese values are not judged here (their
+/// patterns already require the user as the subject and stop at a clause end).
+fn about_the_user(key: &str, value: &str) -> bool {
+    let words: Vec<String> = value
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let Some(first) = words.first() else { return false };
+    if !first.is_ascii() {
+        return true;
+    }
+    // Pointing at the other side, at something said before, or at a clause instead of a thing.
+    const POINTING: &[&str] = &[
+        "you", "your", "yours", "you're", "you've", "it", "it's", "that", "this", "these", "those", "them", "they",
+        "their", "his", "her", "its", "how", "when", "what", "where", "why", "who", "which", "makes", "made",
+    ];
+    if words.iter().any(|w| matches!(w.as_str(), "you" | "your" | "yours" | "you're" | "you've"))
+        || POINTING.contains(&first.as_str())
+    {
+        return false;
+    }
+    match key {
+        // "I love the idea / the thought / the color": a reaction, with no object of its own.
+        "likes" | "dislikes" | "prefers" => !matches!(
+            first.as_str(),
+            "idea"
+                | "ideas"
+                | "thought"
+                | "thoughts"
+                | "color"
+                | "colour"
+                | "colors"
+                | "way"
+                | "feeling"
+                | "vibe"
+                | "vibes"
+                | "sound"
+                | "look"
+                | "energy"
+                | "fact"
+                | "support"
+        ),
+        // "I'm a huge fan of it", "I'm a part of", "I'm a huge fan!": no identity without an object.
+        "identity" => {
+            let last = words.last().map(String::as_str).unwrap_or_default();
+            !words.iter().any(|w| matches!(w.as_str(), "it" | "this" | "that" | "them" | "these" | "those"))
+                && !matches!(last, "of" | "in" | "at" | "for" | "to" | "with" | "on" | "fan" | "part")
+        }
+        _ => true,
+    }
+}
+
 /// Profile changes from the user's own statements, in the order they were said.
 pub fn profile_changes<'a>(user_texts: impl Iterator<Item = &'a str>) -> Vec<ProfileChange> {
     let mut found: Vec<(usize, usize, ProfileChange, Option<ProfileChange>)> = Vec::new();
@@ -394,6 +452,12 @@ pub fn profile_changes<'a>(user_texts: impl Iterator<Item = &'a str>) -> Vec<Pro
                 let Some(value) = clean_value(v.as_str()) else {
                     continue;
                 };
+                let key = match *op {
+                    Op::Set(key) | Op::Append(key, _) => key,
+                };
+                if !about_the_user(key, &value) {
+                    continue;
+                }
                 let (change, undo) = match *op {
                     Op::Set(key) => (ProfileChange::Set { key: key.into(), value: Value::String(value) }, None),
                     Op::Append(key, opposite) => (
@@ -496,6 +560,25 @@ mod tests {
         );
         assert_eq!(out.events.len(), 1);
         assert!(out.events[0].memory_info["summary"].as_str().unwrap().starts_with("User: Hi, my name is Alice"));
+    }
+
+    #[test]
+    fn reactions_to_the_other_side_are_not_the_users_profile() {
+        // Said in LoCoMo-style chat: praise for the other speaker, reactions to what was just
+        // said, and "fan of it" are not facts about the user; the statements about the user are.
+        let out = run(vec![
+            m(1, Role::User, "I love your turtles! I love it when you make coconut milk ice cream."),
+            m(2, Role::User, "I love that you chose pottery. I love the idea, Nate. I'm a huge fan of it!"),
+            m(3, Role::User, "I'm a part of it. I love how they take me to other places."),
+            m(4, Role::User, "I love hiking and I'm an expert hiker. I love my kids. I'm a huge fan!"),
+        ]);
+        assert_eq!(apply(&out.profile_changes), json!({"likes": ["hiking", "my kids"], "identity": ["expert hiker"]}));
+        for (key, value) in [("likes", "the color"), ("likes", "colors"), ("prefers", "yours")] {
+            assert!(!about_the_user(key, clean_value(value).unwrap().as_str()), "{key}: {value}");
+        }
+        for (key, value) in [("likes", "coffee"), ("identity", "nurse"), ("city", "Berlin"), ("likes", "爬山")] {
+            assert!(about_the_user(key, value), "{key}: {value}");
+        }
     }
 
     #[test]

@@ -388,6 +388,10 @@ pub(super) async fn run(
                     None => ">60",
                 };
                 *depths.entry(bucket).or_default() += 1;
+                // MNEMO_BENCH_DEBUG=list: one line per question whose evidence is missing.
+                if std::env::var("MNEMO_BENCH_DEBUG").is_ok_and(|v| v == "list") {
+                    println!("missing at {max_tokens}/{event_limit}: [{}] depth {bucket}: {}", q.category, q.question);
+                }
             }
             tally.present += present as usize;
             // Stricter: most of the turn's words in the line of an event that cites it.
