@@ -154,8 +154,7 @@ pub fn find_model_dir(explicit: Option<&Path>, model: LocalModel) -> Result<Path
     if let Some(d) = explicit {
         return if ok(d) { Ok(d.to_path_buf()) } else { Err(missing(d)) };
     }
-    if let Ok(d) = std::env::var("MNEMO_MODEL_DIR") {
-        let d = PathBuf::from(d);
+    if let Some(d) = dir_from_env(std::env::var_os("MNEMO_MODEL_DIR")) {
         return if ok(&d) { Ok(d) } else { Err(missing(&d)) };
     }
     let mut candidates = vec![PathBuf::from("models/use-m3")];
@@ -163,6 +162,12 @@ pub fn find_model_dir(explicit: Option<&Path>, model: LocalModel) -> Result<Path
         candidates.extend(exe.ancestors().skip(1).take(5).map(|a| a.join("models/use-m3")));
     }
     candidates.iter().find(|d| ok(d)).cloned().ok_or_else(|| missing(&candidates[0]))
+}
+
+/// `$MNEMO_MODEL_DIR` as a directory; set but empty (`MNEMO_MODEL_DIR= mnemo serve`) counts as
+/// unset, as it does for a shell's `${VAR:-default}`.
+fn dir_from_env(value: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    value.filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 fn missing(d: &Path) -> String {
@@ -489,6 +494,13 @@ impl QueryGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_model_dir_variable_counts_as_unset() {
+        assert_eq!(dir_from_env(None), None);
+        assert_eq!(dir_from_env(Some("".into())), None);
+        assert_eq!(dir_from_env(Some("/opt/models".into())), Some(PathBuf::from("/opt/models")));
+    }
 
     #[tokio::test]
     async fn queries_leave_a_session_to_writes_and_wait_in_a_bounded_queue() {
