@@ -390,11 +390,10 @@ fn clean_value(v: &str) -> Option<String> {
 /// profile; "I love hiking", "I'm an expert hiker" stay. Chinese values are not judged here (their
 /// patterns already require the user as the subject and stop at a clause end).
 fn about_the_user(key: &str, value: &str) -> bool {
-    let words: Vec<String> = value
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    // As written: mid-sentence, a capital marks a name or a title ("IT consultant", "It's Always
+    // Sunny"), never the pointing words below.
+    let words: Vec<&str> =
+        value.split(|c: char| !(c.is_alphanumeric() || c == '\'')).filter(|w| !w.is_empty()).collect();
     let Some(first) = words.first() else { return false };
     if !first.is_ascii() {
         return true;
@@ -404,15 +403,13 @@ fn about_the_user(key: &str, value: &str) -> bool {
         "you", "your", "yours", "you're", "you've", "it", "it's", "that", "this", "these", "those", "them", "they",
         "their", "his", "her", "its", "how", "when", "what", "where", "why", "who", "which", "makes", "made",
     ];
-    if words.iter().any(|w| matches!(w.as_str(), "you" | "your" | "yours" | "you're" | "you've"))
-        || POINTING.contains(&first.as_str())
-    {
+    if words.iter().any(|w| matches!(*w, "you" | "your" | "yours" | "you're" | "you've")) || POINTING.contains(first) {
         return false;
     }
     match key {
         // "I love the idea / the thought / the color": a reaction, with no object of its own.
         "likes" | "dislikes" | "prefers" => !matches!(
-            first.as_str(),
+            *first,
             "idea"
                 | "ideas"
                 | "thought"
@@ -432,8 +429,8 @@ fn about_the_user(key: &str, value: &str) -> bool {
         ),
         // "I'm a huge fan of it", "I'm a part of", "I'm a huge fan!": no identity without an object.
         "identity" => {
-            let last = words.last().map(String::as_str).unwrap_or_default();
-            !words.iter().any(|w| matches!(w.as_str(), "it" | "this" | "that" | "them" | "these" | "those"))
+            let last = words.last().copied().unwrap_or_default();
+            !words.iter().any(|w| matches!(*w, "it" | "this" | "that" | "them" | "these" | "those"))
                 && !matches!(last, "of" | "in" | "at" | "for" | "to" | "with" | "on" | "fan" | "part")
         }
         _ => true,
@@ -576,7 +573,14 @@ mod tests {
         for (key, value) in [("likes", "the color"), ("likes", "colors"), ("prefers", "yours")] {
             assert!(!about_the_user(key, clean_value(value).unwrap().as_str()), "{key}: {value}");
         }
-        for (key, value) in [("likes", "coffee"), ("identity", "nurse"), ("city", "Berlin"), ("likes", "爬山")] {
+        for (key, value) in [
+            ("likes", "coffee"),
+            ("identity", "nurse"),
+            ("city", "Berlin"),
+            ("likes", "爬山"),
+            ("occupation", "IT consultant"),
+            ("likes", "It's Always Sunny"),
+        ] {
             assert!(about_the_user(key, value), "{key}: {value}");
         }
     }
