@@ -520,7 +520,11 @@ mod tests {
                     &turns.iter().map(|(w, _, c)| format!("{w}: {c}")).collect::<Vec<_>>().join(" "),
                     T0 + i as i64,
                 );
-                let raw = turns.iter().map(|(w, r, c)| format!("{w}({r}):{c}")).collect::<Vec<_>>().join("\n");
+                let raw = turns
+                    .iter()
+                    .map(|(w, r, c)| crate::model::original_message_line(Some(w), Role::parse(r).unwrap(), c))
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 e.event.memory_info.insert("original_messages".into(), raw.into());
                 e.event.source_message_ids = (0..4).map(|t| (i * 10 + t) as i64).collect();
                 e

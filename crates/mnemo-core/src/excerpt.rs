@@ -15,7 +15,7 @@
 //! event is unchanged.
 
 use crate::context::Locale;
-use crate::model::Event;
+use crate::model::{Event, Role, original_message_turns};
 use crate::service::ScoredEvent;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ impl Default for Focus {
 /// A turn of an event, as its `original_messages` line holds it.
 struct Turn<'a> {
     who: &'a str,
-    role: &'a str,
+    role: Role,
     content: &'a str,
     message_id: i64,
 }
@@ -46,21 +46,14 @@ struct Turn<'a> {
 /// The turns of an event, when each line of `original_messages` is one of its source messages.
 fn turns(e: &Event) -> Option<Vec<Turn<'_>>> {
     let Some(Value::String(raw)) = e.memory_info.get("original_messages") else { return None };
-    let lines: Vec<&str> = raw.lines().collect();
-    if lines.len() != e.source_message_ids.len() {
-        return None;
-    }
-    lines
-        .iter()
-        .zip(&e.source_message_ids)
-        .map(|(line, &message_id)| {
-            ["user", "assistant", "system", "tool"].iter().find_map(|role| {
-                let tag = format!("({role}):");
-                let at = line.find(&tag)?;
-                Some(Turn { who: &line[..at], role, content: &line[at + tag.len()..], message_id })
-            })
-        })
-        .collect()
+    let lines = original_message_turns(raw)?;
+    (lines.len() == e.source_message_ids.len()).then(|| {
+        lines
+            .into_iter()
+            .zip(&e.source_message_ids)
+            .map(|((who, role, content), &message_id)| Turn { who, role, content, message_id })
+            .collect()
+    })
 }
 
 /// A turn longer than this is shown cut, as the rules extractor's summary cuts it (half of its
@@ -170,8 +163,8 @@ impl<'a> Excerpter<'a> {
         }
         for t in &ts[from..=to] {
             let who = match (t.who, t.role) {
-                (w, r) if w != r && !w.trim().is_empty() => w,
-                (_, "user") => user,
+                (w, r) if w != r.as_str() && !w.trim().is_empty() => w,
+                (_, Role::User) => user,
                 _ => assistant,
             };
             text.push(format!("{who}{colon}{}", cut(t.content, TURN_CHARS)));
@@ -199,13 +192,18 @@ fn cut(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::original_message_line;
     use crate::ranking::Scores;
     use serde_json::json;
 
     /// An event the rules extractor would make of these turns (`(speaker, role, content)`).
     fn chunk(id: &str, first_message: i64, turns: &[(&str, &str, &str)]) -> ScoredEvent {
         let summary = turns.iter().map(|(w, _, c)| format!("{w}: {c}")).collect::<Vec<_>>().join(" ");
-        let raw = turns.iter().map(|(w, r, c)| format!("{w}({r}):{c}")).collect::<Vec<_>>().join("\n");
+        let raw = turns
+            .iter()
+            .map(|(w, r, c)| original_message_line(Some(w), Role::parse(r).unwrap(), c))
+            .collect::<Vec<_>>()
+            .join("\n");
         ScoredEvent {
             event: Event {
                 id: id.into(),

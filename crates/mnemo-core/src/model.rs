@@ -399,6 +399,29 @@ pub fn event_search_text(memory_info: &Map<String, Value>) -> String {
     text
 }
 
+/// One line of an event's `memory_info.original_messages`: `name(role):content`, the role standing
+/// for the name when the speaker has none. Extractors write one line per source message, in the
+/// order of `source_message_ids`.
+pub fn original_message_line(name: Option<&str>, role: Role, content: &str) -> String {
+    format!("{}({}):{content}", name.unwrap_or(role.as_str()), role.as_str())
+}
+
+/// The turns of an `original_messages` text as (name, role, content), one per line; `None` when a
+/// line is not of the [`original_message_line`] form. A content holding a line break spans two
+/// lines, so a caller pairing turns with `source_message_ids` checks that the counts agree.
+pub fn original_message_turns(raw: &str) -> Option<Vec<(&str, Role, &str)>> {
+    raw.lines()
+        .map(|line| {
+            // The first role tag ends the name; a later one belongs to the content.
+            [Role::User, Role::Assistant, Role::System, Role::Tool]
+                .into_iter()
+                .filter_map(|r| line.find(&format!("({}):", r.as_str())).map(|at| (at, r)))
+                .min_by_key(|(at, _)| *at)
+                .map(|(at, r)| (&line[..at], r, &line[at + r.as_str().len() + 3..]))
+        })
+        .collect()
+}
+
 /// The text of an event's `memory_info`: its summary, or its fields (not the raw messages).
 pub fn event_text(memory_info: &Map<String, Value>) -> String {
     {
@@ -790,5 +813,29 @@ impl MaintenanceRun {
         self.archived += other.archived;
         self.folded += other.folded;
         self.digests += other.digests;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn original_message_lines_read_back_as_written() {
+        let raw = [
+            original_message_line(Some("Nate"), Role::User, "I said (assistant): that, once."),
+            original_message_line(None, Role::Assistant, "好的（稍后回复）"),
+            original_message_line(Some("Bob (work)"), Role::Tool, ""),
+        ]
+        .join("\n");
+        assert_eq!(
+            original_message_turns(&raw).unwrap(),
+            vec![
+                ("Nate", Role::User, "I said (assistant): that, once."),
+                ("assistant", Role::Assistant, "好的（稍后回复）"),
+                ("Bob (work)", Role::Tool, ""),
+            ]
+        );
+        assert_eq!(original_message_turns("no role tag here"), None);
     }
 }

@@ -283,7 +283,7 @@ pub(crate) fn truncate_chars(s: &str, max: usize) -> String {
 pub(crate) fn original_messages(chunk: &[Clean]) -> String {
     chunk
         .iter()
-        .map(|m| format!("{}({}):{}", m.name.unwrap_or(m.role.as_str()), m.role.as_str(), m.content))
+        .map(|m| mnemo_core::model::original_message_line(m.name, m.role, &m.content))
         .collect::<Vec<_>>()
         .join("\n")
 }
