@@ -329,7 +329,8 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
             let used = budget.get().exact + budget.get().pending;
             let excerpt = excerpter.applies(used, max_tokens) && used + whole_cost(e) + rest > max_tokens;
             let first = if excerpt { excerpter.excerpt(e, locale) } else { None };
-            let mut excerpted = first.is_some() || !excerpter.enabled();
+            // Tried already (or never to be): the whole event is the only other way to show it.
+            let mut excerpted = excerpt || !excerpter.enabled();
             let mut candidate = first.unwrap_or_else(|| e.clone());
             loop {
                 events[section].push(event_line(&candidate, l));

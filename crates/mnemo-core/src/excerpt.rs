@@ -145,12 +145,13 @@ impl<'a> Excerpter<'a> {
             return None;
         }
         let named_bonus = m.weight.iter().copied().fold(0.0, f64::max);
-        let turn_score = |i: usize| -> f64 {
-            let named = crate::text::term_set(ts[i].who).iter().any(|w| terms.contains(&w.as_str()));
-            score(masks[i]) + if named { named_bonus } else { 0.0 }
+        let turn_score = |(t, &mask): (&Turn, &u64)| -> f64 {
+            let named = crate::text::term_set(t.who).iter().any(|w| terms.contains(&w.as_str()));
+            score(mask) + if named { named_bonus } else { 0.0 }
         };
-        let (best, _) =
-            (0..ts.len()).fold((0, f64::MIN), |acc, i| if turn_score(i) > acc.1 { (i, turn_score(i)) } else { acc });
+        // The first of the best-scoring turns.
+        let scores: Vec<f64> = ts.iter().zip(&masks).map(turn_score).collect();
+        let best = (0..scores.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
         let to = if best + 1 < ts.len() && crate::text::asks(ts[best].content) { best + 1 } else { best };
         let from = best;
         let (user, assistant, colon) = match locale {
@@ -172,9 +173,19 @@ impl<'a> Excerpter<'a> {
         if to + 1 < ts.len() {
             text.push("…".into());
         }
+        // Only a memory whose text is its turns (the rules extractor's) is shown by one of them,
+        // and only when that is shorter: a written summary (the llm extractor's) stays as written.
+        // (Most of the turn's words in the text: extraction may have anchored a date in it.)
+        let whole = e.event.text();
+        let said = crate::text::term_set(&cut(ts[best].content, TURN_CHARS));
+        let shown_whole = crate::text::term_set(&whole);
+        let text = text.join(" ");
+        if said.iter().filter(|w| shown_whole.contains(*w)).count() * 5 < said.len() * 4 || text.len() >= whole.len() {
+            return None;
+        }
         let mut shown = e.clone();
         shown.event.source_message_ids = ts[from..=to].iter().map(|t| t.message_id).collect();
-        shown.event.memory_info.insert("summary".into(), Value::String(text.join(" ")));
+        shown.event.memory_info.insert("summary".into(), Value::String(text));
         shown.event.memory_info.insert("excerpt".into(), Value::Bool(true));
         Some(shown)
     }
@@ -306,6 +317,17 @@ mod tests {
         let off = Focus { whole_share: 1.0, ..focus("military") };
         assert!(!Excerpter::new(&off, [&e]).enabled());
         assert!(!Excerpter::new(&focus(""), [&e]).enabled(), "no query: whole");
+    }
+
+    #[test]
+    fn a_written_summary_stays_as_written() {
+        // The llm extractor's events cite their turns but show a summary of them.
+        let mut e = march();
+        e.event
+            .memory_info
+            .insert("summary".into(), json!("John joined a veterans' march out of respect for the military."));
+        let f = focus("What inspired John to join the march?");
+        assert!(Excerpter::new(&f, [&e]).excerpt(&e, Locale::En).is_none());
     }
 
     #[test]

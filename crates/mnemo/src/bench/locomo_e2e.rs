@@ -242,10 +242,11 @@ pub(super) async fn run(
     let coll = svc.collection_for_read(&target).await?;
     let mut turn_of_msg: HashMap<i64, String> = HashMap::new();
     let mut text_of_turn: HashMap<String, String> = HashMap::new();
+    // turn key ("conv/turn") → the id of the event citing it (for MNEMO_BENCH_DEBUG), through
+    // message id → event id.
     let mut event_of_turn: HashMap<String, String> = HashMap::new();
-    let mut events = 0usize;
-    // turn key ("conv/turn") → the id of the event citing it (for MNEMO_BENCH_DEBUG).
     let mut event_of_msg: HashMap<i64, String> = HashMap::new();
+    let mut events = 0usize;
     for c in convs {
         for s in &c.sessions {
             let conv = format!("{}/{}", c.conversation_id, s.session_id);
@@ -281,6 +282,10 @@ pub(super) async fn run(
     for (max_tokens, event_limit) in RUNS {
         let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
         let debug = std::env::var_os("MNEMO_BENCH_DEBUG").is_some();
+        // MNEMO_BENCH_DEBUG=list: one line per question whose evidence is missing.
+        let list = std::env::var("MNEMO_BENCH_DEBUG").is_ok_and(|v| v == "list");
+        // MNEMO_BENCH_SHOW=TEXT: print the context of the questions containing TEXT, at each budget.
+        let show = std::env::var("MNEMO_BENCH_SHOW").ok();
         let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
         let mut missing: BTreeMap<&str, usize> = BTreeMap::new();
         let (mut lat, mut tokens) = (Vec::new(), Vec::new());
@@ -304,8 +309,7 @@ pub(super) async fn run(
                 })
                 .await?;
             lat.push(t.elapsed().as_secs_f64() * 1000.0);
-            // MNEMO_BENCH_SHOW=TEXT: print the context of the questions containing TEXT, at each budget.
-            if std::env::var("MNEMO_BENCH_SHOW").is_ok_and(|s| q.question.contains(&s)) {
+            if show.as_deref().is_some_and(|s| q.question.contains(s)) {
                 println!(
                     "\n{} ({max_tokens} tokens, evidence {:?}):\n{}",
                     q.question, q.evidence_turn_ids, out.assembled.context_str
@@ -388,8 +392,7 @@ pub(super) async fn run(
                     None => ">60",
                 };
                 *depths.entry(bucket).or_default() += 1;
-                // MNEMO_BENCH_DEBUG=list: one line per question whose evidence is missing.
-                if std::env::var("MNEMO_BENCH_DEBUG").is_ok_and(|v| v == "list") {
+                if list {
                     println!("missing at {max_tokens}/{event_limit}: [{}] depth {bucket}: {}", q.category, q.question);
                 }
             }
