@@ -6,15 +6,25 @@ use crate::rows::{
     EVENT_COLS, JOB_COLS, MESSAGE_COLS, SESSION_COLS, event_from_row, from_rows, job_from_row, json, message_from_row,
     parse, session_from_row,
 };
-use crate::sql::{Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use crate::sql::{SqlParam, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use mnemo_core::TriggerReason;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
-use mnemo_core::{StoreError, TriggerReason};
 
 pub(crate) struct ConversationRow {
     meta: ConversationMeta,
     open_messages: u64,
     open_tokens: u64,
+    idle_deadline: Option<Millis>,
+}
+
+fn conversation_row(r: &tokio_postgres::Row) -> ConversationRow {
+    ConversationRow {
+        meta: parse(r.get::<_, &str>(0)),
+        open_messages: r.get::<_, i64>(1) as u64,
+        open_tokens: r.get::<_, i64>(2) as u64,
+        idle_deadline: r.get(3),
+    }
 }
 
 /// The conversation's row, locked until the transaction ends.
@@ -25,70 +35,98 @@ pub(crate) async fn lock_conversation(
 ) -> StoreResult<Option<ConversationRow>> {
     Ok(query_opt(
         tx,
-        "SELECT meta_json, open_messages, open_tokens FROM conversations WHERE collection_id=$1 AND conversation_id=$2 FOR UPDATE",
+        "SELECT meta_json, open_messages, open_tokens, idle_deadline FROM conversations WHERE collection_id=$1 AND conversation_id=$2 FOR UPDATE",
         &[&cid, &conv],
     )
     .await?
-    .map(|r| ConversationRow {
-        meta: parse(r.get::<_, &str>(0)),
-        open_messages: r.get::<_, i64>(1) as u64,
-        open_tokens: r.get::<_, i64>(2) as u64,
-    }))
+    .map(|r| conversation_row(&r)))
 }
 
-/// Creates or locks the conversation row and merges the request's metadata into it.
-pub(crate) async fn upsert_conversation(tx: &Tx<'_>, req: &AppendRequest) -> StoreResult<ConversationRow> {
-    let wait = req.trigger.wait_timeout_ms();
-    execute(
-        tx,
-        "INSERT INTO conversations(collection_id, conversation_id, meta_json, wait_timeout_ms, last_write_at, created_at)
-         VALUES ($1,$2,'{}',$3,$4,$4) ON CONFLICT DO NOTHING",
-        &[&req.collection_id, &req.conversation_id, &wait, &req.now],
-    )
-    .await?;
-    let mut row = lock_conversation(tx, req.collection_id, &req.conversation_id)
-        .await?
-        .ok_or_else(|| StoreError::backend("conversation row vanished"))?;
-    row.meta.merge(&req.meta);
-    execute(
-        tx,
-        "UPDATE conversations SET meta_json=$3, wait_timeout_ms=$4, last_write_at=$5 WHERE collection_id=$1 AND conversation_id=$2",
-        &[&req.collection_id, &req.conversation_id, &json(&row.meta), &wait, &req.now],
-    )
-    .await?;
-    Ok(row)
-}
+const UPSERT_CONVERSATION: &str =
+    "INSERT INTO conversations(collection_id, conversation_id, meta_json, wait_timeout_ms, last_write_at, created_at)
+     VALUES ($1,$2,'{}',$3,$4,$4)
+     ON CONFLICT (collection_id, conversation_id) DO UPDATE SET last_write_at = EXCLUDED.last_write_at
+     RETURNING meta_json, open_messages, open_tokens, idle_deadline";
 
-/// Inserts the messages; returns (stored, duplicates, stored tokens, largest stored message).
-pub(crate) async fn insert_messages(
+/// The request's messages in one statement, in their order; a known idempotency key is skipped.
+/// `$3` is the session they belong to (NULL: open, short-term).
+const INSERT_MESSAGES: &str =
+    "INSERT INTO messages(collection_id, conversation_id, session_id, role, name, content, content_raw, time, tokens, idempotency_key, created_at)
+     SELECT $1, $2, $3, m.role, m.name, m.content, m.content_raw, m.time, m.tokens, m.key, $4
+     FROM unnest($5::text[], $6::text[], $7::text[], $8::bytea[], $9::int8[], $10::int8[], $11::text[])
+          WITH ORDINALITY AS m(role, name, content, content_raw, time, tokens, key, ord)
+     ORDER BY m.ord
+     ON CONFLICT DO NOTHING
+     RETURNING tokens";
+
+/// Creates or locks the conversation row (one statement: an upsert that returns it) and inserts
+/// the request's messages, both sent before either answers — one round trip. The upsert goes
+/// first, so the row is locked before a message is written. Returns the row with the request's
+/// metadata merged in; the caller writes it back ([`store_conversation`]).
+pub(crate) async fn upsert_with_messages(
     tx: &Tx<'_>,
     req: &AppendRequest,
     session_id: Option<&str>,
-) -> StoreResult<MessageTally> {
+) -> StoreResult<(ConversationRow, MessageTally)> {
+    let (upsert, insert) = tokio::try_join!(tx.prepare_cached(UPSERT_CONVERSATION), tx.prepare_cached(INSERT_MESSAGES))
+        .map_err(backend)?;
+    let wait = req.trigger.wait_timeout_ms();
+    let ms = &req.messages;
+    let roles: Vec<&str> = ms.iter().map(|m| m.role.as_str()).collect();
+    let names: Vec<Option<std::borrow::Cow<str>>> = ms.iter().map(|m| m.name.as_deref().map(no_nul)).collect();
+    let contents: Vec<std::borrow::Cow<str>> = ms.iter().map(|m| no_nul(&m.content)).collect();
+    let raws: Vec<Option<&[u8]>> =
+        ms.iter().map(|m| m.content.contains('\0').then_some(m.content.as_bytes())).collect();
+    let times: Vec<i64> = ms.iter().map(|m| m.time).collect();
+    let tokens: Vec<i64> = ms.iter().map(|m| m.tokens as i64).collect();
+    let keys: Vec<Option<&str>> = ms.iter().map(|m| m.idempotency_key.as_deref()).collect();
+    let conversation: [SqlParam; 4] = [&req.collection_id, &req.conversation_id, &wait, &req.now];
+    let messages: [SqlParam; 11] = [
+        &req.collection_id,
+        &req.conversation_id,
+        &session_id,
+        &req.now,
+        &roles,
+        &names,
+        &contents,
+        &raws,
+        &times,
+        &tokens,
+        &keys,
+    ];
+    // Polled in this order, so sent in this order: each request goes out on its first poll.
+    let (row, stored) =
+        tokio::try_join!(tx.query_one(&upsert, &conversation), tx.query(&insert, &messages)).map_err(backend)?;
+    let mut row = conversation_row(&row);
+    row.meta.merge(&req.meta);
     let mut tally = MessageTally::default();
-    for m in &req.messages {
-        let n = execute(
-            tx,
-            "INSERT INTO messages(collection_id, conversation_id, session_id, role, name, content, content_raw, time, tokens, idempotency_key, created_at)
-             VALUES ($1,$2,$3,$4,$5,$6,$11,$7,$8,$9,$10) ON CONFLICT DO NOTHING",
-            &[
-                &req.collection_id,
-                &req.conversation_id,
-                &session_id,
-                &m.role.as_str(),
-                &m.name.as_deref().map(no_nul),
-                &no_nul(&m.content),
-                &m.time,
-                &(m.tokens as i64),
-                &m.idempotency_key,
-                &req.now,
-                &m.content.contains('\0').then_some(m.content.as_bytes()),
-            ],
-        )
-        .await?;
-        tally.add(n == 1, m.tokens);
+    for r in &stored {
+        tally.add(true, r.get::<_, i64>(0) as u64);
     }
-    Ok(tally)
+    tally.duplicates = (ms.len() - stored.len()) as u64;
+    Ok((row, tally))
+}
+
+/// Writes back what [`upsert_with_messages`] read: the merged metadata, the request's wait and
+/// time, and the open counters with the idle deadline.
+pub(crate) async fn store_conversation(tx: &Tx<'_>, req: &AppendRequest, row: &ConversationRow) -> StoreResult<()> {
+    execute(
+        tx,
+        "UPDATE conversations SET meta_json=$3, wait_timeout_ms=$4, last_write_at=$5, open_messages=$6, open_tokens=$7, idle_deadline=$8
+         WHERE collection_id=$1 AND conversation_id=$2",
+        &[
+            &req.collection_id,
+            &req.conversation_id,
+            &json(&row.meta),
+            &req.trigger.wait_timeout_ms(),
+            &req.now,
+            &(row.open_messages as i64),
+            &(row.open_tokens as i64),
+            &row.idle_deadline,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 pub(crate) struct SessionCounts {
@@ -187,17 +225,13 @@ impl PgStore {
     pub(crate) async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
-        let row = upsert_conversation(&tx, &req).await?;
-        let MessageTally { stored, duplicates: dup, tokens, largest } = insert_messages(&tx, &req, None).await?;
-        let open_messages = row.open_messages + stored;
-        let open_tokens = row.open_tokens + tokens;
-        let deadline = (open_messages > 0).then(|| req.now + req.trigger.wait_timeout_ms());
-        execute(
-            &tx,
-            "UPDATE conversations SET open_messages=$3, open_tokens=$4, idle_deadline=$5 WHERE collection_id=$1 AND conversation_id=$2",
-            &[&req.collection_id, &req.conversation_id, &(open_messages as i64), &(open_tokens as i64), &deadline],
-        )
-        .await?;
+        let (mut row, MessageTally { stored, duplicates: dup, tokens, largest }) =
+            upsert_with_messages(&tx, &req, None).await?;
+        row.open_messages += stored;
+        row.open_tokens += tokens;
+        let (open_messages, open_tokens) = (row.open_messages, row.open_tokens);
+        row.idle_deadline = (open_messages > 0).then(|| req.now + req.trigger.wait_timeout_ms());
+        store_conversation(&tx, &req, &row).await?;
         let reason = if stored > 0 { req.trigger.evaluate(open_tokens, open_messages, largest) } else { None };
         let closed = match reason {
             Some(r) => {
@@ -214,9 +248,11 @@ impl PgStore {
     pub(crate) async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
-        let row = upsert_conversation(&tx, &req).await?;
         let placeholder = format!("pending-{}", new_id("ses"));
-        let MessageTally { stored, tokens, .. } = insert_messages(&tx, &req, Some(&placeholder)).await?;
+        let (row, MessageTally { stored, tokens, .. }) = upsert_with_messages(&tx, &req, Some(&placeholder)).await?;
+        // The conversation's open messages and their deadline stay as they are: the session holds
+        // only these.
+        store_conversation(&tx, &req, &row).await?;
         let counts = SessionCounts { reason: TriggerReason::SessionAdd, messages: stored, tokens };
         let closed = insert_session_and_job(
             &tx,

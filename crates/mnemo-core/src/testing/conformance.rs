@@ -151,6 +151,19 @@ pub async fn idempotent_retries_are_stored_once(h: &impl StoreHarness) {
     }
     let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
     assert_eq!((info.short_term.len(), info.open_messages), (1, 1));
+    // One request: a known key, a new key twice, and messages without a key — many of them, in
+    // the order written.
+    let mut m = vec![msg(Role::User, "hello", 1, Some("k1")), msg(Role::User, "again", 1, Some("k2"))];
+    m.push(msg(Role::User, "again", 1, Some("k2")));
+    m.extend((0..40).map(|i| msg(Role::Assistant, &format!("plain {i}"), 1, None)));
+    let t = ExtractTrigger { token_count: 100_000, message_count: 1_000, wait_timeout: 60 };
+    let o = s.append_messages(append(&c, "conv", m, t, 20)).await.unwrap();
+    assert_eq!((o.accepted, o.duplicates, o.pending_messages), (41, 2, 42));
+    let info = s.conversation_info(c.id, "conv").await.unwrap().unwrap();
+    let said: Vec<&str> = info.short_term.iter().map(|m| m.content.as_str()).collect();
+    let expected: Vec<String> =
+        ["hello", "again"].into_iter().map(String::from).chain((0..40).map(|i| format!("plain {i}"))).collect();
+    assert_eq!(said, expected, "stored once each, in the order written");
 }
 
 pub async fn job_lifecycle_moves_messages_out_of_short_term_and_updates_profile(h: &impl StoreHarness) {
