@@ -414,10 +414,22 @@ pub(super) async fn run(
             });
             tally.own_line += own_line as usize;
             // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates (the turns each event cites,
-            // similarity, BM25), once, for trying ranking ideas offline.
+            // similarity, BM25, time) and the service's final ranking of the first 100 (the turns
+            // each event cites), once, for trying ranking ideas offline.
             if let (Some(out), 1200, 200) = (dump.as_mut(), max_tokens, event_limit) {
                 use std::io::Write;
                 let user = user_of[q.conversation_id.as_str()].to_string();
+                let ranked: Vec<Vec<&String>> = svc
+                    .search_events(mnemo_core::service::EventSearch::new(
+                        target.clone(),
+                        Some(q.question.clone()),
+                        EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                        100,
+                    ))
+                    .await?
+                    .iter()
+                    .map(|r| r.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m)).collect())
+                    .collect();
                 let filter = EventFilter { user_id: vec![user], active_only: true, ..Default::default() };
                 let qv = svc
                     .embedder()
@@ -449,7 +461,10 @@ pub(super) async fn run(
                 writeln!(
                     out,
                     "{}",
-                    serde_json::json!({"cat": q.category, "evidence": q.evidence_turn_ids, "cands": rows})
+                    serde_json::json!({
+                        "conversation": q.conversation_id, "question": q.question, "cat": q.category,
+                        "evidence": q.evidence_turn_ids, "cands": rows, "ranked": ranked,
+                    })
                 )?;
             }
             if let Some(a) = q.answer.as_deref().filter(|a| !a.trim().is_empty()) {
