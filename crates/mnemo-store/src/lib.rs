@@ -106,9 +106,15 @@ impl SqliteStore {
         conn.execute("UPDATE jobs SET state='queued', lease_until=NULL WHERE state='running'", []).map_err(backend)?;
         let relocation = events::Relocation::new(&conn)?;
         let f16_fill = events::F16Fill::new(&conn)?;
+        // WAL checkpoints run on a connection of their own (writer.rs).
+        let checkpoints = open_conn(&path, &options, false)
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "no checkpoint connection; the writer checkpoints the WAL itself"),
+            )
+            .ok();
         Ok(Self {
             path,
-            writer: Writer::spawn(conn),
+            writer: Writer::spawn(conn, checkpoints),
             readers: Arc::new(Mutex::new(Vec::new())),
             options,
             relocation,

@@ -610,3 +610,34 @@ async fn a_request_alone_commits_or_rolls_back_whole_beside_grouped_ones() {
     let reopened = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     assert_eq!(count(&reopened).await, (520, 0));
 }
+
+/// Commits are copied from the WAL into the database file by the checkpoint thread, not inside
+/// a commit: 1.2 MB written in small commits (~450 pages, under SQLite's own 1,000-page automatic
+/// checkpoint, which the writer no longer runs below 16,384) reach the main file while the store
+/// is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_is_checkpointed_beside_the_writer() {
+    let (dir, store, _c) = setup().await;
+    let main_file = dir.path().join(DB_FILE);
+    store.writer.write(|c| c.execute_batch("CREATE TABLE t(x BLOB)").map_err(backend)).await.unwrap();
+    let before = std::fs::metadata(&main_file).unwrap().len();
+    for i in 0..150u32 {
+        let blob: Vec<u8> = (0..8_192u32).map(|j| (i.wrapping_mul(31) ^ j) as u8).collect();
+        store
+            .writer
+            .write(move |c| c.execute("INSERT INTO t VALUES (?1)", [blob]).map(|_| ()).map_err(backend))
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let now = std::fs::metadata(&main_file).unwrap().len();
+        if now >= before + 1_200_000 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the main file stayed at {now} bytes (from {before})");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let n = store.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).map_err(backend)).await;
+    assert_eq!(n.unwrap(), 150);
+}

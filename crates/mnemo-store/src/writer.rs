@@ -6,6 +6,10 @@
 //! A large request (`write_alone`: a batch of events, deleting a user's or a filter's events, a
 //! collection, an expiry run) gets a transaction of its own instead — inside a SAVEPOINT, every statement's end
 //! costs SQLite in proportion to what the savepoint has changed, which made them quadratic.
+//!
+//! The WAL is copied back into the database file by a thread of its own ([`Checkpointer`]), not by
+//! the writer: SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, and
+//! every request of that batch waited for the copy and its sync (the tail of the ack latency).
 
 use mnemo_core::StoreError;
 use rusqlite::Connection;
@@ -35,12 +39,55 @@ pub struct Writer {
     tx: mpsc::Sender<WriteFn>,
 }
 
+/// Pages the WAL may hold before the writer checkpoints it itself: only when the checkpointer
+/// falls behind (64 MiB at 4 KiB pages; SQLite's default is 1,000).
+const WRITER_CHECKPOINT_PAGES: u32 = 16_384;
+/// After a checkpoint, the checkpointer waits this long before the next, so a stream of commits
+/// is copied back in batches.
+const CHECKPOINT_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Copies the WAL into the database file on its own connection (`PRAGMA wal_checkpoint(PASSIVE)`:
+/// it never blocks the writer or a reader) after commits, at most once per [`CHECKPOINT_PAUSE`].
+/// It sleeps while nothing is written and stops with the writer.
+struct Checkpointer {
+    nudge: mpsc::SyncSender<()>,
+}
+
+impl Checkpointer {
+    fn spawn(conn: Connection) -> std::io::Result<Self> {
+        let (nudge, rx) = mpsc::sync_channel::<()>(1);
+        std::thread::Builder::new().name("mnemo-sqlite-checkpoint".into()).spawn(move || {
+            while rx.recv().is_ok() {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; the writer checkpoints once the WAL is large");
+                }
+                std::thread::sleep(CHECKPOINT_PAUSE);
+            }
+        })?;
+        Ok(Self { nudge })
+    }
+
+    /// Something was committed: checkpoint soon (a nudge already pending covers this one).
+    fn committed(&self) {
+        let _ = self.nudge.try_send(());
+    }
+}
+
 impl Writer {
-    pub fn spawn(conn: Connection) -> Self {
+    /// The writer thread on `conn`; with `checkpoint_conn` (a second connection to the same
+    /// file), WAL checkpoints move to a thread of their own.
+    pub fn spawn(conn: Connection, checkpoint_conn: Option<Connection>) -> Self {
+        let checkpointer = checkpoint_conn.and_then(|c| match Checkpointer::spawn(c) {
+            Ok(cp) => conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES).ok().map(|()| cp),
+            Err(e) => {
+                tracing::warn!(error = %e, "no checkpoint thread; the writer checkpoints the WAL itself");
+                None
+            }
+        });
         let (tx, rx) = mpsc::channel::<WriteFn>();
         std::thread::Builder::new()
             .name("mnemo-sqlite-writer".into())
-            .spawn(move || run(conn, rx))
+            .spawn(move || run(conn, rx, checkpointer))
             .expect("spawn the writer thread");
         Self { tx }
     }
@@ -115,7 +162,8 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
+fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>, checkpointer: Option<Checkpointer>) {
+    let committed = || checkpointer.iter().for_each(Checkpointer::committed);
     while let Ok(first) = rx.recv() {
         let (mut batch, mut alone, mut raw) = (Vec::new(), Vec::new(), Vec::new());
         let mut take = |job: WriteFn| match job {
@@ -134,6 +182,7 @@ fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
         }
         for job in alone {
             run_alone(&conn, job);
+            committed();
         }
         if batch.is_empty() {
             raw.into_iter().for_each(|f| f(&conn));
@@ -163,13 +212,14 @@ fn run(conn: Connection, rx: mpsc::Receiver<WriteFn>) {
                 }
             }
         }
-        let committed = run_cached(&conn, "COMMIT").map_err(|e| {
+        let outcome = run_cached(&conn, "COMMIT").map_err(|e| {
             tracing::error!(error = %e, "COMMIT failed");
             let _ = conn.execute_batch("ROLLBACK");
             StoreError::backend(format!("commit failed: {e}"))
         });
+        committed();
         for deliver in delivers {
-            let c = match &committed {
+            let c = match &outcome {
                 Ok(()) => Ok(()),
                 Err(e) => Err(StoreError::backend(e.to_string())),
             };
