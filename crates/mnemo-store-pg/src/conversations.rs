@@ -179,6 +179,19 @@ pub(crate) async fn close_open_messages(
     max_attempts: u32,
 ) -> StoreResult<Option<SessionClosed>> {
     let Some(row) = lock_conversation(tx, cid, conv).await? else { return Ok(None) };
+    close_locked(tx, cid, conv, &row, reason, now, max_attempts).await
+}
+
+/// [`close_open_messages`] for a conversation whose row this transaction holds locked, as `row`.
+async fn close_locked(
+    tx: &Tx<'_>,
+    cid: CollectionId,
+    conv: &str,
+    row: &ConversationRow,
+    reason: TriggerReason,
+    now: Millis,
+    max_attempts: u32,
+) -> StoreResult<Option<SessionClosed>> {
     if row.open_messages == 0 {
         return Ok(None);
     }
@@ -234,8 +247,9 @@ impl PgStore {
         store_conversation(&tx, &req, &row).await?;
         let reason = if stored > 0 { req.trigger.evaluate(open_tokens, open_messages, largest) } else { None };
         let closed = match reason {
+            // The row is locked and written back already: no second read of it.
             Some(r) => {
-                close_open_messages(&tx, req.collection_id, &req.conversation_id, r, req.now, req.max_job_attempts)
+                close_locked(&tx, req.collection_id, &req.conversation_id, &row, r, req.now, req.max_job_attempts)
                     .await?
             }
             None => None,
