@@ -390,49 +390,36 @@ fn clean_value(v: &str) -> Option<String> {
 /// profile; "I love hiking", "I'm an expert hiker" stay. Chinese values are not judged here (their
 /// patterns already require the user as the subject and stop at a clause end).
 fn about_the_user(key: &str, value: &str) -> bool {
+    /// The other side, anywhere in the value.
+    const YOU: &[&str] = &["you", "your", "yours", "you're", "you've"];
+    /// Something said before, or a clause instead of a thing, leading the value.
+    const POINTING: &[&str] = &[
+        "it", "it's", "that", "this", "these", "those", "them", "they", "their", "his", "her", "its", "how", "when",
+        "what", "where", "why", "who", "which", "makes", "made",
+    ];
+    /// "I love the idea / the thought / the color": a reaction, with no object of its own.
+    const REACTIONS: &[&str] = &[
+        "idea", "ideas", "thought", "thoughts", "color", "colour", "colors", "way", "feeling", "vibe", "vibes",
+        "sound", "look", "energy", "fact", "support",
+    ];
+    /// "I'm a huge fan of it", "I'm a part of", "I'm a huge fan!": no identity without an object
+    /// of its own.
+    const POINTED_AT: &[&str] = &["it", "this", "that", "them", "these", "those"];
+    const DANGLING: &[&str] = &["of", "in", "at", "for", "to", "with", "on", "fan", "part"];
     // As written: mid-sentence, a capital marks a name or a title ("IT consultant", "It's Always
-    // Sunny"), never the pointing words below.
+    // Sunny"), never the pointing words above.
     let words: Vec<&str> =
         value.split(|c: char| !(c.is_alphanumeric() || c == '\'')).filter(|w| !w.is_empty()).collect();
-    let Some(first) = words.first() else { return false };
+    let (Some(first), Some(last)) = (words.first(), words.last()) else { return false };
     if !first.is_ascii() {
         return true;
     }
-    // Pointing at the other side, at something said before, or at a clause instead of a thing.
-    const POINTING: &[&str] = &[
-        "you", "your", "yours", "you're", "you've", "it", "it's", "that", "this", "these", "those", "them", "they",
-        "their", "his", "her", "its", "how", "when", "what", "where", "why", "who", "which", "makes", "made",
-    ];
-    if words.iter().any(|w| matches!(*w, "you" | "your" | "yours" | "you're" | "you've")) || POINTING.contains(first) {
+    if words.iter().any(|w| YOU.contains(w)) || POINTING.contains(first) {
         return false;
     }
     match key {
-        // "I love the idea / the thought / the color": a reaction, with no object of its own.
-        "likes" | "dislikes" | "prefers" => !matches!(
-            *first,
-            "idea"
-                | "ideas"
-                | "thought"
-                | "thoughts"
-                | "color"
-                | "colour"
-                | "colors"
-                | "way"
-                | "feeling"
-                | "vibe"
-                | "vibes"
-                | "sound"
-                | "look"
-                | "energy"
-                | "fact"
-                | "support"
-        ),
-        // "I'm a huge fan of it", "I'm a part of", "I'm a huge fan!": no identity without an object.
-        "identity" => {
-            let last = words.last().copied().unwrap_or_default();
-            !words.iter().any(|w| matches!(*w, "it" | "this" | "that" | "them" | "these" | "those"))
-                && !matches!(last, "of" | "in" | "at" | "for" | "to" | "with" | "on" | "fan" | "part")
-        }
+        "likes" | "dislikes" | "prefers" => !REACTIONS.contains(first),
+        "identity" => !words.iter().any(|w| POINTED_AT.contains(w)) && !DANGLING.contains(last),
         _ => true,
     }
 }
