@@ -304,7 +304,35 @@ enum BenchCommand {
     },
 }
 
-fn main() -> Result<()> {
+/// A failed command prints its error and the chain of causes, and exits 1. Not anyhow's `Debug`
+/// form, which appends a backtrace whenever `RUST_BACKTRACE` is set: a bad flag or an unreachable
+/// server is not a crash (a panic still prints its backtrace).
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {}", error_chain(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    if !causes.is_empty() {
+        out.push_str("\n\nCaused by:");
+        for (i, c) in causes.iter().enumerate() {
+            match causes.len() {
+                1 => out.push_str(&format!("\n    {c}")),
+                _ => out.push_str(&format!("\n    {i}: {c}")),
+            }
+        }
+    }
+    out
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let mut cfg = Config::load(cli.config.as_deref(), std::env::vars())?;
     // The server logs its work; one-shot commands only warnings, so their output stays readable.
@@ -453,5 +481,24 @@ fn main() -> Result<()> {
             stores,
             cfg,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+    use anyhow::Context;
+
+    #[test]
+    fn an_error_prints_its_causes_and_no_backtrace() {
+        let one: anyhow::Result<()> = Err(std::io::Error::other("refused")).context("connecting to the server");
+        assert_eq!(error_chain(&one.unwrap_err()), "connecting to the server\n\nCaused by:\n    refused");
+        let two: anyhow::Result<()> =
+            Err(std::io::Error::other("refused")).context("connecting").context("mnemo write: the server");
+        assert_eq!(
+            error_chain(&two.unwrap_err()),
+            "mnemo write: the server\n\nCaused by:\n    0: connecting\n    1: refused"
+        );
+        assert_eq!(error_chain(&anyhow::anyhow!("--limit: must be at least 1")), "--limit: must be at least 1");
     }
 }
