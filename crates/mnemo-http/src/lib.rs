@@ -81,8 +81,19 @@ impl Default for HttpConfig {
     }
 }
 
+/// What every handler shares, behind one `Arc`: axum clones the state for each request (and each
+/// layer), so a clone is one reference count, not one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub service: Arc<Service>,
     keys: Arc<Vec<ApiKey>>,
     metrics_key: Option<Arc<String>>,
@@ -94,7 +105,7 @@ pub struct AppState {
     clock: Option<Arc<mnemo_core::clock::OffsetClock>>,
 }
 
-impl AppState {
+impl Shared {
     fn metrics_key_matches(&self, headers: &axum::http::HeaderMap) -> bool {
         let Some(want) = &self.metrics_key else { return false };
         bearer(headers).is_some_and(|got| constant_time_eq(got.as_bytes(), want.as_bytes()))
@@ -167,7 +178,7 @@ impl ApiKey {
 
 /// Builds the router for `service`.
 pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
-    let state = AppState {
+    let state = AppState(Arc::new(Shared {
         service,
         keys: Arc::new(config.api_keys),
         metrics_key: config.metrics_key.map(Arc::new),
@@ -177,7 +188,7 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         in_flight: Arc::new(AtomicUsize::new(0)),
         metrics: Arc::new(metrics::Metrics::default()),
         clock: config.clock,
-    };
+    }));
     let api = routes::api_routes(&state)
         .route("/ping", get(routes::ping).fallback(ping_other_method))
         .fallback(not_found)
