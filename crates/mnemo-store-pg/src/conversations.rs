@@ -6,10 +6,14 @@ use crate::rows::{
     EVENT_COLS, JOB_COLS, MESSAGE_COLS, SESSION_COLS, event_from_row, from_rows, job_from_row, json, message_from_row,
     parse, session_from_row,
 };
-use crate::sql::{SqlParam, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use crate::sql::{
+    Pipelined, SqlParam, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt,
+};
+use deadpool_postgres::GenericClient;
 use mnemo_core::TriggerReason;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use tokio_postgres::Statement;
 
 pub(crate) struct ConversationRow {
     meta: ConversationMeta,
@@ -59,17 +63,27 @@ const INSERT_MESSAGES: &str =
      ON CONFLICT DO NOTHING
      RETURNING tokens";
 
+/// Writes a conversation's row back: the merged metadata, the request's wait and time, and the
+/// open counters with the idle deadline.
+const STORE_CONVERSATION: &str =
+    "UPDATE conversations SET meta_json=$3, wait_timeout_ms=$4, last_write_at=$5, open_messages=$6, open_tokens=$7, idle_deadline=$8
+     WHERE collection_id=$1 AND conversation_id=$2";
+
 /// Creates or locks the conversation row (one statement: an upsert that returns it) and inserts
 /// the request's messages, both sent before either answers — one round trip. The upsert goes
 /// first, so the row is locked before a message is written. Returns the row with the request's
-/// metadata merged in; the caller writes it back ([`store_conversation`]).
+/// metadata merged in, and the statement that writes it back, prepared ([`store_conversation`]).
 pub(crate) async fn upsert_with_messages(
-    tx: &Tx<'_>,
+    tx: &impl GenericClient,
     req: &AppendRequest,
     session_id: Option<&str>,
-) -> StoreResult<(ConversationRow, MessageTally)> {
-    let (upsert, insert) = tokio::try_join!(tx.prepare_cached(UPSERT_CONVERSATION), tx.prepare_cached(INSERT_MESSAGES))
-        .map_err(backend)?;
+) -> StoreResult<(ConversationRow, MessageTally, Statement)> {
+    let (upsert, insert, store) = tokio::try_join!(
+        tx.prepare_cached(UPSERT_CONVERSATION),
+        tx.prepare_cached(INSERT_MESSAGES),
+        tx.prepare_cached(STORE_CONVERSATION)
+    )
+    .map_err(backend)?;
     let wait = req.trigger.wait_timeout_ms();
     let ms = &req.messages;
     let roles: Vec<&str> = ms.iter().map(|m| m.role.as_str()).collect();
@@ -104,28 +118,54 @@ pub(crate) async fn upsert_with_messages(
         tally.add(true, r.get::<_, i64>(0) as u64);
     }
     tally.duplicates = (ms.len() - stored.len()) as u64;
-    Ok((row, tally))
+    Ok((row, tally, store))
 }
 
-/// Writes back what [`upsert_with_messages`] read: the merged metadata, the request's wait and
-/// time, and the open counters with the idle deadline.
-pub(crate) async fn store_conversation(tx: &Tx<'_>, req: &AppendRequest, row: &ConversationRow) -> StoreResult<()> {
-    execute(
-        tx,
-        "UPDATE conversations SET meta_json=$3, wait_timeout_ms=$4, last_write_at=$5, open_messages=$6, open_tokens=$7, idle_deadline=$8
-         WHERE collection_id=$1 AND conversation_id=$2",
-        &[
-            &req.collection_id,
-            &req.conversation_id,
-            &json(&row.meta),
-            &req.trigger.wait_timeout_ms(),
-            &req.now,
-            &(row.open_messages as i64),
-            &(row.open_tokens as i64),
-            &row.idle_deadline,
-        ],
-    )
-    .await?;
+/// What [`STORE_CONVERSATION`] writes back of what [`upsert_with_messages`] read.
+struct RowWrite<'a> {
+    req: &'a AppendRequest,
+    meta: String,
+    wait: i64,
+    open_messages: i64,
+    open_tokens: i64,
+    idle_deadline: Option<Millis>,
+}
+
+impl<'a> RowWrite<'a> {
+    fn new(req: &'a AppendRequest, row: &ConversationRow) -> Self {
+        RowWrite {
+            req,
+            meta: json(&row.meta),
+            wait: req.trigger.wait_timeout_ms(),
+            open_messages: row.open_messages as i64,
+            open_tokens: row.open_tokens as i64,
+            idle_deadline: row.idle_deadline,
+        }
+    }
+
+    fn params(&self) -> [SqlParam<'_>; 8] {
+        let r = self.req;
+        [
+            &r.collection_id,
+            &r.conversation_id,
+            &self.meta,
+            &self.wait,
+            &r.now,
+            &self.open_messages,
+            &self.open_tokens,
+            &self.idle_deadline,
+        ]
+    }
+}
+
+/// Writes back what [`upsert_with_messages`] read, with the statement it prepared.
+pub(crate) async fn store_conversation(
+    tx: &impl GenericClient,
+    store: &Statement,
+    req: &AppendRequest,
+    row: &ConversationRow,
+) -> StoreResult<()> {
+    tx.execute(store, &RowWrite::new(req, row).params()).await.map_err(backend)?;
     Ok(())
 }
 
@@ -136,7 +176,7 @@ pub(crate) struct SessionCounts {
 }
 
 pub(crate) async fn insert_session_and_job(
-    tx: &Tx<'_>,
+    tx: &impl GenericClient,
     cid: CollectionId,
     conv: &str,
     meta: &ConversationMeta,
@@ -184,7 +224,7 @@ pub(crate) async fn close_open_messages(
 
 /// [`close_open_messages`] for a conversation whose row this transaction holds locked, as `row`.
 async fn close_locked(
-    tx: &Tx<'_>,
+    tx: &impl GenericClient,
     cid: CollectionId,
     conv: &str,
     row: &ConversationRow,
@@ -235,26 +275,33 @@ pub(crate) async fn session_summary(
 }
 
 impl PgStore {
+    /// Two round trips when no session closes: `BEGIN` + the upsert + the messages, then the
+    /// row written back + `COMMIT` ([`Pipelined`]).
     pub(crate) async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
-        let mut conn = self.client().await?;
-        let tx = begin(&mut conn).await?;
-        let (mut row, MessageTally { stored, duplicates: dup, tokens, largest }) =
-            upsert_with_messages(&tx, &req, None).await?;
+        let tx = Pipelined::new(self.client().await?);
+        let c = tx.client();
+        let ((), (mut row, MessageTally { stored, duplicates: dup, tokens, largest }, store)) =
+            tokio::try_join!(tx.begin(), upsert_with_messages(c, &req, None))?;
         row.open_messages += stored;
         row.open_tokens += tokens;
         let (open_messages, open_tokens) = (row.open_messages, row.open_tokens);
         row.idle_deadline = (open_messages > 0).then(|| req.now + req.trigger.wait_timeout_ms());
-        store_conversation(&tx, &req, &row).await?;
         let reason = if stored > 0 { req.trigger.evaluate(open_tokens, open_messages, largest) } else { None };
         let closed = match reason {
+            None => {
+                tx.execute_and_commit(&store, &RowWrite::new(&req, &row).params()).await?;
+                None
+            }
             // The row is locked and written back already: no second read of it.
             Some(r) => {
-                close_locked(&tx, req.collection_id, &req.conversation_id, &row, r, req.now, req.max_job_attempts)
-                    .await?
+                store_conversation(c, &store, &req, &row).await?;
+                let closed =
+                    close_locked(c, req.collection_id, &req.conversation_id, &row, r, req.now, req.max_job_attempts)
+                        .await?;
+                tx.commit().await?;
+                closed
             }
-            None => None,
         };
-        tx.commit().await.map_err(backend)?;
         let (pending_messages, pending_tokens) = if closed.is_some() { (0, 0) } else { (open_messages, open_tokens) };
         Ok(AppendOutcome { accepted: stored, duplicates: dup, pending_messages, pending_tokens, closed })
     }
@@ -263,10 +310,11 @@ impl PgStore {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let placeholder = format!("pending-{}", new_id("ses"));
-        let (row, MessageTally { stored, tokens, .. }) = upsert_with_messages(&tx, &req, Some(&placeholder)).await?;
+        let (row, MessageTally { stored, tokens, .. }, store) =
+            upsert_with_messages(&tx, &req, Some(&placeholder)).await?;
         // The conversation's open messages and their deadline stay as they are: the session holds
         // only these.
-        store_conversation(&tx, &req, &row).await?;
+        store_conversation(&tx, &store, &req, &row).await?;
         let counts = SessionCounts { reason: TriggerReason::SessionAdd, messages: stored, tokens };
         let closed = insert_session_and_job(
             &tx,

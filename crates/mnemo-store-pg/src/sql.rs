@@ -174,3 +174,140 @@ pub async fn begin_read(c: &mut Object) -> StoreResult<Tx<'_>> {
 pub async fn begin(c: &mut Object) -> StoreResult<Tx<'_>> {
     c.transaction().await.map_err(backend)
 }
+
+/// A write transaction whose `BEGIN` is sent with its first statements and whose `COMMIT` can be
+/// sent with its last (pipelined on one connection: no round trip of their own). Requests on a
+/// connection go out in the order their futures are first polled, so `BEGIN` is joined first;
+/// the statement sent with `COMMIT` is a prepared one ([`Pipelined::execute_and_commit`]): an
+/// unprepared one would wait for its `Parse` and go out after the `COMMIT` (the test shows it).
+///
+/// Until a `COMMIT` has succeeded the connection is not given back to the pool: dropped before
+/// that — an error, or the request's future cancelled half-way — the connection is taken out of
+/// the pool and closed, so the server rolls the transaction back and no later user of the pool
+/// inherits it. (`tokio_postgres::Transaction` queues a `ROLLBACK` on drop through an API of its
+/// own; closing the connection is the public equivalent, paid only on the failure path.)
+pub struct Pipelined {
+    conn: Option<Object>,
+    committed: std::sync::atomic::AtomicBool,
+}
+
+impl Pipelined {
+    pub fn new(conn: Object) -> Self {
+        Self { conn: Some(conn), committed: false.into() }
+    }
+
+    pub fn client(&self) -> &Object {
+        self.conn.as_ref().expect("held until dropped")
+    }
+
+    /// `BEGIN`: sent on the first poll, so join it before the transaction's first statements.
+    pub async fn begin(&self) -> StoreResult<()> {
+        self.client().batch_execute("BEGIN").await.map_err(backend)
+    }
+
+    /// Executes `st` (prepared: it goes out on the first poll, before the `COMMIT`) and commits,
+    /// in one round trip. A failed statement aborts the transaction, and the `COMMIT` behind it
+    /// then rolls back.
+    pub async fn execute_and_commit(
+        &self,
+        st: &tokio_postgres::Statement,
+        params: &[SqlParam<'_>],
+    ) -> StoreResult<u64> {
+        let c = self.client();
+        let (n, ()) = tokio::try_join!(async { c.execute(st, params).await.map_err(backend) }, self.commit_only())?;
+        Ok(n)
+    }
+
+    pub async fn commit(&self) -> StoreResult<()> {
+        self.commit_only().await
+    }
+
+    async fn commit_only(&self) -> StoreResult<()> {
+        self.client().batch_execute("COMMIT").await.map_err(backend)?;
+        self.committed.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Drop for Pipelined {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && !self.committed.load(std::sync::atomic::Ordering::Acquire)
+        {
+            drop(Object::take(conn));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+    async fn backend_pid(c: &Object) -> i32 {
+        c.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0)
+    }
+
+    async fn xid(c: &Object) -> Option<String> {
+        c.query_one("SELECT pg_current_xact_id_if_assigned()::text", &[]).await.unwrap().get(0)
+    }
+
+    #[tokio::test]
+    async fn a_pipelined_transaction_is_one_transaction_and_never_handed_on_unfinished() {
+        let Ok(url) = std::env::var("MNEMO_TEST_DATABASE_URL") else {
+            eprintln!("pipelined transactions on postgres: SKIPPED (set MNEMO_TEST_DATABASE_URL)");
+            return;
+        };
+        let manager = Manager::from_config(
+            url.parse().unwrap(),
+            tokio_postgres::NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager).max_size(1).build().unwrap();
+
+        // BEGIN sent with the first statement, the last statement sent with COMMIT: all of it is
+        // one transaction (in autocommit each statement would have an id of its own), and after
+        // COMMIT the connection is back in the pool.
+        let c = pool.get().await.unwrap();
+        c.batch_execute("CREATE TEMP TABLE probe(x text)").await.unwrap();
+        let pid = backend_pid(&c).await;
+        let tx = Pipelined::new(c);
+        let first = tx.client().prepare("SELECT pg_current_xact_id()::text").await.unwrap();
+        let last =
+            tx.client().prepare("INSERT INTO probe SELECT pg_current_xact_id_if_assigned()::text").await.unwrap();
+        let ((), first) =
+            tokio::try_join!(tx.begin(), async { tx.client().query_one(&first, &[]).await.map_err(backend) }).unwrap();
+        assert_eq!(tx.execute_and_commit(&last, &[]).await.unwrap(), 1);
+        drop(tx);
+        let c = pool.get().await.unwrap();
+        assert_eq!(backend_pid(&c).await, pid, "a committed transaction gives its connection back");
+        let x: Option<String> = c.query_one("SELECT x FROM probe", &[]).await.unwrap().get(0);
+        assert_eq!(x, Some(first.get::<_, String>(0)), "one transaction from BEGIN to COMMIT");
+        assert_eq!(xid(&c).await, None, "and none left open");
+        drop(c);
+
+        // Dropped before COMMIT (an error, a cancelled request): the connection is closed, not
+        // handed to the next user inside the open transaction.
+        let tx = Pipelined::new(pool.get().await.unwrap());
+        tx.begin().await.unwrap();
+        tx.client().query_one("SELECT pg_current_xact_id()", &[]).await.unwrap();
+        let pid = backend_pid(tx.client()).await;
+        drop(tx);
+        let c = pool.get().await.unwrap();
+        assert_ne!(backend_pid(&c).await, pid, "an unfinished transaction's connection is not reused");
+        assert_eq!(xid(&c).await, None);
+        drop(c);
+
+        // The last statement fails: the COMMIT behind it rolls back, the error is returned, and
+        // the connection is not reused either.
+        let tx = Pipelined::new(pool.get().await.unwrap());
+        tx.begin().await.unwrap();
+        let pid = backend_pid(tx.client()).await;
+        let failing = tx.client().prepare("SELECT 1 / 0").await.unwrap();
+        assert!(tx.execute_and_commit(&failing, &[]).await.is_err());
+        drop(tx);
+        let c = pool.get().await.unwrap();
+        assert_ne!(backend_pid(&c).await, pid);
+        assert_eq!(xid(&c).await, None);
+    }
+}
