@@ -179,7 +179,7 @@ pub async fn begin(c: &mut Object) -> StoreResult<Tx<'_>> {
 /// sent with its last (pipelined on one connection: no round trip of their own). Requests on a
 /// connection go out in the order their futures are first polled, so `BEGIN` is joined first;
 /// the statement sent with `COMMIT` is a prepared one ([`Pipelined::execute_and_commit`]): an
-/// unprepared one would wait for its `Parse` and go out after the `COMMIT` (the test shows it).
+/// unprepared one would wait for its `Parse` and go out after the `COMMIT`.
 ///
 /// Until a `COMMIT` has succeeded the connection is not given back to the pool: dropped before
 /// that — an error, or the request's future cancelled half-way — the connection is taken out of
