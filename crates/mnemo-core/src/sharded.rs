@@ -247,6 +247,10 @@ impl Store for ShardedStore {
         Ok(each!(self, |s| s.housekeeping())?.into_iter().any(|more| more))
     }
 
+    fn reads_overlap(&self) -> bool {
+        self.shards.iter().all(|s| s.reads_overlap())
+    }
+
     // --- collections: shard 0 allocates and lists, every shard holds a copy
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
         let created = self.shards[0].create_collection(c).await?;

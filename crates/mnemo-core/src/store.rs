@@ -82,6 +82,14 @@ pub trait Store: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Whether two reads of one request finish sooner side by side than one after the other.
+    /// A database across a socket: yes, each read is mostly a wait. The embedded store: no —
+    /// under load it measured slower (each read connection keeps its own page cache, and a
+    /// request holding two of the pool's four stalls the others; docs/benchmarks.md, session 21).
+    fn reads_overlap(&self) -> bool {
+        false
+    }
+
     // --- collections
     /// Conflict if a collection of that name exists in the project.
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection>;

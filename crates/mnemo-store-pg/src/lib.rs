@@ -460,6 +460,10 @@ impl Store for PgStore {
         Some(COMPACT_EVERY)
     }
 
+    fn reads_overlap(&self) -> bool {
+        true
+    }
+
     async fn housekeeping(&self) -> StoreResult<bool> {
         self.compact_stats().await?;
         // Rows written before schema v5 get their search copies, a batch a call.

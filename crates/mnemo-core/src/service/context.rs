@@ -5,6 +5,7 @@ use crate::context::{Assembled, Locale};
 use crate::error::{CoreError, CoreResult};
 use crate::ranking::{Scores, TimeDecay};
 use crate::store::known_vector;
+use futures_util::FutureExt;
 
 pub const MAX_TOKENS_RANGE: (u32, u32) = (1, 200_000);
 
@@ -91,17 +92,37 @@ impl Service {
         let named = !req.event_filter.user_id.is_empty() || !req.event_filter.assistant_id.is_empty();
         // Ask for more than the limit: this conversation's own events are removed after.
         let cross_limit = req.event_limit + 10;
+        // Computed once, awaited by every search that starts before it is known.
+        let named_qv = query.filter(|_| named).map(|q| self.query_vector(q).boxed().shared());
         let early = async {
-            match query {
-                Some(q) if named && req.include.cross_events => {
-                    let qv = Box::pin(self.query_vector(q));
-                    let (found, qv) =
-                        self.search_with_vector(&c, &search(req.event_filter.clone(), cross_limit), qv).await?;
+            match &named_qv {
+                Some(qv) if req.include.cross_events => {
+                    let (found, qv) = self
+                        .search_with_vector(&c, &search(req.event_filter.clone(), cross_limit), Box::pin(qv.clone()))
+                        .await?;
                     Ok::<_, CoreError>((Some(found), Some(qv)))
                 }
-                Some(q) if named && req.include.intra_events => Ok((None, Some(self.query_vector(q).await))),
+                Some(qv) if req.include.intra_events => Ok((None, Some(qv.clone().await))),
                 _ => Ok((None, None)),
             }
+        };
+        // A store whose reads overlap (a database across a socket) searches this conversation's
+        // events as soon as its lookup finds it, beside the other conversations' search, when
+        // the request names whose memories (the filter is then known before the lookup). The
+        // embedded store searches them after (`Store::reads_overlap`).
+        let overlap = self.store.reads_overlap() && req.include.intra_events;
+        let conversation = async {
+            let conv = self.store.conversation_info(c.id, &req.conversation_id).await;
+            let intra = match (&conv, &named_qv) {
+                (Ok(Some(_)), Some(qv)) if overlap => {
+                    let mut f = req.event_filter.clone();
+                    f.conversation_id = vec![req.conversation_id.clone()];
+                    let found = self.search_with_vector(&c, &search(f, req.event_limit), Box::pin(qv.clone())).await;
+                    Some(found.map(|(found, _)| found))
+                }
+                _ => None,
+            };
+            (conv, intra)
         };
         // Whose profiles: the profile filter's users, else the memories' (`users`). Read beside
         // the search when the request names them; else once the conversation's metadata has.
@@ -124,8 +145,7 @@ impl Service {
                 false => Ok(None),
             }
         };
-        let (conv, early, profiles) =
-            tokio::join!(self.store.conversation_info(c.id, &req.conversation_id), early, profiles);
+        let ((conv, intra_found), early, profiles) = tokio::join!(conversation, early, profiles);
         let (cross_found, early) = early?;
         let conv = conv?;
         let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
@@ -170,13 +190,18 @@ impl Service {
                 })
                 .next();
         }
-        // The look-ups run one after another: asked at once they measured slower on SQLite
-        // (each read connection keeps its own page cache; in turn they reuse the warm one).
+        // Otherwise the look-ups run one after another: asked at once they measured slower on
+        // SQLite (each read connection keeps its own page cache; in turn they reuse the warm one).
         if req.include.intra_events && conv.is_some() {
-            let mut f = filter.clone();
-            f.conversation_id = vec![req.conversation_id.clone()];
-            let qv = known_vector(qv.clone());
-            cands.intra_events = self.search_with_vector(&c, &search(f, req.event_limit), qv).await?.0;
+            cands.intra_events = match intra_found {
+                Some(found) => found?,
+                None => {
+                    let mut f = filter.clone();
+                    f.conversation_id = vec![req.conversation_id.clone()];
+                    let qv = known_vector(qv.clone());
+                    self.search_with_vector(&c, &search(f, req.event_limit), qv).await?.0
+                }
+            };
         }
         if req.include.cross_events && known && query.is_some() {
             let found = match cross_found {
