@@ -214,15 +214,11 @@ impl Pipelined {
         params: &[SqlParam<'_>],
     ) -> StoreResult<u64> {
         let c = self.client();
-        let (n, ()) = tokio::try_join!(async { c.execute(st, params).await.map_err(backend) }, self.commit_only())?;
+        let (n, ()) = tokio::try_join!(async { c.execute(st, params).await.map_err(backend) }, self.commit())?;
         Ok(n)
     }
 
     pub async fn commit(&self) -> StoreResult<()> {
-        self.commit_only().await
-    }
-
-    async fn commit_only(&self) -> StoreResult<()> {
         self.client().batch_execute("COMMIT").await.map_err(backend)?;
         self.committed.store(true, std::sync::atomic::Ordering::Release);
         Ok(())
