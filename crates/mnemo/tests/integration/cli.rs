@@ -186,3 +186,20 @@ async fn chatgpt_and_claude_exports_import_idempotently() {
     })
     .await;
 }
+
+/// A failed command prints its error and its causes, and exits 1 — no backtrace even when
+/// RUST_BACKTRACE is set (a user's shell often has it): an unreachable server is not a crash.
+#[test]
+fn a_failed_command_prints_its_causes_and_no_backtrace() {
+    let out = Command::new(BIN)
+        .args(["search", "--url", "http://127.0.0.1:1", "--collection", "c", "--user", "u", "hello"])
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("Error: http://127.0.0.1:1: is `mnemo serve` running?"), "{err}");
+    assert!(err.contains("\n\nCaused by:\n") && err.contains("Connection refused"), "the causes: {err}");
+    assert!(!err.contains("backtrace") && !err.contains("Backtrace"), "no backtrace: {err}");
+}
