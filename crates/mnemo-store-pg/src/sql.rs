@@ -214,7 +214,11 @@ impl Pipelined {
         params: &[SqlParam<'_>],
     ) -> StoreResult<u64> {
         let c = self.client();
-        let (n, ()) = tokio::try_join!(async { c.execute(st, params).await.map_err(backend) }, self.commit())?;
+        let commit = async { c.batch_execute("COMMIT").await.map_err(backend) };
+        let (n, ()) = tokio::try_join!(async { c.execute(st, params).await.map_err(backend) }, commit)?;
+        // Only now: the join polls its futures in turn, so the `COMMIT` (which, behind a failed
+        // statement, answers as a rollback) may be seen done before the statement's error.
+        self.committed.store(true, std::sync::atomic::Ordering::Release);
         Ok(n)
     }
 
