@@ -48,6 +48,11 @@ impl DateMention {
 
 type Resolve = fn(&Captures, NaiveDate) -> Option<(NaiveDate, Granularity)>;
 
+const WD_EN: &str = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tues?|wed|thu(?:rs?)?|fri|sat|sun)";
+const MON_EN: &str = r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)";
+const NUM_EN: &str = r"(\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few)";
+const NUM_ZH: &str = r"(\d{1,3}|[一二两三四五六七八九十]{1,3})";
+
 struct Rule {
     re: Regex,
     resolve: Resolve,
@@ -58,11 +63,6 @@ fn rules() -> &'static [Rule] {
     static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
     RULES.get_or_init(|| {
         let r = |p: &str, resolve: Resolve, relative: bool| Rule { re: Regex::new(p).expect("date rule"), resolve, relative };
-        const WD_EN: &str = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tues?|wed|thu(?:rs?)?|fri|sat|sun)";
-        const MON_EN: &str =
-            r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)";
-        const NUM_EN: &str = r"(\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few)";
-        const NUM_ZH: &str = r"(\d{1,3}|[一二两三四五六七八九十]{1,3})";
         vec![
             // Absolute dates first: they also set an event's time, but need no annotation.
             r(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", |c, _| ymd(num(&c[1])?, num(&c[2])?, num(&c[3])?), false),
@@ -176,6 +176,11 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
     for rule in rules() {
         for c in rule.re.captures_iter(text) {
             let m = c.get(0).expect("whole match");
+            // "the last week of June" names a part of June, not last week.
+            let of = text[m.end()..].trim_start().get(..3).is_some_and(|w| w.eq_ignore_ascii_case("of "));
+            if rule.relative && of {
+                continue;
+            }
             if let Some((date, granularity)) = (rule.resolve)(&c, a) {
                 found.push(DateMention { start: m.start(), end: m.end(), date, granularity, relative: rule.relative });
             }
@@ -195,26 +200,146 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
 /// against `anchor` (the time it is asked), as `[start, end)` in milliseconds. A day reaches one
 /// day either side: a memory is dated when it was said, and what it tells may be of the day
 /// before ("yesterday I…") or be told the day after.
+///
+/// A question also names time in ways a message's anchoring must not resolve:
+/// - relative to a date it names ("the week before 16 November 2023", "two weeks before August
+///   11, 2023", "the Sunday before October 25, 2022"): from that much before the date to the date
+///   (or after it), both ends included — what happened then is usually told on the named day;
+/// - "between August 11 and August 15 2023" (a year named once serves both), "the second week of
+///   November 2023", "the first half of September 2022";
+/// - a month without a year ("in June", 6月份): that month of every year from ten years back to
+///   the next one. Which June is meant is unknown; a memory of some June is the better candidate.
 pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
     let offset = *anchor.offset();
+    let a = anchor.date_naive();
     let ms = |d: NaiveDate| {
         d.and_hms_opt(0, 0, 0)
             .and_then(|t| t.and_local_timezone(offset).single())
             .map(|t| t.timestamp_millis())
             .unwrap_or(i64::MIN)
     };
-    find_dates(text, anchor)
-        .iter()
-        .map(|m| {
-            let (from, to) = match m.granularity {
-                Granularity::Day => (m.date - Duration::days(1), m.date + Duration::days(2)),
-                Granularity::Week => (m.date, m.date + Duration::days(7)),
-                Granularity::Month => (m.date, add_months(m.date, 1)),
-                Granularity::Year => (m.date, add_months(m.date, 12)),
+    let mentions = find_dates(text, anchor);
+    let q = query_rules();
+    let mut out: Vec<(NaiveDate, NaiveDate)> = Vec::new();
+    let mut skip = vec![false; mentions.len()];
+    for (i, m) in mentions.iter().enumerate() {
+        if skip[i] {
+            continue;
+        }
+        let before = &text[..m.start];
+        let next = mentions.get(i + 1);
+        let mut span = match m.granularity {
+            Granularity::Day => (m.date - Duration::days(1), m.date + Duration::days(2)),
+            Granularity::Week => (m.date, m.date + Duration::days(7)),
+            Granularity::Month => (m.date, add_months(m.date, 1)),
+            Granularity::Year => (m.date, add_months(m.date, 12)),
+        };
+        if let Some(n) = next
+            && m.granularity == Granularity::Day
+            && n.granularity == Granularity::Day
+            && q.between.is_match(before)
+            && q.and.is_match(&text[m.end..n.start])
+        {
+            // "between August 11 and August 15 2023": the first date takes the second's year.
+            let from = if m.relative && !n.relative {
+                NaiveDate::from_ymd_opt(n.date.year(), m.date.month(), m.date.day()).unwrap_or(m.date)
+            } else {
+                m.date
             };
-            (ms(from), ms(to))
-        })
-        .collect()
+            span = (from.min(n.date) - Duration::days(1), from.max(n.date) + Duration::days(2));
+            skip[i + 1] = true;
+        } else if m.granularity == Granularity::Day
+            && let Some(c) = q.relative_to.captures(before)
+        {
+            let days = match (c.get(1), c.get(2), c.get(3)) {
+                (Some(n), Some(unit), _) => num_en(n.as_str()).map_or(7, |n| n as i64) * unit_days(unit.as_str()),
+                (_, _, Some(unit)) => unit_days(unit.as_str()),
+                _ => 7, // a weekday or a weekend before / after
+            };
+            let after = c["dir"].eq_ignore_ascii_case("after");
+            span = if after {
+                (m.date - Duration::days(1), m.date + Duration::days(days + 2))
+            } else {
+                (m.date - Duration::days(days + 1), m.date + Duration::days(2))
+            };
+        } else if m.granularity == Granularity::Month
+            && let Some(c) = q.part_of.captures(before)
+        {
+            let end = add_months(m.date, 1);
+            let nth = |w: &str| ["first", "second", "third", "fourth"].iter().position(|x| w.eq_ignore_ascii_case(x));
+            span = match (c[1].to_ascii_lowercase().as_str(), c[2].to_ascii_lowercase().as_str()) {
+                ("last", "week") => (end - Duration::days(7), end),
+                (w, "week") => {
+                    let from = m.date + Duration::days(7 * nth(w).unwrap_or(0) as i64);
+                    (from, (from + Duration::days(7)).min(end))
+                }
+                ("first", _) => (m.date, m.date + Duration::days(15)),
+                _ => (m.date + Duration::days(15), end),
+            };
+        }
+        out.push(span);
+    }
+    // A month without a year, where no other expression already names it.
+    let free = |r: std::ops::Range<usize>| mentions.iter().all(|m| r.end <= m.start || r.start >= m.end);
+    let months = q
+        .month_en
+        .captures_iter(text)
+        // "this may take long": a lower-case "may" is the verb.
+        .filter(|c| free(c.get(0).expect("whole match").range()) && &c[1] != "may")
+        .filter_map(|c| month_en(&c[1]))
+        .chain(
+            q.month_zh
+                .captures_iter(text)
+                .filter(|c| {
+                    let r = c.get(0).expect("whole match").range();
+                    // 2023年5月 and 5月3号 are mentions already; 三个月 is a duration.
+                    free(r.clone()) && !text[..r.start].ends_with('年') && !c[0].contains('个')
+                })
+                .filter_map(|c| num(&c[1]).filter(|m| (1..=12).contains(m))),
+        );
+    for month in months {
+        for year in a.year() - 10..=a.year() + 1 {
+            if let Some(from) = NaiveDate::from_ymd_opt(year, month, 1) {
+                out.push((from, add_months(from, 1)));
+            }
+        }
+    }
+    out.into_iter().map(|(from, to)| (ms(from), ms(to))).collect()
+}
+
+/// The patterns only a question's time spans read (see [`spans`]).
+struct QueryRules {
+    between: Regex,
+    and: Regex,
+    relative_to: Regex,
+    part_of: Regex,
+    month_en: Regex,
+    month_zh: Regex,
+}
+
+fn query_rules() -> &'static QueryRules {
+    static RULES: OnceLock<QueryRules> = OnceLock::new();
+    RULES.get_or_init(|| {
+        let r = |p: &str| Regex::new(p).expect("query date rule");
+        QueryRules {
+            between: r(r"(?i)\b(?:between|from)\s+$"),
+            and: r(r"(?i)^\s*(?:and|to|-|–)\s*$"),
+            relative_to: r(&format!(
+                r"(?i)(?:\b{NUM_EN}\s+(day|week|month)s?|\bthe\s+(day|week|weekend|month)|\b(?:the\s+)?{WD_EN}|\bweekend)\s+(?P<dir>before|after|prior\s+to)\s+(?:on\s+)?$"
+            )),
+            part_of: r(r"(?i)\b(first|second|third|fourth|last)\s+(week|half)\s+of\s+(?:the\s+month\s+of\s+)?$"),
+            month_en: r(&format!(r"(?i)\b(?:in|during|since|until|by|of|early|late|mid|this|last|next)[\s-]+(?:early\s+|late\s+|mid-?\s*)?{MON_EN}\b")),
+            month_zh: r(r"(\d{1,2}|十[一二]?|[一二三四五六七八九])\s*(?:个)?月份?"),
+        }
+    })
+}
+
+fn unit_days(unit: &str) -> i64 {
+    match unit.to_ascii_lowercase().as_str() {
+        "day" => 1,
+        "month" => 30,
+        _ => 7,
+    }
 }
 
 fn add_months(d: NaiveDate, n: u32) -> NaiveDate {
@@ -435,6 +560,62 @@ mod tests {
         assert_eq!(spans("what did we discuss last week?", anchor()), vec![(day(2026, 11, 16), day(2026, 11, 23))]);
         assert_eq!(spans("昨天聊了什么", anchor()), vec![(day(2026, 11, 27), day(2026, 11, 30))]);
         assert!(spans("What are Nate's pets?", anchor()).is_empty());
+    }
+
+    #[test]
+    fn a_question_names_time_relative_to_a_date_between_dates_and_in_parts_of_a_month() {
+        let day = |y, m, d| {
+            FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
+        };
+        // From that much before the named day to the day itself, one day either side.
+        assert_eq!(
+            spans("Where was Tim in the week before 16 November 2023?", anchor()),
+            vec![(day(2023, 11, 8), day(2023, 11, 18))]
+        );
+        assert_eq!(
+            spans("What puppy did she get two weeks before August 11, 2023?", anchor()),
+            vec![(day(2023, 7, 27), day(2023, 8, 13))]
+        );
+        assert_eq!(
+            spans("what did she do the Sunday before October 25, 2022", anchor()),
+            vec![(day(2022, 10, 17), day(2022, 10, 27))]
+        );
+        assert_eq!(
+            spans("What did Maria do last weekend before April 10, 2023?", anchor()),
+            vec![(day(2023, 4, 2), day(2023, 4, 12))]
+        );
+        assert_eq!(spans("the day after May 3, 2023", anchor()), vec![(day(2023, 5, 2), day(2023, 5, 6))]);
+        // One year serves both ends.
+        assert_eq!(
+            spans("Where was John between August 11 and August 15 2023?", anchor()),
+            vec![(day(2023, 8, 10), day(2023, 8, 17))]
+        );
+        assert_eq!(spans("the first half of September 2022", anchor()), vec![(day(2022, 9, 1), day(2022, 9, 16))]);
+        assert_eq!(spans("in the second week of March 2024", anchor()), vec![(day(2024, 3, 8), day(2024, 3, 15))]);
+        assert_eq!(spans("the last week of February 2023", anchor()), vec![(day(2023, 2, 22), day(2023, 3, 1))]);
+        // A message's anchoring reads none of it: only the dates themselves.
+        assert_eq!(resolve("two weeks before August 11, 2023"), ["August 11, 2023=2023-08-11"]);
+    }
+
+    #[test]
+    fn a_month_without_a_year_is_that_month_of_every_recent_year() {
+        let day = |y, m, d| {
+            FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
+        };
+        let junes: Vec<(i64, i64)> = (2016..=2027).map(|y| (day(y, 6, 1), day(y, 7, 1))).collect();
+        assert_eq!(spans("When did Melanie go camping in June?", anchor()), junes);
+        assert_eq!(spans("what did I buy in early June", anchor()), junes);
+        assert_eq!(spans("我6月份去了哪里", anchor()), junes);
+        assert_eq!(spans("六月买了什么", anchor()), junes);
+        // Not a month: a duration, a modal verb, a month already dated.
+        assert!(spans("三个月前的事", anchor()).iter().all(|s| *s != junes[0]));
+        assert!(spans("I may go there", anchor()).is_empty());
+        assert!(spans("this may take a while", anchor()).is_empty());
+        assert_eq!(spans("What did I do in May?", anchor()).len(), 12);
+        assert_eq!(spans("in June 2023", anchor()), vec![(day(2023, 6, 1), day(2023, 7, 1))]);
+        assert_eq!(spans("on June 5, 2023", anchor()), vec![(day(2023, 6, 4), day(2023, 6, 7))]);
+        // Nothing is read into the anchoring of a message.
+        assert!(resolve("we met in June").is_empty());
     }
 
     #[test]
