@@ -236,13 +236,7 @@ async fn close_locked(
         return Ok(None);
     }
     let counts = SessionCounts { reason, messages: row.open_messages, tokens: row.open_tokens };
-    let closed = insert_session_and_job(tx, cid, conv, &row.meta, counts, now, max_attempts).await?;
-    execute(
-        tx,
-        "UPDATE messages SET session_id=$1 WHERE collection_id=$2 AND conversation_id=$3 AND session_id IS NULL",
-        &[&closed.session_id, &cid, &conv],
-    )
-    .await?;
+    let closed = close_session(tx, cid, conv, &row.meta, counts, now, max_attempts).await?;
     execute(
         tx,
         "UPDATE conversations SET open_messages=0, open_tokens=0, idle_deadline=NULL WHERE collection_id=$1 AND conversation_id=$2",
@@ -250,6 +244,27 @@ async fn close_locked(
     )
     .await?;
     Ok(Some(closed))
+}
+
+/// The session and job for a conversation's open messages, and the messages moved into it; the
+/// conversation's counters are the caller's to reset.
+async fn close_session(
+    tx: &impl GenericClient,
+    cid: CollectionId,
+    conv: &str,
+    meta: &ConversationMeta,
+    counts: SessionCounts,
+    now: Millis,
+    max_attempts: u32,
+) -> StoreResult<SessionClosed> {
+    let closed = insert_session_and_job(tx, cid, conv, meta, counts, now, max_attempts).await?;
+    execute(
+        tx,
+        "UPDATE messages SET session_id=$1 WHERE collection_id=$2 AND conversation_id=$3 AND session_id IS NULL",
+        &[&closed.session_id, &cid, &conv],
+    )
+    .await?;
+    Ok(closed)
 }
 
 pub(crate) async fn session_messages(tx: &Tx<'_>, session_id: &str) -> StoreResult<Vec<StoredMessage>> {
@@ -292,14 +307,23 @@ impl PgStore {
                 tx.execute_and_commit(&store, &RowWrite::new(&req, &row).params()).await?;
                 None
             }
-            // The row is locked and written back already: no second read of it.
+            // The row is locked already (no second read of it), and written once, with the
+            // counters the closed session leaves: none open, no deadline.
             Some(r) => {
-                store_conversation(c, &store, &req, &row).await?;
-                let closed =
-                    close_locked(c, req.collection_id, &req.conversation_id, &row, r, req.now, req.max_job_attempts)
-                        .await?;
-                tx.commit().await?;
-                closed
+                let counts = SessionCounts { reason: r, messages: open_messages, tokens: open_tokens };
+                let closed = close_session(
+                    c,
+                    req.collection_id,
+                    &req.conversation_id,
+                    &row.meta,
+                    counts,
+                    req.now,
+                    req.max_job_attempts,
+                )
+                .await?;
+                (row.open_messages, row.open_tokens, row.idle_deadline) = (0, 0, None);
+                tx.execute_and_commit(&store, &RowWrite::new(&req, &row).params()).await?;
+                Some(closed)
             }
         };
         let (pending_messages, pending_tokens) = if closed.is_some() { (0, 0) } else { (open_messages, open_tokens) };

@@ -221,12 +221,6 @@ impl Pipelined {
         self.committed.store(true, std::sync::atomic::Ordering::Release);
         Ok(n)
     }
-
-    pub async fn commit(&self) -> StoreResult<()> {
-        self.client().batch_execute("COMMIT").await.map_err(backend)?;
-        self.committed.store(true, std::sync::atomic::Ordering::Release);
-        Ok(())
-    }
 }
 
 impl Drop for Pipelined {

@@ -141,6 +141,11 @@ pub async fn trigger_closes_a_session_and_queues_a_job_atomically(h: &impl Store
     assert_eq!((info.short_term.len(), info.open_messages), (3, 0), "short-term until extracted");
     let ids: Vec<i64> = info.short_term.iter().map(|m| m.message_id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "messages in write order: {ids:?}");
+    // The closed session took the idle deadline with it, and counting starts again from zero.
+    assert_eq!(s.next_idle_deadline().await.unwrap(), None);
+    let o = s.append_messages(append(&c, "conv", vec![msg(Role::User, "d", 1, None)], t, 30)).await.unwrap();
+    assert_eq!((o.pending_messages, o.pending_tokens, o.closed.is_none()), (1, 1, true));
+    assert_eq!(s.next_idle_deadline().await.unwrap(), Some(30 + 60_000));
 }
 
 pub async fn idempotent_retries_are_stored_once(h: &impl StoreHarness) {
