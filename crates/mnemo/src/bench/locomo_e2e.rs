@@ -414,7 +414,7 @@ pub(super) async fn run(
             });
             tally.own_line += own_line as usize;
             // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates (the turns each event cites,
-            // similarity, BM25, time) and the service's final ranking of the first 100 (the turns
+            // similarity, BM25, time, id, text — every event of the user) and the service's final ranking of the first 100 (the turns
             // each event cites), once, for trying ranking ideas offline.
             if let (Some(out), 1200, 200) = (dump.as_mut(), max_tokens, event_limit) {
                 use std::io::Write;
@@ -444,7 +444,9 @@ pub(super) async fn run(
                         CandidateQuery {
                             vector: Some(qv),
                             terms: mnemo_core::text::search_tokens(&q.question),
-                            k: 100,
+                            // Every event of the user (a LoCoMo user has a few hundred), so
+                            // that another ranking can be tried over all of them.
+                            k: 1000,
                             vector_hits: None,
                             corpus: None,
                         },
@@ -455,7 +457,8 @@ pub(super) async fn run(
                     .map(|c| {
                         let turns: Vec<&String> =
                             c.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m)).collect();
-                        serde_json::json!([turns, c.cosine.map(|v| v + offset), c.bm25, c.event.time])
+                        let (id, text) = (&c.event.id, c.event.text());
+                        serde_json::json!([turns, c.cosine.map(|v| v + offset), c.bm25, c.event.time, id, text])
                     })
                     .collect();
                 writeln!(
