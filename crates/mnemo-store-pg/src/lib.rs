@@ -400,6 +400,34 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A session-level advisory lock on a schema name, held while this value lives (its connection
+/// closes on drop, and the server releases the lock with it). Benchmarks take one before they
+/// drop and refill their schema, so that a second run on the same database fails at once instead
+/// of dropping the first one's tables under it.
+#[derive(Debug)]
+pub struct SchemaClaim {
+    _client: tokio_postgres::Client,
+}
+
+pub async fn claim_schema(url: &str, schema: &str) -> Result<SchemaClaim, StoreError> {
+    let (config, tls) = tls::configure(url)?;
+    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
+    tokio::spawn(conn);
+    let key = format!("mnemo schema {schema}");
+    let got: bool = client
+        .query_one("SELECT pg_try_advisory_lock(hashtextextended($1, 0))", &[&key])
+        .await
+        .map_err(backend)?
+        .get(0);
+    if !got {
+        return Err(StoreError::backend(format!(
+            "schema {schema:?} is in use by another process on this database (another `mnemo bench` run?); \
+             wait for it to finish or point this one at another database"
+        )));
+    }
+    Ok(SchemaClaim { _client: client })
+}
+
 /// Creates database `name` on `url`'s server unless it exists; returns `url` pointed at it
 /// (benchmarks give each shard a database of its own).
 pub async fn ensure_database(url: &str, name: &str) -> Result<String, StoreError> {

@@ -459,3 +459,29 @@ async fn a_large_scope_is_searched_through_the_vectors_signs_and_ranked_exactly(
     assert!(check(&store, c.id, &stored, &queries, &users).await >= 0.9);
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }
+
+/// A schema claimed by one process (a benchmark) is refused to every other connection until the
+/// claim is dropped — the server releases the lock with the claim's connection.
+#[tokio::test]
+async fn a_claimed_schema_is_refused_to_others_until_released() {
+    let Ok(url) = std::env::var("MNEMO_TEST_DATABASE_URL") else {
+        eprintln!("schema claims on postgres: SKIPPED (set MNEMO_TEST_DATABASE_URL; see scripts/setup-postgres)");
+        return;
+    };
+    let first = mnemo_store_pg::claim_schema(&url, "claim_test").await.unwrap();
+    let err = mnemo_store_pg::claim_schema(&url, "claim_test").await.unwrap_err().to_string();
+    assert!(err.contains("\"claim_test\" is in use by another process"), "{err}");
+    // Another schema is free all along.
+    drop(mnemo_store_pg::claim_schema(&url, "claim_test_other").await.unwrap());
+    drop(first);
+    // The unlock travels with the connection's close: retry until the server has seen it.
+    let mut again = None;
+    for _ in 0..100 {
+        if let Ok(c) = mnemo_store_pg::claim_schema(&url, "claim_test").await {
+            again = Some(c);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(again.is_some(), "the claim was never released");
+}

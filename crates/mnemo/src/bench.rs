@@ -64,9 +64,25 @@ pub struct Stores {
     /// The PostgreSQL database for `postgres` (default: `store.url`).
     #[arg(long, env = "MNEMO_TEST_DATABASE_URL")]
     pub pg_url: Option<String>,
+    /// The PostgreSQL schemas this run has claimed: a concurrent run on the same database is
+    /// refused instead of dropping them under this one.
+    #[arg(skip)]
+    claims: std::sync::Arc<std::sync::Mutex<Vec<(String, mnemo_store_pg::SchemaClaim)>>>,
 }
 
 impl Stores {
+    /// Claims `schema` on `url` once per run: the same run may prepare it again (each size of
+    /// `bench scale`), another process may not.
+    async fn claim(&self, url: &str, schema: &str) -> Result<()> {
+        let key = format!("{url} {schema}");
+        if self.claims.lock().expect("schema claims").iter().any(|(k, _)| *k == key) {
+            return Ok(());
+        }
+        let claim = mnemo_store_pg::claim_schema(url, schema).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.claims.lock().expect("schema claims").push((key, claim));
+        Ok(())
+    }
+
     /// Points `cfg` at a fresh, empty store of kind `store` (`tag` names its schema / directory);
     /// returns the environment a `mnemo serve` child needs to open the same store.
     pub async fn prepare(
@@ -87,6 +103,7 @@ impl Stores {
                     "--stores postgres needs --pg-url or MNEMO_TEST_DATABASE_URL (eval \"$(./scripts/setup-postgres)\")",
                 )?;
                 let schema = format!("bench_{tag}");
+                self.claim(&url, &schema).await?;
                 if std::env::var_os("MNEMO_BENCH_KEEP").is_none() {
                     mnemo_store_pg::drop_schema(&url, &schema).await?;
                 }
@@ -108,6 +125,7 @@ impl Stores {
                 let mut shards = Vec::new();
                 for i in 0..2 {
                     let shard = mnemo_store_pg::ensure_database(&url, &format!("{db}_shard{i}")).await?;
+                    self.claim(&shard, &schema).await?;
                     if std::env::var_os("MNEMO_BENCH_KEEP").is_none() {
                         mnemo_store_pg::drop_schema(&shard, &schema).await?;
                     }
