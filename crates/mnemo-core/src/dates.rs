@@ -540,15 +540,17 @@ mod tests {
         FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(2026, 11, 29, 10, 0, 0).unwrap()
     }
 
+    /// Midnight of a day at the anchor's offset, in milliseconds.
+    fn day(y: i32, m: u32, d: u32) -> i64 {
+        FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
+    }
+
     fn resolve(text: &str) -> Vec<String> {
         find_dates(text, anchor()).iter().map(|m| format!("{}={}", &text[m.start..m.end], m.render())).collect()
     }
 
     #[test]
     fn a_question_names_spans_of_time() {
-        let day = |y, m, d| {
-            FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
-        };
         assert_eq!(spans("What did Jon do on May 23, 2023?", anchor()), vec![(day(2023, 5, 22), day(2023, 5, 25))]);
         assert_eq!(spans("what happened on 25 February, 2022", anchor()), vec![(day(2022, 2, 24), day(2022, 2, 27))]);
         assert_eq!(
@@ -564,9 +566,6 @@ mod tests {
 
     #[test]
     fn a_question_names_time_relative_to_a_date_between_dates_and_in_parts_of_a_month() {
-        let day = |y, m, d| {
-            FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
-        };
         // From that much before the named day to the day itself, one day either side.
         assert_eq!(
             spans("Where was Tim in the week before 16 November 2023?", anchor()),
@@ -599,9 +598,6 @@ mod tests {
 
     #[test]
     fn a_month_without_a_year_is_that_month_of_every_recent_year() {
-        let day = |y, m, d| {
-            FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap().timestamp_millis()
-        };
         let junes: Vec<(i64, i64)> = (2016..=2027).map(|y| (day(y, 6, 1), day(y, 7, 1))).collect();
         assert_eq!(spans("When did Melanie go camping in June?", anchor()), junes);
         assert_eq!(spans("what did I buy in early June", anchor()), junes);
