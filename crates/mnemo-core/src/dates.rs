@@ -220,10 +220,11 @@ pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
     };
     let mentions = find_dates(text, anchor);
     let q = query_rules();
-    let mut out: Vec<(NaiveDate, NaiveDate)> = Vec::new();
+    let (mut out, seasons) = season_spans(text, a, q);
     let mut skip = vec![false; mentions.len()];
     for (i, m) in mentions.iter().enumerate() {
-        if skip[i] {
+        // 去年夏天: the season names the time, not the whole year.
+        if skip[i] || seasons.iter().any(|r| r.start <= m.start && m.end <= r.end) {
             continue;
         }
         let before = &text[..m.start];
@@ -307,8 +308,69 @@ pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
     out.into_iter().map(|(from, to)| (ms(from), ms(to))).collect()
 }
 
+/// The seasons a question names (northern: spring from March, summer from June, autumn from
+/// September, winter from December), and where it names them: "summer 2021", "the summer of
+/// 2021", "last summer" (the latest one over before `a`), "this winter", "next spring", 去年夏天,
+/// 2021年冬天 ("this summer" is this year's, whether over or not); "in / during (the) summer"
+/// is the summer of every recent year. A bare "summer"
+/// ("I love summer") or "fall" names no time.
+fn season_spans(
+    text: &str,
+    a: NaiveDate,
+    q: &QueryRules,
+) -> (Vec<(NaiveDate, NaiveDate)>, Vec<std::ops::Range<usize>>) {
+    let start = |year: i32, s: u32| NaiveDate::from_ymd_opt(year, [3, 6, 9, 12][s as usize], 1);
+    let span = |d: NaiveDate| (d, add_months(d, 3));
+    let (mut out, mut ranges) = (Vec::new(), Vec::new());
+    let season_en = |w: &str| match w.to_ascii_lowercase().as_str() {
+        "spring" => 0,
+        "summer" => 1,
+        "autumn" | "fall" => 2,
+        _ => 3,
+    };
+    for c in q.season_en.captures_iter(text) {
+        let season = season_en(&c["season"]);
+        let found: Vec<NaiveDate> = if let Some(y) = c.name("year") {
+            y.as_str().parse().ok().and_then(|y| start(y, season)).into_iter().collect()
+        } else if let Some(rel) = c.name("rel") {
+            let years = (a.year() - 2..=a.year() + 1).filter_map(|y| start(y, season));
+            let pick = match rel.as_str().to_ascii_lowercase().as_str() {
+                "next" | "coming" => years.filter(|d| *d > a).min(),
+                // The one of this year (a winter from the December before, in January and February).
+                "this" => start(if season == 3 && a.month() <= 2 { a.year() - 1 } else { a.year() }, season),
+                _ => years.filter(|d| add_months(*d, 3) <= a).max(),
+            };
+            pick.into_iter().collect()
+        } else if c.name("prep").is_some() {
+            (a.year() - 10..=a.year() + 1).filter_map(|y| start(y, season)).collect()
+        } else {
+            continue;
+        };
+        out.extend(found.into_iter().map(span));
+        ranges.push(c.get(0).expect("whole match").range());
+    }
+    for c in q.season_zh.captures_iter(text) {
+        let season = "春夏秋冬".chars().position(|s| c["season"].starts_with(s)).unwrap_or(0) as u32;
+        let year = match (c.name("rel").map(|m| m.as_str()), c.name("year")) {
+            (_, Some(y)) => y.as_str().parse().ok(),
+            (Some("前年"), _) => Some(a.year() - 2),
+            (Some("去年"), _) => Some(a.year() - 1),
+            (Some("今年"), _) => Some(a.year()),
+            (Some("明年"), _) => Some(a.year() + 1),
+            _ => None,
+        };
+        if let Some(d) = year.and_then(|y| start(y, season)) {
+            out.push(span(d));
+            ranges.push(c.get(0).expect("whole match").range());
+        }
+    }
+    (out, ranges)
+}
+
 /// The patterns only a question's time spans read (see [`spans`]).
 struct QueryRules {
+    season_en: Regex,
+    season_zh: Regex,
     between: Regex,
     and: Regex,
     relative_to: Regex,
@@ -322,6 +384,10 @@ fn query_rules() -> &'static QueryRules {
     RULES.get_or_init(|| {
         let r = |p: &str| Regex::new(p).expect("query date rule");
         QueryRules {
+            season_en: r(
+                r"(?i)\b(?:(?P<rel>last|this|next|coming|past)\s+|(?P<prep>in|during|over)\s+(?:the\s+)?)?(?P<season>spring|summer|autumn|fall|winter)(?:\s+(?:of\s+)?(?P<year>\d{4}))?\b",
+            ),
+            season_zh: r(r"(?:(?P<rel>前年|去年|今年|明年)|(?P<year>\d{4})\s*年)?\s*的?\s*(?P<season>[春夏秋冬])(?:天|季)"),
             between: r(r"(?i)\b(?:between|from)\s+$"),
             and: r(r"(?i)^\s*(?:and|to|-|–)\s*$"),
             relative_to: r(&format!(
@@ -612,6 +678,28 @@ mod tests {
         assert_eq!(spans("on June 5, 2023", anchor()), vec![(day(2023, 6, 4), day(2023, 6, 7))]);
         // Nothing is read into the anchoring of a message.
         assert!(resolve("we met in June").is_empty());
+    }
+
+    #[test]
+    fn a_question_names_seasons() {
+        // Asked on Sunday 2026-11-29.
+        let summer = |y| (day(y, 6, 1), day(y, 9, 1));
+        assert_eq!(spans("What state did Joanna visit in summer 2021?", anchor()), vec![summer(2021)]);
+        assert_eq!(spans("the summer of 2022", anchor()), vec![summer(2022)]);
+        assert_eq!(spans("What did we see last summer?", anchor()), vec![summer(2026)]);
+        assert_eq!(spans("where do we go next summer", anchor()), vec![summer(2027)]);
+        assert_eq!(spans("what did I plan for this winter", anchor()), vec![(day(2026, 12, 1), day(2027, 3, 1))]);
+        assert_eq!(spans("last winter", anchor()), vec![(day(2025, 12, 1), day(2026, 3, 1))]);
+        assert_eq!(spans("去年夏天去了哪里", anchor()), vec![summer(2025)]);
+        assert_eq!(spans("2023年冬天", anchor()), vec![(day(2023, 12, 1), day(2024, 3, 1))]);
+        assert_eq!(
+            spans("When did Caroline go to a pride parade during the summer?", anchor()),
+            (2016..=2027).map(summer).collect::<Vec<_>>()
+        );
+        // Not a time: a season liked, a fall taken, 夏天 without a year.
+        assert!(spans("I love summer", anchor()).is_empty());
+        assert!(spans("she had a fall in the kitchen", anchor()).is_empty());
+        assert!(spans("我喜欢夏天", anchor()).is_empty());
     }
 
     #[test]
