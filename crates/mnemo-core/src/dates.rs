@@ -312,8 +312,7 @@ pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
 /// September, winter from December), and where it names them: "summer 2021", "the summer of
 /// 2021", "last summer" (the latest one over before `a`), "this winter", "next spring", 去年夏天,
 /// 2021年冬天 ("this summer" is this year's, whether over or not); "in / during (the) summer"
-/// is the summer of every recent year. A bare "summer"
-/// ("I love summer") or "fall" names no time.
+/// is the summer of every recent year. A bare "summer" ("I love summer") or "fall" names no time.
 fn season_spans(
     text: &str,
     a: NaiveDate,
