@@ -208,7 +208,8 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
 /// - "between August 11 and August 15 2023" (a year named once serves both), "the second week of
 ///   November 2023", "the first half of September 2022";
 /// - a month without a year ("in June", 6月份): that month of every year from ten years back to
-///   the next one. Which June is meant is unknown; a memory of some June is the better candidate.
+///   the next one. Which June is meant is unknown; a memory of some June is the better candidate;
+/// - seasons ("summer 2021", "last summer", 去年夏天; see [`season_spans`]).
 pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
     let offset = *anchor.offset();
     let a = anchor.date_naive();
@@ -299,13 +300,16 @@ pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
                 .filter_map(|c| num(&c[1]).filter(|m| (1..=12).contains(m))),
         );
     for month in months {
-        for year in a.year() - 10..=a.year() + 1 {
-            if let Some(from) = NaiveDate::from_ymd_opt(year, month, 1) {
-                out.push((from, add_months(from, 1)));
-            }
+        for from in recent_years(a).filter_map(|y| NaiveDate::from_ymd_opt(y, month, 1)) {
+            out.push((from, add_months(from, 1)));
         }
     }
     out.into_iter().map(|(from, to)| (ms(from), ms(to))).collect()
+}
+
+/// The years a month or season named without one may mean: ten back from `a`'s to the next.
+fn recent_years(a: NaiveDate) -> std::ops::RangeInclusive<i32> {
+    a.year() - 10..=a.year() + 1
 }
 
 /// The seasons a question names (northern: spring from March, summer from June, autumn from
@@ -341,7 +345,7 @@ fn season_spans(
             };
             pick.into_iter().collect()
         } else if c.name("prep").is_some() {
-            (a.year() - 10..=a.year() + 1).filter_map(|y| start(y, season)).collect()
+            recent_years(a).filter_map(|y| start(y, season)).collect()
         } else {
             continue;
         };

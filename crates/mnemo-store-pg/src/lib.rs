@@ -391,13 +391,19 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
     if bad_schema_name(schema) {
         return Err(StoreError::backend(format!("store.schema: {schema:?} is not a plain name")));
     }
-    let (config, tls) = tls::configure(url)?;
-    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
-    let task = tokio::spawn(conn);
+    let (client, task) = one_connection(url).await?;
     client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.map_err(backend)?;
     drop(client);
     let _ = task.await;
     Ok(())
+}
+
+/// One connection outside any pool (administration and benchmarks), its driver task running in
+/// the background until the client is dropped.
+async fn one_connection(url: &str) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), StoreError> {
+    let (config, tls) = tls::configure(url)?;
+    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
+    Ok((client, tokio::spawn(async move { drop(conn.await) })))
 }
 
 /// A session-level advisory lock on a schema name, held while this value lives (its connection
@@ -410,9 +416,7 @@ pub struct SchemaClaim {
 }
 
 pub async fn claim_schema(url: &str, schema: &str) -> Result<SchemaClaim, StoreError> {
-    let (config, tls) = tls::configure(url)?;
-    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
-    tokio::spawn(conn);
+    let (client, _) = one_connection(url).await?;
     let key = format!("mnemo schema {schema}");
     let got: bool = client
         .query_one("SELECT pg_try_advisory_lock(hashtextextended($1, 0))", &[&key])
@@ -434,9 +438,7 @@ pub async fn ensure_database(url: &str, name: &str) -> Result<String, StoreError
     if bad_schema_name(name) {
         return Err(StoreError::backend(format!("database name {name:?} is not a plain name")));
     }
-    let (config, tls) = tls::configure(url)?;
-    let (client, conn) = config.connect(tls).await.map_err(|e| connect_error(url, e))?;
-    let task = tokio::spawn(conn);
+    let (client, task) = one_connection(url).await?;
     let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await.map_err(backend)?;
     if exists.is_none() {
         client.batch_execute(&format!("CREATE DATABASE {name}")).await.map_err(backend)?;

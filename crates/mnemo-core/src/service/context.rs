@@ -111,13 +111,18 @@ impl Service {
         // the request names whose memories (the filter is then known before the lookup). The
         // embedded store searches them after (`Store::reads_overlap`).
         let overlap = self.store.reads_overlap() && req.include.intra_events;
+        // This conversation's events: `base` narrowed to it.
+        let intra_search = |base: &EventFilter| {
+            let mut f = base.clone();
+            f.conversation_id = vec![req.conversation_id.clone()];
+            search(f, req.event_limit)
+        };
         let conversation = async {
             let conv = self.store.conversation_info(c.id, &req.conversation_id).await;
             let intra = match (&conv, &named_qv) {
                 (Ok(Some(_)), Some(qv)) if overlap => {
-                    let mut f = req.event_filter.clone();
-                    f.conversation_id = vec![req.conversation_id.clone()];
-                    let found = self.search_with_vector(&c, &search(f, req.event_limit), Box::pin(qv.clone())).await;
+                    let found =
+                        self.search_with_vector(&c, &intra_search(&req.event_filter), Box::pin(qv.clone())).await;
                     Some(found.map(|(found, _)| found))
                 }
                 _ => None,
@@ -195,12 +200,7 @@ impl Service {
         if req.include.intra_events && conv.is_some() {
             cands.intra_events = match intra_found {
                 Some(found) => found?,
-                None => {
-                    let mut f = filter.clone();
-                    f.conversation_id = vec![req.conversation_id.clone()];
-                    let qv = known_vector(qv.clone());
-                    self.search_with_vector(&c, &search(f, req.event_limit), qv).await?.0
-                }
+                None => self.search_with_vector(&c, &intra_search(&filter), known_vector(qv.clone())).await?.0,
             };
         }
         if req.include.cross_events && known && query.is_some() {
