@@ -5,9 +5,8 @@ into one int8 ONNX graph that ONNX Runtime runs: `input_ids`, `attention_mask` [
 layers 768→3072→768, L2-normalised). Prompts are the caller's: "task: search result | query: "
 for a query, "title: none | text: " for a stored text; the tokenizer adds <bos> and <eos>.
 
-STATUS: measurement tooling, not wired into scripts/setup-model or the server yet. It produced
-the EmbeddingGemma figures in docs/benchmarks.md ("EmbeddingGemma-300M, measured offline"):
-the fp32 graph reproduces a NumPy reference forward pass to cosine 1.000; the int8 graph (weights
+scripts/setup-model runs it and checks the outputs against pinned sums (two conversions give
+byte-identical files). The fp32 graph reproduces a NumPy reference forward pass to cosine 1.000; the int8 graph (weights
 per output channel, activations per tensor at run time: ONNX Runtime's dynamic quantizer over
 MatMul and the embedding Gather) keeps cosine 0.991–0.993 to it, with the same LoCoMo figures.
 

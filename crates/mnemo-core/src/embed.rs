@@ -32,6 +32,16 @@ pub trait Embedder: Send + Sync + 'static {
     fn query_offset(&self, _query: &str) -> f32 {
         0.0
     }
+    /// How a hybrid search weighs full text against this model's similarity.
+    fn fusion(&self) -> crate::ranking::Fusion {
+        crate::ranking::Fusion::LEXICAL_LED
+    }
+    /// The query relevance (`origin_score`) below which a match is noise rather than memory, for
+    /// callers that leave weak matches out (MCP's `search_memory` and `recall`). 0.2 was measured
+    /// on the earlier local models' short memories; a model with calibrated similarities sets its own.
+    fn relevance_floor(&self) -> f64 {
+        0.2
+    }
     /// The similarity of two stored vectors at or above which their texts are the same memory
     /// (extraction's dedup), unless configured.
     fn duplicate_similarity(&self) -> f32 {

@@ -57,25 +57,44 @@ pub struct Scores {
     pub custom_weight_score: f64,
 }
 
-/// The weight of the full-text signal in the hybrid relevance.
-pub const TEXT_WEIGHT: f64 = 0.8;
-/// The BM25 score at which the full-text signal counts half: one match of a rare term, roughly.
-/// A match on a word most memories share ("user", "用户") scores far below it.
-pub const BM25_HALF: f64 = 4.0;
+/// How a search fuses a candidate's two signals into its relevance in [0,1]:
+///
+/// `mixed = text_weight · t + (1 − text_weight) · v`, with `t = bm25 / (bm25 + bm25_half)`
+///
+/// where `v` = cosine similarity (as the embedder calibrates it) clamped to [0,1]; the relevance
+/// is `max(v, mixed)` when `keep_cosine`, else `mixed`. The embedder chooses
+/// ([`crate::embed::Embedder::fusion`]): how far its vectors can be trusted is a property of the
+/// model, measured on LoCoMo dev (docs/benchmarks.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fusion {
+    /// The weight of the full-text signal.
+    pub text_weight: f64,
+    /// The BM25 score at which the full-text signal counts half: one match of a rare term,
+    /// roughly. A match on a word most memories share ("user", "用户") scores far below it.
+    pub bm25_half: f64,
+    /// A memory never scores below its own cosine: a cross-lingual match with no shared words
+    /// keeps its full semantic score, and a `similarity_threshold` keeps its meaning as a cosine
+    /// floor.
+    pub keep_cosine: bool,
+}
 
-/// Hybrid relevance in [0,1] from a candidate's two signals:
-///
-/// `origin = max(v, TEXT_WEIGHT · t + (1 − TEXT_WEIGHT) · v)`, with `t = bm25 / (bm25 + BM25_HALF)`
-///
-/// where `v` = cosine similarity clamped to [0,1]. Strong lexical evidence leads (on LoCoMo,
-/// English, the local model's vectors alone find far less than BM25 — docs/benchmarks.md), weak
-/// lexical evidence (one common word) barely counts, and a memory never scores below its own
-/// cosine: a cross-lingual match with no shared words keeps its full semantic score, and a
-/// `similarity_threshold` keeps its meaning as a cosine floor.
+impl Fusion {
+    /// Strong lexical evidence leads, weak lexical evidence (one common word) barely counts, and
+    /// a memory never scores below its own cosine: for models whose vectors alone find far less
+    /// than BM25 (USE, the USE + e5 pair, and any configured model by default).
+    pub const LEXICAL_LED: Fusion = Fusion { text_weight: 0.8, bm25_half: 4.0, keep_cosine: true };
+
+    pub fn fuse(&self, cosine: Option<f32>, bm25: Option<f64>) -> f64 {
+        let v = cosine.map(|c| (c as f64).clamp(0.0, 1.0)).unwrap_or(0.0);
+        let t = bm25.map(|b| b.max(0.0) / (b.max(0.0) + self.bm25_half)).unwrap_or(0.0);
+        let mixed = self.text_weight * t + (1.0 - self.text_weight) * v;
+        if self.keep_cosine { v.max(mixed) } else { mixed }
+    }
+}
+
+/// [`Fusion::LEXICAL_LED`]'s relevance (tests and tools that have no embedder at hand).
 pub fn fuse(cosine: Option<f32>, bm25: Option<f64>) -> f64 {
-    let v = cosine.map(|c| (c as f64).clamp(0.0, 1.0)).unwrap_or(0.0);
-    let t = bm25.map(|b| b.max(0.0) / (b.max(0.0) + BM25_HALF)).unwrap_or(0.0);
-    v.max(TEXT_WEIGHT * t + (1.0 - TEXT_WEIGHT) * v)
+    Fusion::LEXICAL_LED.fuse(cosine, bm25)
 }
 
 pub fn time_score(event_time: Millis, now: Millis, d: &TimeDecay) -> f64 {

@@ -33,9 +33,10 @@ pub struct McpScope {
     /// The conversation `remember` writes to and `recall` reads.
     pub conversation_id: String,
     /// Relevance floor of `search_memory` and `recall` (on `origin_score`, the query relevance in
-    /// [0,1]): weaker matches are left out rather than shown as noise. Calibrated on LoCoMo dev
-    /// (`mnemo bench locomo`, docs/benchmarks.md); `X-Mnemo-Min-Score` overrides it per request.
-    pub min_score: f64,
+    /// [0,1]): weaker matches are left out rather than shown as noise. Unset: the embedding
+    /// model's own ([`mnemo_core::embed::Embedder::relevance_floor`], calibrated per model,
+    /// docs/benchmarks.md); `X-Mnemo-Min-Score` overrides it per request.
+    pub min_score: Option<f64>,
     /// How long `remember` waits for its turn to be extracted before answering (seconds); the
     /// extraction continues in the background either way.
     pub remember_wait_secs: f64,
@@ -48,14 +49,11 @@ impl Default for McpScope {
             collection: "default".into(),
             user_id: "default".into(),
             conversation_id: "mcp".into(),
-            min_score: DEFAULT_MIN_SCORE,
+            min_score: None,
             remember_wait_secs: 5.0,
         }
     }
 }
-
-/// The default relevance floor (see [`McpScope::min_score`]).
-pub const DEFAULT_MIN_SCORE: f64 = 0.2;
 
 #[derive(Clone)]
 pub struct MemoryTools {
@@ -82,11 +80,12 @@ impl MemoryTools {
             scope.collection = c;
         }
         if let Some(v) = header("x-mnemo-min-score") {
-            scope.min_score = v
-                .parse::<f64>()
-                .ok()
-                .filter(|s| (0.0..=1.0).contains(s))
-                .ok_or_else(|| format!("X-Mnemo-Min-Score: must be a number in [0,1], got {v:?}"))?;
+            scope.min_score = Some(
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|s| (0.0..=1.0).contains(s))
+                    .ok_or_else(|| format!("X-Mnemo-Min-Score: must be a number in [0,1], got {v:?}"))?,
+            );
         }
         if let Some(c) = header("x-mnemo-conversation") {
             scope.conversation_id = c;
@@ -139,7 +138,7 @@ impl MemoryTools {
                 Some(v) => Err(CoreError::invalid(k, format!("must be true or false, got {v}"))),
             }
         };
-        let floor = scope.min_score;
+        let floor = scope.min_score.unwrap_or_else(|| self.service.embedder().relevance_floor());
         match name {
             "remember" => {
                 let role = match str_arg("role").as_deref() {

@@ -274,15 +274,13 @@ impl Service {
             .collect();
         let filter = EventFilter { user_id: vec![user.to_string()], active_only: true, ..Default::default() };
         let vector = self.embed_one(&text, EmbedKind::Query).await.ok();
-        let offset = self.embedder.query_offset(&text);
+        let (offset, fusion) = (self.embedder.query_offset(&text), self.embedder.fusion());
         let query =
             CandidateQuery { vector, terms: crate::text::search_tokens(&text), k: 6, vector_hits: None, corpus: None };
         let mut out: Vec<Event> = match self.store.search_candidates(c.id, filter.clone(), query).await {
             Ok(cands) => {
-                let mut scored: Vec<(f64, Event)> = cands
-                    .into_iter()
-                    .map(|c| (crate::ranking::fuse(c.cosine.map(|x| x + offset), c.bm25), c.event))
-                    .collect();
+                let mut scored: Vec<(f64, Event)> =
+                    cands.into_iter().map(|c| (fusion.fuse(c.cosine.map(|x| x + offset), c.bm25), c.event)).collect();
                 scored.sort_by(|a, b| b.0.total_cmp(&a.0));
                 scored.into_iter().take(6).map(|(_, e)| e).collect()
             }

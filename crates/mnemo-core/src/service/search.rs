@@ -217,6 +217,7 @@ impl Service {
         };
         let terms = crate::text::search_tokens(query);
         let offset = self.embedder.query_offset(query);
+        let fusion = self.embedder.fusion();
         let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
         let neighbour_weight = self.config.retrieval.neighbour_weight;
         // A question that names a time ("on May 23, 2023", "last week", 上周三) lifts the events of
@@ -230,8 +231,8 @@ impl Service {
         let in_spans = |t: Millis| spans.iter().any(|(from, to)| (*from..*to).contains(&t));
         // Scores every candidate, keeps the best `limit`, and copies only their events.
         let ranked = |cands: &[Candidate], layer: Option<&str>| -> Vec<ScoredEvent> {
-            let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
-            let boosts = neighbour_boosts(cands, &origins, offset, neighbour_weight);
+            let origins: Vec<f64> = cands.iter().map(|c| fusion.fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
+            let boosts = neighbour_boosts(cands, &origins, offset, &fusion, neighbour_weight);
             let mut kept: Vec<(usize, Scores)> = origins
                 .into_iter()
                 .zip(boosts)
@@ -305,7 +306,13 @@ impl Service {
 /// reply that answers it count together, wherever the chunk boundary fell ("What inspired you to
 /// join?" — "I've always had a great respect for our military"). Lending the neighbour's whole
 /// relevance instead (an earlier rule) let a strong neighbour lift an unrelated reply.
-fn neighbour_boosts(cands: &[Candidate], origins: &[f64], offset: f32, weight: f64) -> Vec<f64> {
+fn neighbour_boosts(
+    cands: &[Candidate],
+    origins: &[f64],
+    offset: f32,
+    fusion: &ranking::Fusion,
+    weight: f64,
+) -> Vec<f64> {
     let mut boosts = vec![0.0; cands.len()];
     if weight <= 0.0 {
         return boosts;
@@ -339,7 +346,7 @@ fn neighbour_boosts(cands: &[Candidate], origins: &[f64], offset: f32, weight: f
         let lent = after.max(before);
         if lent > 0.0 {
             let own = cands[i].bm25.unwrap_or(0.0).max(0.0);
-            let together = ranking::fuse(cands[i].cosine.map(|x| x + offset), Some(own + weight * lent));
+            let together = fusion.fuse(cands[i].cosine.map(|x| x + offset), Some(own + weight * lent));
             boosts[i] = (together - origins[i]).max(0.0);
         }
     }
@@ -430,21 +437,21 @@ mod tests {
             cand(in_session("elsewhere", "s2", &[14], 0.0), 0.2, None),
         ];
         let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine, c.bm25)).collect();
-        let b = neighbour_boosts(&cands, &origins, 0.0, 0.5);
+        let b = neighbour_boosts(&cands, &origins, 0.0, &ranking::Fusion::LEXICAL_LED, 0.5);
         // The answer is scored with 1 + 0.5 × 12 of BM25; the question with 12 + 0.5 × 1.
         let answer = ranking::fuse(Some(0.3), Some(7.0)) - origins[1];
         let question = ranking::fuse(Some(0.5), Some(12.5)) - origins[0];
         assert!((b[1] - answer).abs() < 1e-9 && answer > 0.2, "{b:?}");
         assert!((b[0] - question).abs() < 1e-9 && question < 0.02, "{b:?}");
         assert_eq!((b[2], b[3]), (0.0, 0.0), "not adjacent, or another session");
-        assert_eq!(neighbour_boosts(&cands, &origins, 0.0, 0.0), vec![0.0; 4]);
+        assert_eq!(neighbour_boosts(&cands, &origins, 0.0, &ranking::Fusion::LEXICAL_LED, 0.0), vec![0.0; 4]);
         // One conversation closed into two sessions: its turns are still adjacent across them.
         let mut split = cands.clone();
         for (c, session) in split.iter_mut().zip(["s1", "s2", "s1", "s9"]) {
             c.event.session_id = Some(session.into());
             c.event.conversation_id = Some(if session == "s9" { "other" } else { "conv" }.into());
         }
-        let b = neighbour_boosts(&split, &origins, 0.0, 0.5);
+        let b = neighbour_boosts(&split, &origins, 0.0, &ranking::Fusion::LEXICAL_LED, 0.5);
         assert!((b[1] - answer).abs() < 1e-9 && b[3] == 0.0, "{b:?}");
     }
 

@@ -206,7 +206,7 @@ pub async fn run(
     // its own conversation, and of the best turn in the other conversations (other people: noise).
     let (mut evidence_scores, mut noise_scores): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
     // Fusion variants over the same candidates (both signals, 50 each), for calibrating `fuse`.
-    let mut fusions = fusion_variants();
+    let mut fusions = fusion_variants(svc.embedder().fusion());
     // MNEMO_BENCH_DUMP=FILE: every question's candidates (turn, similarity, BM25) as JSON lines,
     // for trying ranking ideas offline.
     let mut dump = match std::env::var_os("MNEMO_BENCH_DUMP") {
@@ -342,10 +342,10 @@ pub async fn run(
 type Fusion = Box<dyn Fn(&[Candidate]) -> Vec<f64>>;
 
 /// Ways to fuse a candidate's cosine and BM25 into one score, measured side by side.
-fn fusion_variants() -> Vec<(String, Fusion, Tally)> {
+fn fusion_variants(current: mnemo_core::ranking::Fusion) -> Vec<(String, Fusion, Tally)> {
     let mut out: Vec<(String, Fusion, Tally)> = vec![(
-        "current (ranking::fuse)".into(),
-        Box::new(|c: &[Candidate]| c.iter().map(|x| mnemo_core::ranking::fuse(x.cosine, x.bm25)).collect()),
+        format!("current (the model's: {current:?})"),
+        Box::new(move |c: &[Candidate]| c.iter().map(|x| current.fuse(x.cosine, x.bm25)).collect()),
         Tally::default(),
     )];
     // Reciprocal rank fusion of the two rankings.
@@ -389,38 +389,19 @@ fn fusion_variants() -> Vec<(String, Fusion, Tally)> {
             Tally::default(),
         ));
     }
-    // The current shape with other constants.
-    for (tw, half) in [(0.8, 2.0), (0.8, 8.0), (0.9, 4.0), (0.7, 4.0), (0.6, 4.0), (0.5, 4.0), (0.5, 2.0), (0.4, 4.0)] {
-        out.push((
-            format!("max(v, {tw}·t + {:.1}·v), t = b/(b+{half})", 1.0 - tw),
-            Box::new(move |c: &[Candidate]| {
-                c.iter()
-                    .map(|x| {
-                        let v = x.cosine.map_or(0.0, |v| f64::from(v).clamp(0.0, 1.0));
-                        let b = x.bm25.unwrap_or(0.0).max(0.0);
-                        let t = b / (b + half);
-                        v.max(tw * t + (1.0 - tw) * v)
-                    })
-                    .collect()
-            }),
-            Tally::default(),
-        ));
-    }
-    // Convex with the saturating BM25 (no per-query normalisation, no cosine floor).
-    for (tw, half) in [(0.5, 4.0), (0.6, 4.0), (0.5, 8.0)] {
-        out.push((
-            format!("{tw}·t + {:.1}·v, t = b/(b+{half})", 1.0 - tw),
-            Box::new(move |c: &[Candidate]| {
-                c.iter()
-                    .map(|x| {
-                        let v = x.cosine.map_or(0.0, |v| f64::from(v).clamp(0.0, 1.0));
-                        let b = x.bm25.unwrap_or(0.0).max(0.0);
-                        tw * b / (b + half) + (1.0 - tw) * v
-                    })
-                    .collect()
-            }),
-            Tally::default(),
-        ));
+    // The shape of `ranking::Fusion` with other constants: with and without the cosine floor.
+    for keep_cosine in [true, false] {
+        for text_weight in [0.2, 0.3, 0.4, 0.5, 0.6, 0.8] {
+            for bm25_half in [4.0, 8.0] {
+                let f = mnemo_core::ranking::Fusion { text_weight, bm25_half, keep_cosine };
+                let shape = if keep_cosine { "max(v, mixed)" } else { "mixed" };
+                out.push((
+                    format!("{shape}, mixed = {text_weight}·t + {:.1}·v, t = b/(b+{bm25_half})", 1.0 - text_weight),
+                    Box::new(move |c: &[Candidate]| c.iter().map(|x| f.fuse(x.cosine, x.bm25)).collect()),
+                    Tally::default(),
+                ));
+            }
+        }
     }
     out
 }
