@@ -573,7 +573,7 @@ mod tests {
             f(&mut cfg);
             retrieval_config(&cfg).map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share))
         };
-        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 8, 0.5));
+        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5));
         let e = with(&|c| c.retrieval.whole_share = 2.0).unwrap_err().to_string();
         assert_eq!(e, "retrieval.whole_share: must be in [0,1], got 2");
         let e = with(&|c| c.retrieval.date_weight = 1.5).unwrap_err().to_string();

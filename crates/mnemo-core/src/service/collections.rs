@@ -16,7 +16,7 @@ impl Service {
                 (None, _) => self.store.set_collection_embedding(c.id, model, dim).await?,
                 (m, d) => {
                     return Err(CoreError::Conflict(format!(
-                        "collection \"{}\" in project \"{}\" was indexed with embedding model {} ({} dims), but this server is configured with {model} ({dim} dims); vectors of different models are not comparable. Run `mnemo reindex` (same config) to re-embed it with {model}, or start with the collection's model (the previous local default: embedding.local_model: use-m3).",
+                        "collection \"{}\" in project \"{}\" was indexed with embedding model {} ({} dims), but this server is configured with {model} ({dim} dims); vectors of different models are not comparable. Run `mnemo reindex` (same config) to re-embed it with {model}, or start with the collection's model (the earlier local defaults: embedding.local_model: use-m3+e5-small, or use-m3).",
                         c.collection_name,
                         c.project_name,
                         m.as_deref().unwrap_or("?"),

@@ -229,7 +229,7 @@ async fn a_server_with_another_embedding_model_refuses_existing_data() {
     )
     .unwrap();
     let err = Server::spawn(&cfg, &s.data, "127.0.0.1:0", &[]).err().expect("must refuse");
-    assert!(err.contains("use-m3+e5-small-int8") && err.contains("openai:tiny-test"), "{err}");
+    assert!(err.contains("embeddinggemma-300m-int8") && err.contains("openai:tiny-test"), "{err}");
     // The same OpenAI-compatible model on a fresh directory works end to end.
     let fresh = Server::spawn(&cfg, &dir.path().join("fresh"), "127.0.0.1:0", &[]).unwrap();
     fresh.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "hello"}})).await;
@@ -238,15 +238,16 @@ async fn a_server_with_another_embedding_model_refuses_existing_data() {
     assert_eq!(r["count"], 1);
 }
 
-/// A data directory indexed with the previous default model (USE alone, `local_model: use-m3`,
-/// the same vectors and model id the previous release wrote) is refused by the new default with
-/// a pointer to `mnemo reindex`; `mnemo reindex` moves it over, and the server then answers
-/// from it with the new model.
+/// A data directory indexed with the previous default model (USE + e5 in one vector,
+/// `local_model: use-m3+e5-small`, the same vectors and model id the previous release wrote) is
+/// refused by the new default (EmbeddingGemma) with a pointer to `mnemo reindex`; `mnemo reindex`
+/// moves it over, and the server then answers from it with the new model. The release before
+/// (USE alone) is the fixture test below.
 #[tokio::test]
 async fn a_data_directory_of_the_previous_model_is_reindexed() {
     let dir = tempfile::tempdir().unwrap();
     let (old_cfg, new_cfg, data) = (dir.path().join("old.yaml"), dir.path().join("new.yaml"), dir.path().join("data"));
-    std::fs::write(&old_cfg, "embedding:\n  local_model: use-m3\n").unwrap();
+    std::fs::write(&old_cfg, "embedding:\n  local_model: use-m3+e5-small\n").unwrap();
     std::fs::write(&new_cfg, "").unwrap();
     let mut old = Server::spawn(&old_cfg, &data, "127.0.0.1:0", &[]).unwrap();
     for (u, s) in [
@@ -264,7 +265,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
 
     let err =
         Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).err().expect("the new default refuses the old vectors");
-    assert!(err.contains("use-multilingual-v3-int8") && err.contains("mnemo reindex"), "{err}");
+    assert!(err.contains("use-m3+e5-small-int8") && err.contains("mnemo reindex"), "{err}");
 
     let run = || {
         std::process::Command::new(BIN)
@@ -280,7 +281,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
     let out = run();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("3 events re-embedded with use-m3+e5-small-int8"), "{stdout}");
+    assert!(stdout.contains("3 events re-embedded with embeddinggemma-300m-int8"), "{stdout}");
     let again = run();
     assert!(
         String::from_utf8_lossy(&again.stdout).contains("every collection is indexed with"),
@@ -304,7 +305,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
 /// `tests/fixtures/previous-release/README.md` says): refused by the new default with a pointer
 /// to `mnemo reindex`, re-indexed, then served whole — events found by meaning, the extracted
 /// profile and the conversation intact. The fixture is an embedded-store file, so this runs on
-/// SQLite only (the PostgreSQL path of the same code is the `local_model: use-m3` test above).
+/// SQLite only (the PostgreSQL path of the same code is the `local_model: use-m3+e5-small` test above).
 #[tokio::test]
 async fn a_data_directory_of_the_previous_release_is_reindexed() {
     if postgres_url().is_some() {
@@ -329,7 +330,7 @@ async fn a_data_directory_of_the_previous_release_is_reindexed() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("re-embedded with use-m3+e5-small-int8"), "{stdout}");
+    assert!(out.status.success() && stdout.contains("re-embedded with embeddinggemma-300m-int8"), "{stdout}");
 
     let log = dir.path().join("serve.log");
     let s =

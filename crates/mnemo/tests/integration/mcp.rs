@@ -94,13 +94,13 @@ fn stdio_mcp_initialize_list_and_call_every_tool() {
 
     let (err, text) = m.call("add_memory", json!({"summary": "The user prefers answers in Chinese."}));
     assert!(!err && text.starts_with("Saved as memory evt_"), "{text}");
-    let (err, text) = m.call("remember", json!({"content": "我下周去东京出差，住在新宿"}));
-    assert!(!err && text.starts_with("Remembered"), "{text}");
+    let (err, remembered) = m.call("remember", json!({"content": "我下周去东京出差，住在新宿"}));
+    assert!(!err && remembered.starts_with("Remembered"), "{remembered}");
     let (_, found) = m.call("search_memory", json!({"query": "language preference", "limit": 3}));
     assert!(found.contains("prefers answers in Chinese"), "{found}");
     let id = found.split(['[', ']']).nth(1).unwrap().to_string();
     let (err, ctx) = m.call("recall", json!({"query": "东京"}));
-    assert!(!err && ctx.contains("东京"), "the remembered turn is long-term memory already: {ctx}");
+    assert!(!err && ctx.contains("东京"), "the remembered turn is long-term memory already: {ctx} ({remembered})");
     assert!(!ctx.contains("Chinese"), "an unrelated memory stays below the relevance floor: {ctx}");
     let (_, ctx) = m.call("recall", json!({"query": "which language should answers be in"}));
     assert!(ctx.contains("Chinese"), "{ctx}");
