@@ -51,9 +51,9 @@ const ORT_LIB: &str = "libonnxruntime.so.1.31.1";
 const GEMMA_GRAPH: &str = "embeddinggemma.onnx";
 const GEMMA_WEIGHTS: &str = "embeddinggemma.onnx.data";
 const GEMMA_TOKENIZER: &str = "embeddinggemma.tokenizer.json";
-/// `<bos>` and `<eos>` included. Longer texts would reach the 512-token sliding window of
+/// 512 with `<bos>` and `<eos>`. Longer texts would reach the 512-token sliding window of
 /// Gemma's local layers, which the converted graph (full attention) does not model.
-const GEMMA_MAX_TOKENS: usize = 512;
+const GEMMA_MAX_TOKENS: usize = 510;
 /// EmbeddingGemma cosines at or below this read as unrelated (0); 1 stays 1. With it, on LoCoMo
 /// dev the best turn of another conversation has relevance p50 0.26 and the best evidence turn
 /// p50 0.50; short unrelated memories score 0. End to end at 1,200 tokens, floors 0.20 / 0.25 /
@@ -347,23 +347,8 @@ impl LocalEmbedder {
             EmbedKind::Query => "query: ",
             EmbedKind::Document => "passage: ",
         };
-        let enc = tokenizer
-            .encode(format!("{prefix}{text}"), false)
-            .map_err(|e| EmbedError::Permanent(format!("tokenizing: {e}")))?;
-        let body = &enc.get_ids()[..enc.get_ids().len().min(E5_MAX_TOKENS)];
-        let mut ids: Vec<i64> = Vec::with_capacity(body.len() + 2);
-        ids.push(0); // <s>
-        ids.extend(body.iter().map(|&i| i as i64));
-        ids.push(2); // </s>
-        let perm = |e: ort::Error| EmbedError::Permanent(format!("inference: {e}"));
-        let n = ids.len();
-        let inputs = ort::inputs![
-            "input_ids" => Tensor::from_array(([1usize, n], ids)).map_err(perm)?,
-            "attention_mask" => Tensor::from_array(([1usize, n], vec![1i64; n])).map_err(perm)?,
-        ];
-        let out = session.run(inputs).map_err(perm)?;
-        let (_, data) = out["sentence_embedding"].try_extract_tensor::<f32>().map_err(perm)?;
-        Ok(data.to_vec())
+        // <s> … </s>
+        Self::run_sentence_graph(session, tokenizer, &format!("{prefix}{text}"), E5_MAX_TOKENS, (0, 2))
     }
 
     fn run_gemma(
@@ -376,14 +361,31 @@ impl LocalEmbedder {
             EmbedKind::Query => "task: search result | query: ",
             EmbedKind::Document => "title: none | text: ",
         };
-        let enc = tokenizer
-            .encode(format!("{prompt}{text}"), false)
-            .map_err(|e| EmbedError::Permanent(format!("tokenizing: {e}")))?;
-        let body = &enc.get_ids()[..enc.get_ids().len().min(GEMMA_MAX_TOKENS - 2)];
+        // <bos> … <eos>
+        let mut v = Self::run_sentence_graph(session, tokenizer, &format!("{prompt}{text}"), GEMMA_MAX_TOKENS, (2, 1))?;
+        if kind == EmbedKind::Query {
+            // The dot product with a stored vector is then cos/(1−floor); `query_offset` adds
+            // −floor/(1−floor).
+            v.iter_mut().for_each(|x| *x /= 1.0 - GEMMA_COSINE_FLOOR);
+        }
+        Ok(v)
+    }
+
+    /// A sentence-transformers graph (`input_ids`, `attention_mask` → `sentence_embedding`, pooling
+    /// and normalisation inside) on one text: its first `max_tokens` tokens between `bos` and `eos`.
+    fn run_sentence_graph(
+        session: &mut Session,
+        tokenizer: &Tokenizer,
+        text: &str,
+        max_tokens: usize,
+        (bos, eos): (i64, i64),
+    ) -> Result<Vec<f32>, EmbedError> {
+        let enc = tokenizer.encode(text, false).map_err(|e| EmbedError::Permanent(format!("tokenizing: {e}")))?;
+        let body = &enc.get_ids()[..enc.get_ids().len().min(max_tokens)];
         let mut ids: Vec<i64> = Vec::with_capacity(body.len() + 2);
-        ids.push(2); // <bos>
+        ids.push(bos);
         ids.extend(body.iter().map(|&i| i as i64));
-        ids.push(1); // <eos>
+        ids.push(eos);
         let perm = |e: ort::Error| EmbedError::Permanent(format!("inference: {e}"));
         let n = ids.len();
         let inputs = ort::inputs![
@@ -392,13 +394,7 @@ impl LocalEmbedder {
         ];
         let out = session.run(inputs).map_err(perm)?;
         let (_, data) = out["sentence_embedding"].try_extract_tensor::<f32>().map_err(perm)?;
-        let mut v = data.to_vec();
-        if kind == EmbedKind::Query {
-            // The dot product with a stored vector is then cos/(1−floor); `query_offset` adds
-            // −floor/(1−floor).
-            v.iter_mut().for_each(|x| *x /= 1.0 - GEMMA_COSINE_FLOOR);
-        }
-        Ok(v)
+        Ok(data.to_vec())
     }
 
     /// One text's stored or query vector (see the module notes for the layout).
@@ -704,8 +700,8 @@ mod tests {
     }
 
     /// An independent NumPy forward pass of the fp32 weights (the sentence-transformers pipeline
-    /// re-implemented layer by layer, not the converter's graph) on the stored text below: its first 16 of 768
-    /// dimensions.
+    /// re-implemented layer by layer, not the converter's graph) on the stored text below: its
+    /// first 16 of 768 dimensions.
     const GEMMA_REFERENCE: [f32; 16] = [
         -0.00732, 0.03082, -0.00813, 0.02943, 0.01243, 0.02914, -0.01168, 0.06977, 0.04428, -0.04457, -0.03978,
         0.00176, -0.01724, -0.05870, -0.06867, 0.02843,
@@ -732,21 +728,36 @@ mod tests {
         assert_eq!(e.embed_blocking(&long, EmbedKind::Document).unwrap().len(), GEMMA_DIMENSION);
     }
 
+    /// A query's similarity to a stored text as the search fuses and thresholds it.
+    fn similarity(e: &LocalEmbedder, query: &str, stored: &str) -> f32 {
+        let (qv, dv) = (
+            e.embed_blocking(query, EmbedKind::Query).unwrap(),
+            e.embed_blocking(stored, EmbedKind::Document).unwrap(),
+        );
+        mnemo_core::embed::dot(&qv, &dv) + e.query_offset(query)
+    }
+
+    /// A LoCoMo question with its evidence turn and a turn of the same conversation on another subject.
+    const SUPPORT_GROUP: [&str; 3] = [
+        "When did Caroline go to the support group?",
+        "Caroline: I went to a LGBTQ support group yesterday",
+        "Melanie: The kids loved the pottery class",
+    ];
+
     #[test]
     fn embeddinggemma_calibrates_its_cosines() {
         let e = embedder(LocalModel::Gemma);
-        let sim = |q: &str, d: &str| {
-            let (qv, dv) =
-                (e.embed_blocking(q, EmbedKind::Query).unwrap(), e.embed_blocking(d, EmbedKind::Document).unwrap());
-            mnemo_core::embed::dot(&qv, &dv) + e.query_offset(q)
-        };
-        let related =
-            sim("When did Caroline go to the support group?", "Caroline: I went to a LGBTQ support group yesterday");
-        let unrelated = sim("When did Caroline go to the support group?", "Melanie: The kids loved the pottery class");
-        let off_topic =
-            sim("quantum chromodynamics lecture", "The user fixed a borrow-checker error in their Rust parser");
-        // The MCP relevance floor is 0.2.
-        assert!(related > 0.4 && unrelated < 0.2 && off_topic < 0.2, "{related} vs {unrelated}, {off_topic}");
+        let [q, evidence, other] = SUPPORT_GROUP;
+        let (related, unrelated) = (similarity(&e, q, evidence), similarity(&e, q, other));
+        let off_topic = similarity(
+            &e,
+            "quantum chromodynamics lecture",
+            "The user fixed a borrow-checker error in their Rust parser",
+        );
+        // 0.54 vs −0.04 and −0.27 at the time of writing: unrelated texts fall below the model's
+        // relevance floor (MCP's default).
+        let floor = e.relevance_floor() as f32;
+        assert!(related > 0.4 && unrelated < floor && off_topic < floor, "{related} vs {unrelated}, {off_topic}");
         assert_eq!(e.fusion(), GEMMA_FUSION);
         assert_eq!(embedder(LocalModel::UseE5).fusion(), Fusion::LEXICAL_LED);
     }
@@ -757,15 +768,9 @@ mod tests {
         assert_eq!(QueryMix::for_query("What does the user do on weekends?").use_weight, 0.25);
         assert_eq!(QueryMix::for_query("用户 likes 咖啡").use_weight, 1.0, "a third of the letters are CJK");
         let e = embedder(LocalModel::UseE5);
-        let sim = |q: &str, d: &str| {
-            let (qv, dv) =
-                (e.embed_blocking(q, EmbedKind::Query).unwrap(), e.embed_blocking(d, EmbedKind::Document).unwrap());
-            mnemo_core::embed::dot(&qv, &dv) + e.query_offset(q)
-        };
-        let related =
-            sim("When did Caroline go to the support group?", "Caroline: I went to a LGBTQ support group yesterday");
-        let unrelated = sim("When did Caroline go to the support group?", "Melanie: The kids loved the pottery class");
-        // 0.31 vs −0.08 at the time of writing; the MCP floor is 0.2.
+        let [q, evidence, other] = SUPPORT_GROUP;
+        let (related, unrelated) = (similarity(&e, q, evidence), similarity(&e, q, other));
+        // 0.31 vs −0.08 at the time of writing; the pair's relevance floor is 0.2.
         assert!(related > 0.25 && unrelated < 0.1 && related > unrelated + 0.2, "{related} vs {unrelated}");
     }
 
