@@ -92,6 +92,7 @@ pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Se
     // before the model's 2 s of loading.
     cfg.store.check_engine()?;
     retrieval_config(cfg)?;
+    check_mcp(&cfg.mcp)?;
     let t = std::time::Instant::now();
     // While the embedding model loads (on two threads), not on the first request.
     mnemo_core::warm_up();
@@ -334,6 +335,15 @@ fn extractors(cfg: &Config) -> Result<Extractors> {
     }
 }
 
+fn check_mcp(m: &mnemo_mcp::McpScope) -> Result<()> {
+    if let Some(s) = m.min_score
+        && !(0.0..=1.0).contains(&s)
+    {
+        bail!("mcp.min_score: must be in [0,1], got {s}");
+    }
+    Ok(())
+}
+
 fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     let r = &cfg.retrieval;
     let d = &r.time_decay;
@@ -574,6 +584,10 @@ mod tests {
             retrieval_config(&cfg).map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share))
         };
         assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5));
+        let mut mcp = mnemo_mcp::McpScope::default();
+        assert!(check_mcp(&mcp).is_ok(), "unset: the model's floor");
+        mcp.min_score = Some(1.5);
+        assert_eq!(check_mcp(&mcp).unwrap_err().to_string(), "mcp.min_score: must be in [0,1], got 1.5");
         let e = with(&|c| c.retrieval.whole_share = 2.0).unwrap_err().to_string();
         assert_eq!(e, "retrieval.whole_share: must be in [0,1], got 2");
         let e = with(&|c| c.retrieval.date_weight = 1.5).unwrap_err().to_string();
