@@ -10,21 +10,22 @@
 //!   `query: ` prefixes the model was trained with. Far stronger within a language (LoCoMo dev,
 //!   vector alone: all@10 0.48 against USE's 0.28), weak from Chinese to English.
 //!
-//! `use-m3+e5-small` (the default before 0.6) stores **both** in one vector: `[use/√2 ; e5/√2]` (unit
-//! length). A query picks its mix by language ([`QueryMix`]): a mostly-Chinese query leans on USE
-//! (cross-lingual), any other on e5, and the dot product with a stored vector is then
-//! `w_use · cos_use + w_e5 · cal(cos_e5)` — one index, one column, routing in the query alone.
-//! `cal` maps e5's compressed cosines (unrelated ≈ 0.79, evidence ≈ 0.84 on LoCoMo) onto USE's
-//! scale; its constant part is the search's `query_offset`. `use-m3` alone is the default before
-//! 0.5. Both stay for data directories indexed with them.
+//! `use-m3+e5-small` (the default before 0.6) stores **both** in one vector:
+//! `[use/√2 ; e5/√2]` (unit length). A query picks its mix by language ([`QueryMix`]): a
+//! mostly-Chinese query leans on USE (cross-lingual), any other on e5, and the dot product with a
+//! stored vector is then `w_use · cos_use + w_e5 · cal(cos_e5)` — one index, one column, routing
+//! in the query alone. `cal` maps e5's compressed cosines (unrelated ≈ 0.79, evidence ≈ 0.84 on
+//! LoCoMo) onto USE's scale; its constant part is the search's `query_offset`. `use-m3` alone is
+//! the default before 0.5. Both stay for data directories indexed with them.
 //!
-//! The default, **EmbeddingGemma** (`embeddinggemma-300m`): EmbeddingGemma-300M (Google, Gemma Terms of Use), converted from its
-//!   sentence-transformers weights to an int8 graph (`scripts/convert_gemma.py`; 768 dims), with
-//!   the prompts it was trained with (`task: search result | query: ` / `title: none | text: `).
-//! One model for both languages: stronger within English than e5 (LoCoMo dev, vector alone:
-//! all@10 0.66 against 0.48) and across languages than USE (docs/benchmarks.md), so no routing.
-//! Its cosines are mapped onto [0,1] by the query vector and `query_offset`, as e5's are in the
-//! pair, and it fuses with full text its own way ([`Embedder::fusion`]).
+//! The default, **EmbeddingGemma** (`embeddinggemma-300m`): EmbeddingGemma-300M (Google, Gemma
+//! Terms of Use), converted from its sentence-transformers weights to an int8 graph
+//! (`scripts/convert_gemma.py`; 768 dims), with the prompts it was trained with
+//! (`task: search result | query: ` / `title: none | text: `). One model for both languages:
+//! stronger within English than e5 (LoCoMo dev, vector alone: all@10 0.66 against 0.48) and
+//! across languages than USE (docs/benchmarks.md), so no routing. Its cosines are mapped onto
+//! [0,1] by the query vector and `query_offset`, as e5's are in the pair, and it fuses with full
+//! text its own way ([`Embedder::fusion`]).
 //!
 //! One text per run: the int8 graphs quantize activations per batch, so batching would make a
 //! text's vector depend on its neighbours.
