@@ -92,11 +92,6 @@ impl Fusion {
     }
 }
 
-/// [`Fusion::LEXICAL_LED`]'s relevance (tests and tools that have no embedder at hand).
-pub fn fuse(cosine: Option<f32>, bm25: Option<f64>) -> f64 {
-    Fusion::LEXICAL_LED.fuse(cosine, bm25)
-}
-
 pub fn time_score(event_time: Millis, now: Millis, d: &TimeDecay) -> f64 {
     let age_days = ((now - event_time) as f64 / DAY_MS - d.no_decay_period_days).max(0.0);
     0.5f64.powf(age_days / d.half_life_days.max(1e-9))
@@ -172,6 +167,7 @@ mod tests {
 
     #[test]
     fn fusion_never_scores_below_the_cosine() {
+        let fuse = |c, b| Fusion::LEXICAL_LED.fuse(c, b);
         assert_eq!(fuse(Some(0.7), None), 0.7f32 as f64);
         assert!((fuse(Some(0.3), Some(4.0)) - (0.8 * 0.5 + 0.2 * 0.3f32 as f64)).abs() < 1e-9);
         assert_eq!(fuse(Some(0.9), Some(0.1)), 0.9f32 as f64, "a weak lexical match cannot lower a strong cosine");
@@ -179,6 +175,12 @@ mod tests {
         assert!(fuse(Some(0.2), Some(20.0)) > fuse(Some(0.6), None), "a strong lexical match leads");
         assert_eq!(fuse(None, None), 0.0);
         assert_eq!(fuse(Some(-0.2), None), 0.0);
+        // A vector-led fusion (EmbeddingGemma's shape), and one without the cosine floor.
+        let led = Fusion { text_weight: 0.4, bm25_half: 8.0, keep_cosine: true };
+        assert!((led.fuse(Some(0.5), Some(8.0)) - (0.4 * 0.5 + 0.6 * 0.5)).abs() < 1e-9);
+        assert_eq!(led.fuse(Some(0.6), Some(1.0)), 0.6f32 as f64);
+        let convex = Fusion { keep_cosine: false, ..led };
+        assert!(convex.fuse(Some(0.6), Some(1.0)) < 0.6, "without the floor a weak match pulls it down");
     }
 
     #[test]

@@ -436,22 +436,23 @@ mod tests {
             cand(in_session("later", "s1", &[20], 0.0), 0.2, Some(8.0)),
             cand(in_session("elsewhere", "s2", &[14], 0.0), 0.2, None),
         ];
-        let origins: Vec<f64> = cands.iter().map(|c| ranking::fuse(c.cosine, c.bm25)).collect();
-        let b = neighbour_boosts(&cands, &origins, 0.0, &ranking::Fusion::LEXICAL_LED, 0.5);
+        let fusion = ranking::Fusion::LEXICAL_LED;
+        let origins: Vec<f64> = cands.iter().map(|c| fusion.fuse(c.cosine, c.bm25)).collect();
+        let b = neighbour_boosts(&cands, &origins, 0.0, &fusion, 0.5);
         // The answer is scored with 1 + 0.5 × 12 of BM25; the question with 12 + 0.5 × 1.
-        let answer = ranking::fuse(Some(0.3), Some(7.0)) - origins[1];
-        let question = ranking::fuse(Some(0.5), Some(12.5)) - origins[0];
+        let answer = fusion.fuse(Some(0.3), Some(7.0)) - origins[1];
+        let question = fusion.fuse(Some(0.5), Some(12.5)) - origins[0];
         assert!((b[1] - answer).abs() < 1e-9 && answer > 0.2, "{b:?}");
         assert!((b[0] - question).abs() < 1e-9 && question < 0.02, "{b:?}");
         assert_eq!((b[2], b[3]), (0.0, 0.0), "not adjacent, or another session");
-        assert_eq!(neighbour_boosts(&cands, &origins, 0.0, &ranking::Fusion::LEXICAL_LED, 0.0), vec![0.0; 4]);
+        assert_eq!(neighbour_boosts(&cands, &origins, 0.0, &fusion, 0.0), vec![0.0; 4]);
         // One conversation closed into two sessions: its turns are still adjacent across them.
         let mut split = cands.clone();
         for (c, session) in split.iter_mut().zip(["s1", "s2", "s1", "s9"]) {
             c.event.session_id = Some(session.into());
             c.event.conversation_id = Some(if session == "s9" { "other" } else { "conv" }.into());
         }
-        let b = neighbour_boosts(&split, &origins, 0.0, &ranking::Fusion::LEXICAL_LED, 0.5);
+        let b = neighbour_boosts(&split, &origins, 0.0, &fusion, 0.5);
         assert!((b[1] - answer).abs() < 1e-9 && b[3] == 0.0, "{b:?}");
     }
 

@@ -104,15 +104,77 @@ impl LocalModel {
         }
     }
 
-    /// The files of the model directory this model needs, the runtime included.
-    fn files(self) -> &'static [&'static str] {
+    fn spec(self) -> &'static Spec {
         match self {
-            Self::Use => &["model.onnx", "tokenizer.json", ORT_LIB],
-            Self::UseE5 => &["model.onnx", "tokenizer.json", E5_GRAPH, E5_TOKENIZER, ORT_LIB],
-            Self::Gemma => &[GEMMA_GRAPH, GEMMA_WEIGHTS, GEMMA_TOKENIZER, ORT_LIB],
+            Self::Use => &USE_SPEC,
+            Self::UseE5 => &PAIR_SPEC,
+            Self::Gemma => &GEMMA_SPEC,
         }
     }
+
+    /// The files of the model directory this model needs, the runtime included.
+    fn files(self) -> &'static [&'static str] {
+        self.spec().files
+    }
 }
+
+/// A local model's constants, one row per model: what `Embedder` reports for it besides vectors.
+struct Spec {
+    id: &'static str,
+    dimension: usize,
+    files: &'static [&'static str],
+    /// `Embedder::duplicate_similarity`.
+    duplicate_similarity: f32,
+    /// `Embedder::relevance_floor`.
+    relevance_floor: f64,
+    /// `Embedder::fusion`.
+    fusion: Fusion,
+}
+
+/// Merge threshold 0.9 and MCP floor 0.2: measured on USE's short memories (docs/benchmarks.md,
+/// "Relevance floor for agents").
+const USE_SPEC: Spec = Spec {
+    id: USE_MODEL_ID,
+    dimension: USE_DIMENSION,
+    files: &["model.onnx", "tokenizer.json", ORT_LIB],
+    duplicate_similarity: 0.9,
+    relevance_floor: 0.2,
+    fusion: Fusion::LEXICAL_LED,
+};
+
+/// Stored pair vectors of like texts are closer than USE's alone (e5 puts texts that share a
+/// template at ≈ 0.98): measured pairs — "…bees number 3" / "…bees number 5" 0.914 (USE alone
+/// 0.843), "allergic to peanuts" / "has a peanut allergy" 0.936 (0.891), 绿茶 / 乌龙茶 0.888
+/// (0.805); so its merge threshold is 0.93.
+const PAIR_SPEC: Spec = Spec {
+    id: PAIR_MODEL_ID,
+    dimension: USE_DIMENSION + E5_DIMENSION,
+    files: &["model.onnx", "tokenizer.json", E5_GRAPH, E5_TOKENIZER, ORT_LIB],
+    duplicate_similarity: 0.93,
+    relevance_floor: 0.2,
+    fusion: Fusion::LEXICAL_LED,
+};
+
+/// - Merge threshold 0.95: EmbeddingGemma puts different facts in one template close — "hive
+///   number 3 / 5" 0.930, "moved to Berlin in 2021 / 2023" 0.929, "dark / light mode" 0.917,
+///   "camping in the mountains / at the beach" 0.905 — and restatements at 0.966 ("allergic to
+///   peanuts" / "has a peanut allergy") and 0.980 (用户对花生过敏 / 用户花生过敏).
+/// - Relevance floor 0.05: short single-topic memories as an agent stores them over MCP, each
+///   query against the best related and the best unrelated memory (origin_score): "花生过敏"
+///   0.397 / 0.000, "Japan trip Kyoto" 0.311 / 0.005, "language preference" 0.315 / 0, "东京"
+///   0.180 / 0, "vaccination" 0.109 / 0, "tea" (乌龙茶) 0.098 / 0, "quantum chromodynamics
+///   lecture" — / 0. Its calibrated cosines put unrelated memories at or below 0.
+/// - Fusion: its vectors alone find more than BM25 on LoCoMo dev (raw per-turn all@10 0.66
+///   against 0.60), so full text only adds to them ([`GEMMA_FUSION`]); the pair's lead the other
+///   way.
+const GEMMA_SPEC: Spec = Spec {
+    id: GEMMA_MODEL_ID,
+    dimension: GEMMA_DIMENSION,
+    files: &[GEMMA_GRAPH, GEMMA_WEIGHTS, GEMMA_TOKENIZER, ORT_LIB],
+    duplicate_similarity: 0.95,
+    relevance_floor: 0.05,
+    fusion: GEMMA_FUSION,
+};
 
 /// How a query weighs the two models: `use_weight` + `e5_weight` = 1.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -249,8 +311,8 @@ impl LocalEmbedder {
             tracing::debug!(file = f, ms = t.elapsed().as_millis() as u64, "tokenizer loaded");
             tok
         };
-        // Two threads: the large tokenizer (e5's or EmbeddingGemma's, a 250k-piece vocabulary:
-        // ~0.5 s of one core, the longest part of a cold start) on its own; the USE tokenizer and
+        // Two threads: the large tokenizer (e5's 250k pieces or EmbeddingGemma's 262k: ~0.5 s of
+        // one core, the longest part of a cold start) on its own; the USE tokenizer and
         // the first sessions one after another on this one, so that they do not take its core.
         let large = match model {
             LocalModel::Use => None,
@@ -480,55 +542,23 @@ impl Drop for LocalEmbedder {
 #[async_trait]
 impl Embedder for LocalEmbedder {
     fn model_id(&self) -> &str {
-        match self.model {
-            LocalModel::Use => USE_MODEL_ID,
-            LocalModel::UseE5 => PAIR_MODEL_ID,
-            LocalModel::Gemma => GEMMA_MODEL_ID,
-        }
+        self.model.spec().id
     }
 
     fn dimension(&self) -> usize {
-        match self.model {
-            LocalModel::Use => USE_DIMENSION,
-            LocalModel::UseE5 => USE_DIMENSION + E5_DIMENSION,
-            LocalModel::Gemma => GEMMA_DIMENSION,
-        }
+        self.model.spec().dimension
     }
 
-    /// Stored pair vectors of like texts are closer than USE's alone (e5 puts texts that share a
-    /// template at ≈ 0.98): measured pairs — "…bees number 3" / "…bees number 5" 0.914 (USE
-    /// alone 0.843), "allergic to peanuts" / "has a peanut allergy" 0.936 (0.891), 绿茶 / 乌龙茶
-    /// 0.888 (0.805). EmbeddingGemma puts different facts in one template closer still — "hive
-    /// number 3 / 5" 0.930, "moved to Berlin in 2021 / 2023" 0.929, "dark / light mode" 0.917,
-    /// "camping in the mountains / at the beach" 0.905 — and restatements at 0.966 ("allergic to
-    /// peanuts" / "has a peanut allergy") and 0.980 (用户对花生过敏 / 用户花生过敏).
     fn duplicate_similarity(&self) -> f32 {
-        match self.model {
-            LocalModel::Use => 0.9,
-            LocalModel::UseE5 => 0.93,
-            LocalModel::Gemma => 0.95,
-        }
+        self.model.spec().duplicate_similarity
     }
 
-    /// EmbeddingGemma's vectors alone find more than BM25 on LoCoMo dev (raw per-turn all@10
-    /// 0.66 against 0.60), so full text only adds to them; the pair's lead the other way.
     fn fusion(&self) -> Fusion {
-        match self.model {
-            LocalModel::Use | LocalModel::UseE5 => Fusion::LEXICAL_LED,
-            LocalModel::Gemma => GEMMA_FUSION,
-        }
+        self.model.spec().fusion
     }
 
-    /// Short single-topic memories as an agent stores them over MCP, each query against the best
-    /// related and the best unrelated memory (origin_score, EmbeddingGemma): "花生过敏" 0.397 /
-    /// 0.000, "Japan trip Kyoto" 0.311 / 0.005, "language preference" 0.315 / 0, "东京" 0.180 /
-    /// 0, "vaccination" 0.109 / 0, "tea" (乌龙茶) 0.098 / 0, "quantum chromodynamics lecture" — / 0.
-    /// Its calibrated cosines put unrelated memories at or below 0, so its floor is low.
     fn relevance_floor(&self) -> f64 {
-        match self.model {
-            LocalModel::Use | LocalModel::UseE5 => 0.2,
-            LocalModel::Gemma => 0.05,
-        }
+        self.model.spec().relevance_floor
     }
 
     fn query_offset(&self, query: &str) -> f32 {

@@ -413,9 +413,10 @@ pub(super) async fn run(
                 lines.iter().any(|(turns, shown)| turns.contains(t.as_str()) && mostly_shown(text, shown))
             });
             tally.own_line += own_line as usize;
-            // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates (the turns each event cites,
-            // similarity, BM25, time, id, text — every event of the user) and the service's final ranking of the first 100 (the turns
-            // each event cites), once, for trying ranking ideas offline.
+            // MNEMO_BENCH_DUMP_E2E=FILE: each question's candidates — every event of the user, with
+            // the turns it cites, similarity, BM25, time, id and text — and the service's final
+            // ranking of the first 100 (the turns each event cites), once, for trying ranking
+            // ideas offline.
             if let (Some(out), 1200, 200) = (dump.as_mut(), max_tokens, event_limit) {
                 use std::io::Write;
                 let user = user_of[q.conversation_id.as_str()].to_string();
