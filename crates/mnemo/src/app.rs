@@ -364,6 +364,9 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     if r.feedback_terms > 50 {
         bail!("retrieval.feedback_terms: must be in 0..=50, got {}", r.feedback_terms);
     }
+    if r.reply_hits > 50 {
+        bail!("retrieval.reply_hits: must be in 0..=50, got {}", r.reply_hits);
+    }
     if !(1..=200_000).contains(&cfg.inject.max_tokens) {
         bail!("inject.max_tokens: must be in 1..=200000, got {}", cfg.inject.max_tokens);
     }
@@ -377,6 +380,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         neighbour_weight: r.neighbour_weight,
         date_weight: r.date_weight,
         whole_share: r.whole_share,
+        reply_hits: r.reply_hits,
     })
 }
 
@@ -581,9 +585,10 @@ mod tests {
         let with = |f: &dyn Fn(&mut Config)| {
             let mut cfg = Config::default();
             f(&mut cfg);
-            retrieval_config(&cfg).map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share))
+            retrieval_config(&cfg)
+                .map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share, r.reply_hits))
         };
-        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5));
+        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5, 3));
         let mut mcp = mnemo_mcp::McpScope::default();
         assert!(check_mcp(&mcp).is_ok(), "unset: the model's floor");
         mcp.min_score = Some(1.5);
@@ -596,5 +601,7 @@ mod tests {
         assert_eq!(e, "retrieval.neighbour_weight: must be in [0,1], got -0.1");
         let e = with(&|c| c.retrieval.feedback_terms = 51).unwrap_err().to_string();
         assert_eq!(e, "retrieval.feedback_terms: must be in 0..=50, got 51");
+        let e = with(&|c| c.retrieval.reply_hits = 51).unwrap_err().to_string();
+        assert_eq!(e, "retrieval.reply_hits: must be in 0..=50, got 51");
     }
 }

@@ -224,6 +224,11 @@ pub struct RetrievalConfig {
     /// default: LoCoMo evidence in get_context +1.3 / +1.9 / +0.8 points at 600 / 1,200 / 2,400
     /// tokens, multi-hop +9 at 1,200).
     pub whole_share: f64,
+    /// Each of the first this many results whose last turn asks ("Which team did you sign
+    /// with?") brings the event that answers it right after it: the next event of its session
+    /// (by provenance, else by time within a day), even when the reply shares no word with the
+    /// query ("The Minnesota Wolves!"). 0 = off.
+    pub reply_hits: usize,
 }
 
 impl Default for RetrievalConfig {
@@ -237,6 +242,7 @@ impl Default for RetrievalConfig {
             neighbour_weight: 0.3,
             date_weight: 0.3,
             whole_share: 0.5,
+            reply_hits: 3,
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct RetrievalConfig {
     /// event of several turns is shown as its turn that matches the query (crate::excerpt;
     /// 1 = always whole).
     pub whole_share: f64,
+    /// Each of the first this many results that ends by asking brings the event that answers it
+    /// (the next of its thread) right after it (0 = off).
+    pub reply_hits: usize,
 }
 
 impl Default for RetrievalConfig {
@@ -43,6 +46,7 @@ impl Default for RetrievalConfig {
             neighbour_weight: 0.0,
             date_weight: 0.0,
             whole_share: 1.0,
+            reply_hits: 0,
         }
     }
 }
@@ -281,6 +285,28 @@ impl Service {
         if let Some(second) = second {
             results = fuse_by_rank(results, ranked(&second, None), req.limit as usize);
         }
+        let reply_hits = self.config.retrieval.reply_hits.min(results.len());
+        if reply_hits > 0 {
+            let replies = self.replies(c.id, &filter, &results[..reply_hits]).await?;
+            for (at, reply) in replies.into_iter().enumerate().rev() {
+                let Some(reply) = reply else { continue };
+                let origin = results[at].scores.origin_score;
+                if origin < threshold {
+                    continue;
+                }
+                let mut scores = ranking::score(origin, &reply, &c.schema, now, &req.decay, req.custom_weight);
+                scores.origin_score = origin;
+                match results.iter().position(|r| r.event.id == reply.id) {
+                    Some(i) if i <= at => continue,
+                    Some(i) => {
+                        results.remove(i);
+                    }
+                    None => {}
+                }
+                results.insert(at + 1, ScoredEvent { layer: reply.scope.clone(), event: reply, scores });
+            }
+            results.truncate(req.limit as usize);
+        }
         // Layers: a search in a scope other than global falls back to global when it is short.
         let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
         if scoped && results.len() < req.limit as usize {
@@ -296,6 +322,69 @@ impl Service {
             }
         }
         Ok((results, cq.vector))
+    }
+}
+
+/// How far after a turn that asks its reply is looked for.
+const REPLY_WITHIN_MS: Millis = 86_400_000;
+/// Events of a thread read at most to find a reply; more within [`REPLY_WITHIN_MS`] and the reply
+/// is not guessed.
+const REPLY_SCAN: u32 = 32;
+
+impl Service {
+    /// Per hit, the event that answers it when the hit ends by asking ("Which team did you sign
+    /// with?" — "The Minnesota Wolves!"): the next event of its thread (session, else
+    /// conversation) within the search's filter — by provenance when the hit has it (the event
+    /// citing the message right after its last), else by time (within a day; ties by id).
+    async fn replies(
+        &self,
+        cid: CollectionId,
+        filter: &EventFilter,
+        hits: &[ScoredEvent],
+    ) -> CoreResult<Vec<Option<Event>>> {
+        futures_util::future::try_join_all(hits.iter().map(|hit| self.reply_to(cid, filter, &hit.event))).await
+    }
+
+    async fn reply_to(&self, cid: CollectionId, filter: &EventFilter, e: &Event) -> CoreResult<Option<Event>> {
+        if !ends_asking(e) {
+            return Ok(None);
+        }
+        let mut thread = filter.clone();
+        match (&e.session_id, &e.conversation_id) {
+            (Some(s), _) => thread.session_id = vec![s.clone()],
+            (None, Some(conv)) => thread.conversation_id = vec![conv.clone()],
+            (None, None) => return Ok(None),
+        }
+        let last_message = e.source_message_ids.iter().max().copied();
+        // A merged event takes the later time of the two: by provenance, look either side.
+        let from = if last_message.is_some() { e.time - REPLY_WITHIN_MS } else { e.time };
+        thread.start_time = Some(thread.start_time.map_or(from, |t| t.max(from)));
+        let to = e.time.saturating_add(REPLY_WITHIN_MS);
+        thread.end_time = Some(thread.end_time.map_or(to, |t| t.min(to)));
+        let events = self.store.list_events(cid, thread, REPLY_SCAN).await?;
+        if events.len() as u32 >= REPLY_SCAN {
+            return Ok(None);
+        }
+        Ok(match last_message {
+            Some(last) => events.into_iter().find(|r| r.source_message_ids.iter().min() == Some(&(last + 1))),
+            None => events
+                .into_iter()
+                .filter(|r| r.source_message_ids.is_empty() && (r.time, &r.id) > (e.time, &e.id))
+                .min_by(|a, b| (a.time, &a.id).cmp(&(b.time, &b.id))),
+        })
+    }
+}
+
+/// Whether an event's last turn ends by asking (its last line of `original_messages`, else its
+/// text).
+fn ends_asking(e: &Event) -> bool {
+    let turns = match e.memory_info.get("original_messages") {
+        Some(serde_json::Value::String(raw)) => crate::model::original_message_turns(raw),
+        _ => None,
+    };
+    match turns.as_deref().and_then(<[_]>::last) {
+        Some((_, _, content)) => crate::text::asks(content),
+        None => crate::text::asks(&crate::model::event_text(&e.memory_info)),
     }
 }
 

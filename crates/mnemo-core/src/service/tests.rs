@@ -393,3 +393,139 @@ async fn a_question_naming_a_time_lifts_the_memories_of_that_time() {
     let got = search("the aquarium").await;
     assert!(got.iter().all(|r| r.scores.score == r.scores.origin_score), "no time named: no lift");
 }
+
+/// A service over the in-memory store with these retrieval settings and extractor script.
+fn service_with(retrieval: RetrievalConfig, script: Arc<Scripted>) -> Arc<Service> {
+    Service::new(
+        Arc::new(MemoryStore::new()),
+        Extractors::new("scripted", script),
+        Arc::new(HashingEmbedder { dim: 256 }),
+        Arc::new(TestClock(AtomicI64::new(T0))),
+        ServiceConfig { retrieval, ..Default::default() },
+    )
+}
+
+/// Adds one turn as an event of `session` (no provenance), `seconds` into the day.
+async fn add_turn(svc: &Service, session: Option<&str>, seconds: i64, text: &str) -> Event {
+    svc.add_event(AddEventRequest {
+        target: target(),
+        memory_type: EVENT_V1.into(),
+        user_id: vec!["u1".into()],
+        assistant_id: vec![],
+        group_id: None,
+        session_id: session.map(String::from),
+        conversation_id: None,
+        scope: None,
+        class: None,
+        time: Some(T0 + seconds * 1000),
+        memory_info: info(text),
+        ttl_relative: None,
+        ttl_absolute: None,
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_hit_that_asks_brings_the_reply_that_shares_no_word_with_the_query() {
+    let search = |svc: Arc<Service>, q: &'static str, limit: u32| async move {
+        let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+        let found = svc.search_events(EventSearch::new(target(), Some(q.into()), filter, limit)).await.unwrap();
+        found.into_iter().map(|r| r.event.text()).collect::<Vec<_>>()
+    };
+    for reply_hits in [0, 5] {
+        let svc = service_with(RetrievalConfig { reply_hits, ..Default::default() }, Default::default());
+        // Written out of order: the reply is the next of its session by time, not by insertion.
+        add_turn(&svc, Some("s1"), 30, "Tim: Cool! What position are you playing?").await;
+        add_turn(&svc, Some("s1"), 10, "Tim: Congrats on the new team! Which team did you sign with?").await;
+        add_turn(&svc, Some("s1"), 20, "John: The Minnesota Wolves! I can't wait.").await;
+        // Another session's next turn, and a turn without a session: never a reply to s1.
+        add_turn(&svc, Some("s2"), 11, "John: Pizza with extra cheese.").await;
+        add_turn(&svc, None, 12, "John: Blue, always blue.").await;
+        let found = search(svc.clone(), "which team did he sign with", 2).await;
+        if reply_hits == 0 {
+            assert!(!found.iter().any(|t| t.contains("Wolves")), "{found:?}");
+            continue;
+        }
+        assert_eq!(
+            found,
+            [
+                "Tim: Congrats on the new team! Which team did you sign with?",
+                "John: The Minnesota Wolves! I can't wait."
+            ]
+        );
+        // A hit that does not ask brings nothing; the reply's question stays above it.
+        let found = search(svc.clone(), "what position are you playing", 2).await;
+        assert_eq!(found[0], "Tim: Cool! What position are you playing?");
+        assert!(!found.iter().any(|t| t.contains("Pizza") || t.contains("Blue")), "{found:?}");
+        // A question outside the search's filter brings nothing into it.
+        let filter = EventFilter { user_id: vec!["u1".into()], session_id: vec!["s2".into()], ..Default::default() };
+        let found = svc.search_events(EventSearch::new(target(), Some("which team".into()), filter, 3)).await.unwrap();
+        assert!(found.iter().all(|r| r.event.session_id.as_deref() == Some("s2")), "{found:?}");
+        // A session with too many turns within the day after the question: no reply is guessed.
+        add_turn(&svc, Some("s3"), 100, "Tim: And which drink do you order there?").await;
+        add_turn(&svc, Some("s3"), 101, "John: Orange juice.").await;
+        for i in 0..30 {
+            add_turn(&svc, Some("s3"), 200 + i, &format!("John: note {i}")).await;
+        }
+        let found = search(svc.clone(), "which drink do you order there", 2).await;
+        assert_eq!(found[0], "Tim: And which drink do you order there?");
+        assert!(!found.iter().any(|t| t.contains("Orange")), "{found:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_extracted_question_is_answered_by_the_event_citing_the_next_message() {
+    for reply_hits in [0, 5] {
+        let script = Arc::new(Scripted::default());
+        let svc = service_with(RetrievalConfig { reply_hits, ..Default::default() }, script.clone());
+        let chunk = |text: &str, messages: &[i64], time: i64| {
+            let mut e = ExtractedEvent::new(EVENT_V1, info(text), time);
+            e.source_message_ids = messages.to_vec();
+            e
+        };
+        // Times out of step with the turns (a merged event takes the later time): provenance
+        // decides, and a gap in it (message 5) is no reply.
+        script.0.lock().unwrap().push_back(ExtractionOutput {
+            events: vec![
+                chunk("Anna: I moved last spring. Guess which city I picked?", &[1, 2], T0 + 5_000),
+                chunk("Ben: Lisbon? — Porto, the old town.", &[3, 4], T0 + 1_000),
+                chunk("Ben: I tried surfing there. Did you?", &[6], T0 + 2_000),
+            ],
+            ..Default::default()
+        });
+        let turns: Vec<IncomingMessage> =
+            ["I moved last spring.", "Guess which city I picked?", "Lisbon?", "Porto.", "Nice.", "Surfing."]
+                .iter()
+                .enumerate()
+                .map(|(i, content)| IncomingMessage {
+                    role: if i % 2 == 0 { Role::User } else { Role::Assistant },
+                    content: content.to_string(),
+                    name: None,
+                    time: None,
+                    idempotency_key: None,
+                })
+                .collect();
+        svc.streaming_write(WriteRequest {
+            project: "default".into(),
+            collection: "c".into(),
+            conversation_id: "conv".into(),
+            messages: turns,
+            trigger: ExtractTrigger::from_parts(None, Some(6), None, ExtractTrigger::default()).unwrap(),
+            meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
+        })
+        .await
+        .unwrap();
+        while svc.try_run_one().await.unwrap() {}
+        // What outranks the reply without the rule: words of the query.
+        add_turn(&svc, None, 1, "Anna moved to a new desk in the city office.").await;
+        let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+        let query = EventSearch::new(target(), Some("which city did Anna move to".into()), filter, 2);
+        let found: Vec<String> = svc.search_events(query).await.unwrap().iter().map(|r| r.event.text()).collect();
+        assert_eq!(found[0], "Anna: I moved last spring. Guess which city I picked?");
+        match reply_hits {
+            0 => assert!(!found.iter().any(|t| t.contains("Porto")), "{found:?}"),
+            _ => assert_eq!(found[1], "Ben: Lisbon? — Porto, the old town."),
+        }
+    }
+}
