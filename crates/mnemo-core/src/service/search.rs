@@ -357,7 +357,7 @@ impl Service {
         }
         let last_message = e.source_message_ids.iter().max().copied();
         // A merged event takes the later time of the two: by provenance, look either side.
-        let from = if last_message.is_some() { e.time - REPLY_WITHIN_MS } else { e.time };
+        let from = if last_message.is_some() { e.time.saturating_sub(REPLY_WITHIN_MS) } else { e.time };
         thread.start_time = Some(thread.start_time.map_or(from, |t| t.max(from)));
         let to = e.time.saturating_add(REPLY_WITHIN_MS);
         thread.end_time = Some(thread.end_time.map_or(to, |t| t.min(to)));

@@ -406,6 +406,25 @@ pub async fn event_filters_and_batch_delete(h: &impl StoreHarness) {
     assert_eq!(got.len(), 2);
     let by_bot = EventFilter { assistant_id: vec!["bot".into()], ..Default::default() };
     assert_eq!(s.list_events(c.id, by_bot, 10).await.unwrap().len(), 4);
+    // A session's events over a time window (how a search finds the reply to a turn that asks).
+    for (session, t) in [("s1", 10), ("s1", 20), ("s2", 15), ("s1", 30)] {
+        let e = NewEvent {
+            session_id: Some(session.into()),
+            ..NewEvent::of_user(c.id, "event_v1", "c", summary(&format!("{session} {t}")), t)
+        };
+        s.insert_event(e).await.unwrap();
+    }
+    let thread = EventFilter {
+        user_id: vec!["c".into()],
+        session_id: vec!["s1".into()],
+        start_time: Some(10),
+        end_time: Some(25),
+        active_only: true,
+        ..Default::default()
+    };
+    let got = s.list_events(c.id, thread, 32).await.unwrap();
+    assert_eq!(got.iter().map(|e| e.time).collect::<Vec<_>>(), vec![20, 10]);
+    assert_eq!(s.batch_delete_events(c.id, f(&["c"], &[])).await.unwrap(), 4);
     assert_eq!(s.batch_delete_events(c.id, f(&["a"], &[])).await.unwrap(), 3);
     let rest = s.list_events(c.id, f(&[], &[]), 10).await.unwrap();
     assert_eq!(rest.len(), 1);
