@@ -330,42 +330,11 @@ async fn near_duplicates_merge_and_a_correction_supersedes_the_old_memory() {
 
 #[tokio::test]
 async fn a_question_naming_a_time_lifts_the_memories_of_that_time() {
-    let clock = Arc::new(TestClock(AtomicI64::new(T0)));
-    let config =
-        ServiceConfig { retrieval: RetrievalConfig { date_weight: 0.3, ..Default::default() }, ..Default::default() };
-    let svc = Service::new(
-        Arc::new(MemoryStore::new()),
-        Extractors::new("scripted", Arc::new(Scripted::default())),
-        Arc::new(HashingEmbedder { dim: 256 }),
-        clock,
-        config,
-    );
+    let svc = service_with(RetrievalConfig { date_weight: 0.3, ..Default::default() }, Default::default());
     let day = |y, m, d| {
         chrono::NaiveDate::from_ymd_opt(y, m, d).unwrap().and_hms_opt(12, 0, 0).unwrap().and_utc().timestamp_millis()
     };
-    let add = |summary: &str, time: i64| {
-        let svc = svc.clone();
-        let summary = summary.to_string();
-        async move {
-            svc.add_event(AddEventRequest {
-                target: target(),
-                memory_type: EVENT_V1.into(),
-                user_id: vec!["u1".into()],
-                assistant_id: vec![],
-                group_id: None,
-                session_id: None,
-                conversation_id: None,
-                scope: None,
-                class: None,
-                time: Some(time),
-                memory_info: info(&summary),
-                ttl_relative: None,
-                ttl_absolute: None,
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let add = |summary: &'static str, time: i64| add_at(&svc, None, time, summary);
     let may = add("Took the kids to the aquarium", day(2025, 5, 23)).await;
     let august = add("Took the kids to the aquarium", day(2025, 8, 10)).await;
     let december = add("Took the kids to the aquarium", day(2025, 12, 27)).await;
@@ -394,6 +363,11 @@ async fn a_question_naming_a_time_lifts_the_memories_of_that_time() {
     assert!(got.iter().all(|r| r.scores.score == r.scores.origin_score), "no time named: no lift");
 }
 
+/// Adds one turn as an event of `session` (no provenance), `seconds` after `T0`.
+async fn add_turn(svc: &Service, session: Option<&str>, seconds: i64, text: &str) -> Event {
+    add_at(svc, session, T0 + seconds * 1000, text).await
+}
+
 /// A service over the in-memory store with these retrieval settings and extractor script.
 fn service_with(retrieval: RetrievalConfig, script: Arc<Scripted>) -> Arc<Service> {
     Service::new(
@@ -405,8 +379,8 @@ fn service_with(retrieval: RetrievalConfig, script: Arc<Scripted>) -> Arc<Servic
     )
 }
 
-/// Adds one turn as an event of `session` (no provenance), `seconds` into the day.
-async fn add_turn(svc: &Service, session: Option<&str>, seconds: i64, text: &str) -> Event {
+/// Adds one event of user `u1` in `session` (no provenance) at `time`.
+async fn add_at(svc: &Service, session: Option<&str>, time: i64, text: &str) -> Event {
     svc.add_event(AddEventRequest {
         target: target(),
         memory_type: EVENT_V1.into(),
@@ -417,7 +391,7 @@ async fn add_turn(svc: &Service, session: Option<&str>, seconds: i64, text: &str
         conversation_id: None,
         scope: None,
         class: None,
-        time: Some(T0 + seconds * 1000),
+        time: Some(time),
         memory_info: info(text),
         ttl_relative: None,
         ttl_absolute: None,
