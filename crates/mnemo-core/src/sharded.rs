@@ -496,6 +496,17 @@ impl Store for ShardedStore {
         Ok(events)
     }
 
+    async fn event_after(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>> {
+        let firsts = each!(self, |s| s.event_after(collection_id, filter.clone(), time, id))?;
+        Ok(firsts.into_iter().flatten().min_by(|a, b| (a.time, &a.id).cmp(&(b.time, &b.id))))
+    }
+
     async fn search_candidates(
         &self,
         collection_id: CollectionId,

@@ -217,6 +217,16 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<Event>>;
 
+    /// The first event of the filter after `(time, id)` in `(time, id)` order — the next turn of a
+    /// session, when the filter names it.
+    async fn event_after(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>>;
+
     /// Search candidates within the filter: the `k` nearest by cosine (exact scan of the scope)
     /// and the `k` best by BM25, merged, each with both signals where it has them.
     async fn search_candidates(

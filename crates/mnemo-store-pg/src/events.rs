@@ -493,6 +493,23 @@ impl PgStore {
         from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)
     }
 
+    pub(crate) async fn event_after(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>> {
+        let (where_sql, mut a) = event_filter_sql(cid, &filter);
+        let (t, i) = (a.push(time), a.push(id.to_string()));
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE {where_sql} AND (time, id) > ({t}, {i}) ORDER BY time, id LIMIT 1"
+        );
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        Ok(from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)?.pop())
+    }
+
     pub(crate) async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;

@@ -649,6 +649,16 @@ impl Store for PgStore {
         PgStore::list_events(self, cid, filter, limit).await
     }
 
+    async fn event_after(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>> {
+        PgStore::event_after(self, cid, filter, time, id).await
+    }
+
     async fn search_candidates(
         &self,
         cid: CollectionId,

@@ -645,6 +645,29 @@ impl SqliteStore {
             .await
     }
 
+    pub(crate) async fn event_after(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let (where_sql, mut args) = event_filter_sql(cid, &filter);
+            args.push(SqlValue::Integer(time));
+            args.push(SqlValue::Text(id));
+            let (t, i) = (args.len() - 1, args.len());
+            let sql = format!(
+                "SELECT {EVENT_COLS} FROM events WHERE {where_sql} AND (time > ?{t} OR (time = ?{t} AND id > ?{i}))
+                 ORDER BY time, id LIMIT 1"
+            );
+            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            stmt.query_row(params_from_iter(args.iter()), event_from_row).optional().map_err(backend)
+        })
+        .await
+    }
+
     pub(crate) async fn list_events(
         &self,
         cid: CollectionId,

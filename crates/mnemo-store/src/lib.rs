@@ -349,6 +349,16 @@ impl Store for SqliteStore {
         SqliteStore::list_events(self, cid, filter, limit).await
     }
 
+    async fn event_after(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>> {
+        SqliteStore::event_after(self, cid, filter, time, id).await
+    }
+
     async fn search_candidates(
         &self,
         cid: CollectionId,

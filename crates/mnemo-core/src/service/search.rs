@@ -327,15 +327,16 @@ impl Service {
 
 /// How far after a turn that asks its reply is looked for.
 const REPLY_WITHIN_MS: Millis = 86_400_000;
-/// Events of a thread read at most to find a reply; more within [`REPLY_WITHIN_MS`] and the reply
-/// is not guessed.
+/// An extracted question's thread read at most to find the event citing the next message; more
+/// within [`REPLY_WITHIN_MS`] either side and the reply is not guessed (a session closed by the
+/// trigger holds a few events).
 const REPLY_SCAN: u32 = 32;
 
 impl Service {
     /// Per hit, the event that answers it when the hit ends by asking ("Which team did you sign
     /// with?" — "The Minnesota Wolves!"): the next event of its thread (session, else
     /// conversation) within the search's filter — by provenance when the hit has it (the event
-    /// citing the message right after its last), else by time (within a day; ties by id).
+    /// citing the message right after its last), else the next by time (within a day).
     async fn replies(
         &self,
         cid: CollectionId,
@@ -355,23 +356,21 @@ impl Service {
             (None, Some(conv)) => thread.conversation_id = vec![conv.clone()],
             (None, None) => return Ok(None),
         }
-        let last_message = e.source_message_ids.iter().max().copied();
-        // A merged event takes the later time of the two: by provenance, look either side.
-        let from = if last_message.is_some() { e.time.saturating_sub(REPLY_WITHIN_MS) } else { e.time };
-        thread.start_time = Some(thread.start_time.map_or(from, |t| t.max(from)));
         let to = e.time.saturating_add(REPLY_WITHIN_MS);
         thread.end_time = Some(thread.end_time.map_or(to, |t| t.min(to)));
+        let Some(last) = e.source_message_ids.iter().max().copied() else {
+            // The next turn written as an event: one indexed read of the thread, however long.
+            let next = self.store.event_after(cid, thread, e.time, &e.id).await?;
+            return Ok(next.filter(|r| r.source_message_ids.is_empty()));
+        };
+        // A merged event takes the later time of the two: by provenance, look either side.
+        let from = e.time.saturating_sub(REPLY_WITHIN_MS);
+        thread.start_time = Some(thread.start_time.map_or(from, |t| t.max(from)));
         let events = self.store.list_events(cid, thread, REPLY_SCAN).await?;
         if events.len() as u32 >= REPLY_SCAN {
             return Ok(None);
         }
-        Ok(match last_message {
-            Some(last) => events.into_iter().find(|r| r.source_message_ids.iter().min() == Some(&(last + 1))),
-            None => events
-                .into_iter()
-                .filter(|r| r.source_message_ids.is_empty() && (r.time, &r.id) > (e.time, &e.id))
-                .min_by(|a, b| (a.time, &a.id).cmp(&(b.time, &b.id))),
-        })
+        Ok(events.into_iter().find(|r| r.source_message_ids.iter().min() == Some(&(last + 1))))
     }
 }
 

@@ -436,15 +436,14 @@ async fn a_hit_that_asks_brings_the_reply_that_shares_no_word_with_the_query() {
         let filter = EventFilter { user_id: vec!["u1".into()], session_id: vec!["s2".into()], ..Default::default() };
         let found = svc.search_events(EventSearch::new(target(), Some("which team".into()), filter, 3)).await.unwrap();
         assert!(found.iter().all(|r| r.event.session_id.as_deref() == Some("s2")), "{found:?}");
-        // A session with too many turns within the day after the question: no reply is guessed.
+        // A busy session (many more turns that day) still answers: the next turn is read directly.
         add_turn(&svc, Some("s3"), 100, "Tim: And which drink do you order there?").await;
         add_turn(&svc, Some("s3"), 101, "John: Orange juice.").await;
-        for i in 0..30 {
+        for i in 0..40 {
             add_turn(&svc, Some("s3"), 200 + i, &format!("John: note {i}")).await;
         }
         let found = search(svc.clone(), "which drink do you order there", 2).await;
-        assert_eq!(found[0], "Tim: And which drink do you order there?");
-        assert!(!found.iter().any(|t| t.contains("Orange")), "{found:?}");
+        assert_eq!(found, ["Tim: And which drink do you order there?", "John: Orange juice."]);
     }
 }
 

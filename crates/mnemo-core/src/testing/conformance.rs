@@ -422,8 +422,19 @@ pub async fn event_filters_and_batch_delete(h: &impl StoreHarness) {
         active_only: true,
         ..Default::default()
     };
-    let got = s.list_events(c.id, thread, 32).await.unwrap();
+    let got = s.list_events(c.id, thread.clone(), 32).await.unwrap();
     assert_eq!(got.iter().map(|e| e.time).collect::<Vec<_>>(), vec![20, 10]);
+    // The next event of the session: after a time, and after an id at the same time.
+    let open = EventFilter { start_time: None, end_time: None, ..thread };
+    let next = |time, id: &str| {
+        let (s, open) = (&s, open.clone());
+        let id = id.to_string();
+        async move { s.event_after(c.id, open, time, &id).await.unwrap().map(|e| e.time) }
+    };
+    assert_eq!(next(10, &got[1].id).await, Some(20), "s2's event at 15 is another session's");
+    assert_eq!(next(20, "").await, Some(20), "same time, greater id");
+    assert_eq!(next(20, &got[0].id).await, Some(30));
+    assert_eq!(next(30, "~").await, None);
     assert_eq!(s.batch_delete_events(c.id, f(&["c"], &[])).await.unwrap(), 4);
     assert_eq!(s.batch_delete_events(c.id, f(&["a"], &[])).await.unwrap(), 3);
     let rest = s.list_events(c.id, f(&[], &[]), 10).await.unwrap();

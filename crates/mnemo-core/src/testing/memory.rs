@@ -1029,6 +1029,21 @@ impl Store for MemoryStore {
         Ok(s.events_where(collection_id, &filter).into_iter().take(limit as usize).map(|r| r.event.clone()).collect())
     }
 
+    async fn event_after(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        time: Millis,
+        id: &str,
+    ) -> StoreResult<Option<Event>> {
+        let s = self.lock();
+        let after = s
+            .events_where(collection_id, &filter)
+            .into_iter()
+            .filter(|r| (r.event.time, r.event.id.as_str()) > (time, id));
+        Ok(after.min_by(|a, b| (a.event.time, &a.event.id).cmp(&(b.event.time, &b.event.id))).map(|r| r.event.clone()))
+    }
+
     async fn search_candidates(
         &self,
         collection_id: CollectionId,
