@@ -37,6 +37,8 @@ pub struct ExtractedEvent {
     pub source_message_ids: Vec<i64>,
     /// Filled by the service before storing (extractors leave it empty).
     pub embedding: Option<Vec<f32>>,
+    /// Its turns' vectors ([`crate::turns`]), filled with `embedding` when the event has turns.
+    pub turn_vectors: Option<Vec<Vec<f32>>>,
     /// Filled by the service from the event type (extractors leave them empty).
     pub class: Option<String>,
     pub expires_at: Option<Millis>,
@@ -59,6 +61,7 @@ impl ExtractedEvent {
             time,
             source_message_ids: vec![],
             embedding: None,
+            turn_vectors: None,
             class: None,
             expires_at: None,
             supersedes: None,
@@ -218,6 +221,7 @@ impl ExtractedEvent {
             memory_info: self.memory_info.clone(),
             source_message_ids: self.source_message_ids.clone(),
             embedding: self.embedding.clone(),
+            turn_vectors: self.turn_vectors.clone(),
             expires_at: self.expires_at,
             now,
         }

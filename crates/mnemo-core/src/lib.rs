@@ -27,6 +27,7 @@ pub mod testing;
 pub mod text;
 pub mod tokens;
 pub mod trigger;
+pub mod turns;
 
 pub use clock::{Clock, SystemClock};
 pub use embed::{EmbedKind, Embedder};

@@ -456,6 +456,8 @@ pub struct NewEvent {
     pub source_message_ids: Vec<i64>,
     /// The unit vector of `event_text(memory_info)`, from the collection's model.
     pub embedding: Option<Vec<f32>>,
+    /// The unit vectors of its turns ([`crate::turns`]), stored only beside `embedding`.
+    pub turn_vectors: Option<Vec<Vec<f32>>>,
     pub expires_at: Option<Millis>,
     pub now: Millis,
 }
@@ -484,6 +486,7 @@ impl NewEvent {
             memory_info,
             source_message_ids: vec![],
             embedding: None,
+            turn_vectors: None,
             expires_at: None,
             now: time,
         }
@@ -521,6 +524,8 @@ pub struct EventPatch {
     pub memory_info: Option<Map<String, Value>>,
     /// A new vector, when `memory_info` changed the event's text.
     pub embedding: Option<Vec<f32>>,
+    /// Its turns' new vectors ([`crate::turns`]); a changed text drops the old ones either way.
+    pub turn_vectors: Option<Vec<Vec<f32>>>,
     pub time: Option<Millis>,
     pub group_id: Option<Option<String>>,
     pub scope: Option<Option<String>>,
@@ -529,9 +534,10 @@ pub struct EventPatch {
 }
 
 impl EventPatch {
-    /// Applies the patch to `e` (memory_info keys merged). Returns whether the text changed — then
-    /// the store re-indexes it — and the new vector, if one came with it.
-    pub fn apply(self, e: &mut Event) -> (bool, Option<Vec<f32>>) {
+    /// Applies the patch to `e` (memory_info keys merged). When the text changed, returns what the
+    /// store re-indexes it with: the new vector and turn vectors that came with the patch (the old
+    /// turn vectors go either way).
+    pub fn apply(self, e: &mut Event) -> Option<TextVectors> {
         let text_changed = self.memory_info.is_some();
         for (k, v) in self.memory_info.into_iter().flatten() {
             e.memory_info.insert(k, v);
@@ -551,8 +557,16 @@ impl EventPatch {
         if let Some(s) = self.status {
             e.status = s;
         }
-        (text_changed, self.embedding)
+        text_changed.then_some(TextVectors { vector: self.embedding, turns: self.turn_vectors })
     }
+}
+
+/// The vectors an event's text is indexed with: its own, and its turns' ([`crate::turns`]), stored
+/// only beside its own.
+#[derive(Clone, Debug, Default)]
+pub struct TextVectors {
+    pub vector: Option<Vec<f32>>,
+    pub turns: Option<Vec<Vec<f32>>>,
 }
 
 /// A filter over events; empty lists mean "any".
@@ -724,6 +738,8 @@ pub struct Candidate {
     pub cosine: Option<f32>,
     /// BM25 relevance (higher is better), if the event matched a query term.
     pub bm25: Option<f64>,
+    /// The best cosine of its turns' vectors ([`crate::turns::best_cosine`]), if it has them.
+    pub turn_cosine: Option<f32>,
 }
 
 /// Everything stored about one user in one collection (`user/export`).

@@ -186,6 +186,34 @@ impl Service {
         &self.config
     }
 
+    /// Per event, its turns' vectors ([`crate::turns`]) when `retrieval.turn_weight` uses them and
+    /// the event is made of turns; `None` otherwise. Embedded 16 texts at a time, as stored events
+    /// are, so that queries go between.
+    async fn turn_vectors<'a>(
+        &self,
+        infos: impl IntoIterator<Item = &'a serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Vec<Option<Vec<Vec<f32>>>>, crate::embed::EmbedError> {
+        let texts: Vec<Option<Vec<String>>> = infos
+            .into_iter()
+            .map(|info| if self.config.retrieval.turn_weight > 0.0 { crate::turns::texts(info) } else { None })
+            .collect();
+        let all: Vec<String> = texts.iter().flatten().flatten().cloned().collect();
+        let mut vectors = Vec::with_capacity(all.len());
+        for chunk in all.chunks(16) {
+            let got = self.embedder.embed(chunk, EmbedKind::Document).await?;
+            if got.len() != chunk.len() {
+                return Err(crate::embed::EmbedError::Permanent(format!(
+                    "{} vectors for {} texts",
+                    got.len(),
+                    chunk.len()
+                )));
+            }
+            vectors.extend(got);
+        }
+        let mut vectors = vectors.into_iter();
+        Ok(texts.into_iter().map(|t| t.map(|t| vectors.by_ref().take(t.len()).collect())).collect())
+    }
+
     /// The store's short name (`sqlite`, `postgres`), for `healthz` and logs.
     pub fn store_engine(&self) -> &'static str {
         self.store.engine()

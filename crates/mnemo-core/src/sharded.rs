@@ -611,9 +611,15 @@ impl Store for ShardedStore {
         Ok(events)
     }
 
-    async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+    async fn set_event_vector(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()> {
         let Some(i) = self.event_shard_of_id(collection_id, id).await? else { return Ok(()) };
-        self.shards[i].set_event_vector(collection_id, id, vector).await
+        self.shards[i].set_event_vector(collection_id, id, vector, turns).await
     }
 
     async fn memory_stats(

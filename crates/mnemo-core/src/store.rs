@@ -268,7 +268,15 @@ pub trait Store: Send + Sync + 'static {
     async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()>;
     /// Events without a vector (written before a model was configured), to index now.
     async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>>;
-    async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()>;
+    /// Stores an event's vector (re-indexing), with its turns' vectors when it has turns
+    /// ([`crate::turns`]; earlier ones are dropped either way).
+    async fn set_event_vector(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()>;
 
     /// Memory statistics of a collection (optionally one user) for the last `days` days to `now`.
     async fn memory_stats(

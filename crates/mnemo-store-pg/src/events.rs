@@ -217,6 +217,7 @@ pub(crate) async fn insert_event_rows(
         &lexemes,
     ];
     let (mut v_ids, mut v_cids, mut v_dims, mut vecs) = (vec![], vec![], vec![], vec![]);
+    let (mut t_ids, mut t_blobs) = (vec![], vec![]);
     let (mut s_cids, mut kinds, mut subjects, mut s_ids) = (vec![], vec![], vec![], vec![]);
     for (e, id) in events.iter().zip(&ids) {
         if let Some(v) = &e.embedding {
@@ -224,6 +225,10 @@ pub(crate) async fn insert_event_rows(
             v_cids.push(e.collection_id);
             v_dims.push(v.len() as i32);
             vecs.push(pgvector::Vector::from(v.clone()));
+            if let Some(blob) = e.turn_vectors.as_deref().and_then(mnemo_core::turns::encode) {
+                t_ids.push(id);
+                t_blobs.push(blob);
+            }
         }
         let mine = e.user_id.iter().map(|u| ("u", u)).chain(e.assistant_id.iter().map(|a| ("a", a)));
         for (kind, subject) in mine {
@@ -240,7 +245,7 @@ pub(crate) async fn insert_event_rows(
     // The vectors of new events refresh no subject row (none exists yet: schema v6), said for the
     // vector statement alone.
     let flag = "SELECT set_config('mnemo.new_vectors', $1, true)";
-    let (flag_st, row_st, vector_st, subjects_st) = tokio::try_join!(
+    let (flag_st, row_st, vector_st, subjects_st, turns_st) = tokio::try_join!(
         tx.prepare_cached(flag),
         tx.prepare_cached(
             "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
@@ -258,6 +263,7 @@ pub(crate) async fn insert_event_rows(
             "INSERT INTO event_subjects(collection_id, kind, subject_id, event_id)
              SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
         ),
+        tx.prepare_cached("INSERT INTO event_turn_vectors(event_id, turns) SELECT * FROM unnest($1::text[], $2::bytea[])"),
     )
     .map_err(backend)?;
     let rows = tx.execute(&row_st, &row_args);
@@ -281,7 +287,14 @@ pub(crate) async fn insert_event_rows(
         }
         tx.execute(&subjects_st, &[&s_cids, &kinds, &subjects, &s_ids]).await
     };
-    tokio::try_join!(rows, vectors, subjects).map_err(backend)?;
+    // After the vectors (their foreign key).
+    let turns = async {
+        if t_ids.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(&turns_st, &[&t_ids, &t_blobs]).await
+    };
+    tokio::try_join!(rows, vectors, subjects, turns).map_err(backend)?;
     Ok(ids)
 }
 
@@ -292,15 +305,22 @@ pub(crate) fn analyse(memory_info: &serde_json::Map<String, serde_json::Value>) 
     (terms, lexemes)
 }
 
-/// (Re)writes an event's terms (`old_terms`: what it had) and, if given, its vector.
+/// An event's text as it is indexed: its content, and the vectors that came with it.
+pub(crate) struct Indexed<'a> {
+    pub memory_info: &'a serde_json::Map<String, serde_json::Value>,
+    pub vector: Option<&'a [f32]>,
+    pub turns: Option<&'a [Vec<f32>]>,
+}
+
+/// (Re)writes an event's terms (`old_terms`: what it had) and, if given, its vector and its turns'
+/// vectors (the turns' earlier vectors go either way: they were of the earlier text).
 pub(crate) async fn index_event(
     tx: &Tx<'_>,
     stats: &mut TermStats,
     cid: CollectionId,
     id: &str,
     old_terms: Option<&str>,
-    memory_info: &serde_json::Map<String, serde_json::Value>,
-    vector: Option<&[f32]>,
+    Indexed { memory_info, vector, turns }: Indexed<'_>,
 ) -> StoreResult<()> {
     let (terms, lexemes) = analyse(memory_info);
     stats.change(cid, old_terms, Some(&terms));
@@ -310,8 +330,22 @@ pub(crate) async fn index_event(
         &[&id, &terms, &lexemes],
     )
     .await?;
-    if let Some(v) = vector {
-        set_vector(tx, cid, id, v).await?;
+    match vector {
+        Some(v) => {
+            set_vector(tx, cid, id, v).await?;
+            set_turns(tx, id, turns).await
+        }
+        // The turns' vectors were of the earlier text.
+        None => set_turns(tx, id, None).await,
+    }
+}
+
+/// Replaces an event's turn vectors (`mnemo_core::turns`) with these, or drops them. Its vector
+/// row must exist when there are turns (their foreign key).
+async fn set_turns(tx: &Tx<'_>, id: &str, turns: Option<&[Vec<f32>]>) -> StoreResult<()> {
+    execute(tx, "DELETE FROM event_turn_vectors WHERE event_id=$1", &[&id]).await?;
+    if let Some(blob) = turns.and_then(mnemo_core::turns::encode) {
+        execute(tx, "INSERT INTO event_turn_vectors(event_id, turns) VALUES ($1, $2)", &[&id, &blob]).await?;
     }
     Ok(())
 }
@@ -380,7 +414,8 @@ pub(crate) async fn merge_event_row(
     }
     let (info, sources) = mnemo_core::extract::merged_content(&old, e);
     let old_terms = event_terms(tx, id).await?;
-    index_event(tx, stats, cid, id, old_terms.as_deref(), &info, e.embedding.as_deref()).await?;
+    let text = Indexed { memory_info: &info, vector: e.embedding.as_deref(), turns: e.turn_vectors.as_deref() };
+    index_event(tx, stats, cid, id, old_terms.as_deref(), text).await?;
     execute(
         tx,
         "UPDATE events SET memory_info=$3, time=GREATEST(time, $4), source_message_ids=$5, updated_at=$6,
@@ -429,10 +464,10 @@ impl PgStore {
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
         let mut stats = TermStats::default();
-        let (text_changed, vector) = patch.apply(&mut e);
-        if text_changed {
+        if let Some(TextVectors { vector, turns }) = patch.apply(&mut e) {
             let old = event_terms(&tx, id).await?;
-            index_event(&tx, &mut stats, cid, id, old.as_deref(), &e.memory_info, vector.as_deref()).await?;
+            let text = Indexed { memory_info: &e.memory_info, vector: vector.as_deref(), turns: turns.as_deref() };
+            index_event(&tx, &mut stats, cid, id, old.as_deref(), text).await?;
         }
         execute(
             &tx,
@@ -630,10 +665,17 @@ impl PgStore {
         from_rows(rows, event_from_row)
     }
 
-    pub(crate) async fn set_event_vector(&self, cid: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+    pub(crate) async fn set_event_vector(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         set_vector(&tx, cid, id, &vector).await?;
+        set_turns(&tx, id, turns.as_deref()).await?;
         tx.commit().await.map_err(backend)
     }
 }

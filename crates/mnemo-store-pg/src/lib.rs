@@ -691,8 +691,14 @@ impl Store for PgStore {
         PgStore::events_missing_vectors(self, cid, limit).await
     }
 
-    async fn set_event_vector(&self, cid: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
-        PgStore::set_event_vector(self, cid, id, vector).await
+    async fn set_event_vector(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()> {
+        PgStore::set_event_vector(self, cid, id, vector, turns).await
     }
 
     async fn memory_stats(

@@ -457,6 +457,15 @@ const MIGRATIONS: &[&str] = &[
         RETURN NULL;
     END $$;
     "#,
+    // v7: an event made of several turns keeps their vectors too (`mnemo_core::turns`: one blob,
+    // 8 bits a dimension), written with its vector and gone with it (the cascade: the event
+    // deleted, the collection's model changed); the writers drop them when the text changes.
+    r#"
+    CREATE TABLE event_turn_vectors(
+        event_id TEXT PRIMARY KEY REFERENCES event_vectors(event_id) ON DELETE CASCADE,
+        turns BYTEA NOT NULL
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -543,7 +543,8 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
     load_candidates(tx, cosine, bm25, qv, dim, &[]).await
 }
 
-/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in.
+/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in, and the
+/// best turn cosine of those `turns::scored` picks computed from their turn vectors.
 async fn load_candidates(
     tx: &impl GenericClient,
     mut cosine: HashMap<String, f32>,
@@ -556,6 +557,11 @@ async fn load_candidates(
     if ids.is_empty() {
         return Ok(vec![]);
     }
+    // The candidates whose turns are scored, by this hop's own signals.
+    let scored: Vec<&String> = {
+        let best = mnemo_core::turns::scored(&cosine, &bm25);
+        ids.iter().filter(|id| best.contains(id.as_str())).collect()
+    };
     // A candidate an earlier search of the same scope returned: its row and cosine are known.
     let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
     for id in &ids {
@@ -585,9 +591,29 @@ async fn load_candidates(
         let args: [SqlParam<'_>; 1] = [&to_load];
         query_all(tx, &sql, &args).await
     };
-    let (filled, rows) = tokio::try_join!(fill, load)?;
+    let scored: Vec<&String> = scored.into_iter().filter(|id| !known.contains_key(id.as_str())).collect();
+    let turns = async {
+        match qv {
+            Some(_) if !scored.is_empty() => {
+                query_all(tx, "SELECT event_id, turns FROM event_turn_vectors WHERE event_id = ANY($1)", &[&scored])
+                    .await
+            }
+            _ => Ok(vec![]),
+        }
+    };
+    let (filled, rows, turns) = tokio::try_join!(fill, load, turns)?;
     for r in filled {
         cosine.insert(r.get(0), r.get(1));
+    }
+    let mut turn_cosine: HashMap<String, f32> =
+        known.iter().filter_map(|(id, c)| Some((id.to_string(), c.turn_cosine?))).collect();
+    if let Some(qv) = qv {
+        for r in turns {
+            let blob: Vec<u8> = r.get(1);
+            if let Some(best) = mnemo_core::turns::best_cosine(&blob, qv.as_slice()) {
+                turn_cosine.insert(r.get(0), best);
+            }
+        }
     }
     let mut events: Vec<Event> = rows.iter().map(event_from_row).collect::<Result<_, _>>()?;
     events.extend(ids.iter().filter_map(|id| Some(known.get(id.as_str())?.event.clone())));
@@ -596,7 +622,8 @@ async fn load_candidates(
         .into_iter()
         .map(|event| {
             let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
-            Candidate { event, cosine: c, bm25: b }
+            let turn_cosine = turn_cosine.get(&event.id).copied();
+            Candidate { event, cosine: c, bm25: b, turn_cosine }
         })
         .collect())
 }

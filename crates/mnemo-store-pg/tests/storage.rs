@@ -117,7 +117,7 @@ async fn the_user_document_index_answers_like_the_event_rows() {
                 ..Default::default()
             },
             _ => {
-                store.set_event_vector(*cid, id, vector(*dim, &mut next)).await.unwrap();
+                store.set_event_vector(*cid, id, vector(*dim, &mut next), None).await.unwrap();
                 continue;
             }
         };

@@ -289,7 +289,7 @@ pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<S
         rowid
     ])
     .map_err(backend)?;
-    index_event(conn, e.collection_id, &id, rowid, &e.memory_info, e.embedding.as_deref())?;
+    index_event(conn, e.collection_id, &id, rowid, &e.memory_info, e.embedding.as_deref(), e.turn_vectors.as_deref())?;
     let mut subj = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO event_subjects(collection_id, kind, subject_id, event_id, event_rowid) VALUES (?1,?2,?3,?4,?5)",
@@ -304,7 +304,8 @@ pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<S
     Ok(id)
 }
 
-/// (Re)writes an event's full-text terms and, if given, its vector.
+/// (Re)writes an event's full-text terms and, if given, its vector and its turns' vectors (the
+/// turns' earlier vectors go either way: they were of the earlier text).
 pub(crate) fn index_event(
     conn: &Connection,
     cid: CollectionId,
@@ -312,6 +313,7 @@ pub(crate) fn index_event(
     rowid: i64,
     memory_info: &serde_json::Map<String, serde_json::Value>,
     vector: Option<&[f32]>,
+    turns: Option<&[Vec<f32>]>,
 ) -> StoreResult<()> {
     let terms = mnemo_core::text::search_tokens(&event_search_text(memory_info)).join(" ");
     conn.prepare_cached("DELETE FROM event_fts WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
@@ -333,6 +335,22 @@ pub(crate) fn index_event(
             .execute(params![rowid, f16_blob(v)])
             .map_err(backend)?;
         forget_legacy_vector(conn, id)?;
+    }
+    // The turns' vectors were of the earlier text; new ones only beside a vector.
+    set_turns(conn, id, vector.and(turns))
+}
+
+/// Replaces an event's turn vectors (`mnemo_core::turns`) with these, or drops them.
+fn set_turns(conn: &Connection, id: &str, turns: Option<&[Vec<f32>]>) -> StoreResult<()> {
+    conn.prepare_cached("DELETE FROM event_turn_vectors WHERE event_id=?1")
+        .map_err(backend)?
+        .execute([id])
+        .map_err(backend)?;
+    if let Some(blob) = turns.and_then(mnemo_core::turns::encode) {
+        conn.prepare_cached("INSERT INTO event_turn_vectors(event_id, turns) VALUES (?1, ?2)")
+            .map_err(backend)?
+            .execute(params![id, blob])
+            .map_err(backend)?;
     }
     Ok(())
 }
@@ -557,7 +575,7 @@ pub(crate) fn merge_event_row(
     }
     let (info, sources) = mnemo_core::extract::merged_content(&old, e);
     let rowid: i64 = conn.query_row("SELECT rowid FROM events WHERE id=?1", [id], |r| r.get(0)).map_err(backend)?;
-    index_event(conn, cid, id, rowid, &info, e.embedding.as_deref())?;
+    index_event(conn, cid, id, rowid, &info, e.embedding.as_deref(), e.turn_vectors.as_deref())?;
     conn.execute(
         "UPDATE events SET memory_info=?3, time=MAX(time, ?4), source_message_ids=?5, updated_at=?6,
              expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE MAX(expires_at, COALESCE(?7, expires_at)) END
@@ -604,11 +622,10 @@ impl SqliteStore {
         self.writer
             .write(move |conn| {
                 let mut e = event_by_id(conn, cid, &id)?.ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
-                let (text_changed, vector) = patch.apply(&mut e);
-                if text_changed {
+                if let Some(TextVectors { vector, turns }) = patch.apply(&mut e) {
                     let rowid: i64 =
                         conn.query_row("SELECT rowid FROM events WHERE id=?1", [&id], |r| r.get(0)).map_err(backend)?;
-                    index_event(conn, cid, &id, rowid, &e.memory_info, vector.as_deref())?;
+                    index_event(conn, cid, &id, rowid, &e.memory_info, vector.as_deref(), turns.as_deref())?;
                 }
                 conn.execute(
                     "UPDATE events SET memory_info=?3, time=?4, group_id=?5, scope=?6, class=?7, status=?8, updated_at=?9 WHERE collection_id=?1 AND id=?2",
@@ -805,7 +822,13 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn set_event_vector(&self, cid: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+    pub(crate) async fn set_event_vector(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()> {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
@@ -820,7 +843,7 @@ impl SqliteStore {
                 )
                 .map_err(backend)?;
                 forget_legacy_vector(conn, &id)?;
-                Ok(())
+                set_turns(conn, &id, turns.as_deref())
             })
             .await
     }

@@ -357,6 +357,20 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE event_vectors_f16_fill(next_rowid INTEGER NOT NULL);
     INSERT INTO event_vectors_f16_fill VALUES (-9223372036854775808);
     "#,
+    // v13: an event made of several turns keeps their vectors too (`mnemo_core::turns`: one blob,
+    // 8 bits a dimension), written with its vector; they go with the vector (this trigger: the
+    // event deleted, the collection's model changed) and whenever the text changes (the writers).
+    // Events written before have none and rank by their one vector, as they did.
+    r#"
+    CREATE TABLE event_turn_vectors(
+        event_id TEXT PRIMARY KEY,
+        turns BLOB NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TRIGGER event_turn_vectors_deleted AFTER DELETE ON event_vectors
+    BEGIN
+        DELETE FROM event_turn_vectors WHERE event_id = OLD.event_id;
+    END;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -386,8 +386,9 @@ impl<'q> CopyRanker<'q> {
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.
 const SMALL_SCOPE: usize = 5_000;
 
-/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in. A
-/// candidate an earlier hop of the same search returned (`known`) is not read again.
+/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in, and the
+/// best turn cosine of those `turns::scored` picks read. A candidate an earlier hop of the same search returned
+/// (`known`) is not read again.
 fn load_candidates(
     conn: &Connection,
     cosine: HashMap<String, f32>,
@@ -409,6 +410,9 @@ fn load_candidates(
             "SELECT vec FROM event_vectors WHERE event_id=?1"
         })
         .map_err(backend)?;
+    let mut turns_of =
+        conn.prepare_cached("SELECT turns FROM event_turn_vectors WHERE event_id=?1").map_err(backend)?;
+    let scored = mnemo_core::turns::scored(&cosine, &bm25);
     for id in ids {
         let seen = known.get(id.as_str());
         let event = match seen {
@@ -428,8 +432,16 @@ fn load_candidates(
             }
             (None, None) => None,
         };
+        let turn_cosine = match (seen, &q.vector) {
+            (Some(c), _) => c.turn_cosine,
+            (None, Some(qv)) if scored.contains(id.as_str()) => {
+                let blob: Option<Vec<u8>> = turns_of.query_row([&id], |r| r.get(0)).optional().map_err(backend)?;
+                blob.and_then(|b| mnemo_core::turns::best_cosine(&b, qv))
+            }
+            (None, _) => None,
+        };
         let b = bm25.get(&id).copied();
-        out.push(Candidate { event, cosine: cos, bm25: b });
+        out.push(Candidate { event, cosine: cos, bm25: b, turn_cosine });
     }
     Ok(out)
 }

@@ -327,7 +327,7 @@ async fn a_data_directory_of_schema_v10_is_usable_at_once_and_relocated_in_the_b
         .unwrap();
     written[0].push((e.id, v));
     let v = unit(200, 64);
-    s.set_event_vector(1, "evt_2", v.clone()).await.unwrap();
+    s.set_event_vector(1, "evt_2", v.clone(), None).await.unwrap();
     written[0][1].1 = v;
     assert!(s.delete_event(1, "evt_4").await.unwrap());
     written[0].remove(2);
@@ -538,7 +538,7 @@ async fn the_f16_copies_only_order_a_search_and_the_f32_rows_score_it() {
     assert_eq!(top, exact_top_k(&base, &vectors, 500));
     // A vector set later gets its copy; one replaced gets a new one.
     let v = unit(5, dim);
-    s.set_event_vector(c.id, &next.id, v.clone()).await.unwrap();
+    s.set_event_vector(c.id, &next.id, v.clone(), None).await.unwrap();
     vectors.push((next.id, v));
     let (n, copies_after) = f16_copies(&s).await;
     assert_eq!((n, copies_after), (vectors.len() as i64, copies + 1));
@@ -640,4 +640,38 @@ async fn the_wal_is_checkpointed_beside_the_writer() {
     }
     let n = store.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).map_err(backend)).await;
     assert_eq!(n.unwrap(), 150);
+}
+
+#[tokio::test]
+async fn turn_vectors_leave_no_row_behind_their_event_or_its_vector() {
+    let (_dir, s, c) = setup().await;
+    let turns = || Some(vec![unit(1, 64), unit(2, 64), unit(3, 64)]);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let e = NewEvent {
+            embedding: Some(unit(10 + i, 64)),
+            turn_vectors: turns(),
+            ..NewEvent::of_user(
+                c.id,
+                "event_v1",
+                "u1",
+                json!({"summary": format!("e{i}")}).as_object().unwrap().clone(),
+                1,
+            )
+        };
+        ids.push(s.insert_event(e).await.unwrap().id);
+    }
+    let rows = || async {
+        s.read(|c| Ok(c.query_row("SELECT count(*) FROM event_turn_vectors", [], |r| r.get::<_, i64>(0)).unwrap()))
+            .await
+            .unwrap()
+    };
+    assert_eq!(rows().await, 3);
+    assert!(s.delete_event(c.id, &ids[0]).await.unwrap());
+    assert_eq!(rows().await, 2, "deleted with its event");
+    let patch = EventPatch { memory_info: json!({"summary": "new"}).as_object().cloned(), ..Default::default() };
+    s.update_event(c.id, &ids[1], patch, 2).await.unwrap();
+    assert_eq!(rows().await, 1, "a new text without new turn vectors drops the old");
+    s.set_collection_embedding(c.id, "another-model", 64).await.unwrap();
+    assert_eq!(rows().await, 0, "dropped with the vectors");
 }

@@ -354,9 +354,12 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     {
         bail!("retrieval.similarity_threshold: must be in [0,1], got {t}");
     }
-    for (key, w) in
-        [("neighbour_weight", r.neighbour_weight), ("date_weight", r.date_weight), ("whole_share", r.whole_share)]
-    {
+    for (key, w) in [
+        ("neighbour_weight", r.neighbour_weight),
+        ("date_weight", r.date_weight),
+        ("whole_share", r.whole_share),
+        ("turn_weight", r.turn_weight),
+    ] {
         if !(0.0..=1.0).contains(&w) {
             bail!("retrieval.{key}: must be in [0,1], got {w}");
         }
@@ -381,6 +384,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         date_weight: r.date_weight,
         whole_share: r.whole_share,
         reply_hits: r.reply_hits,
+        turn_weight: r.turn_weight as f32,
     })
 }
 
@@ -585,10 +589,11 @@ mod tests {
         let with = |f: &dyn Fn(&mut Config)| {
             let mut cfg = Config::default();
             f(&mut cfg);
-            retrieval_config(&cfg)
-                .map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share, r.reply_hits))
+            retrieval_config(&cfg).map(|r| {
+                (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share, r.reply_hits, r.turn_weight)
+            })
         };
-        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5, 3));
+        assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5, 3, 0.5));
         let mut mcp = mnemo_mcp::McpScope::default();
         assert!(check_mcp(&mcp).is_ok(), "unset: the model's floor");
         mcp.min_score = Some(1.5);
@@ -603,5 +608,7 @@ mod tests {
         assert_eq!(e, "retrieval.feedback_terms: must be in 0..=50, got 51");
         let e = with(&|c| c.retrieval.reply_hits = 51).unwrap_err().to_string();
         assert_eq!(e, "retrieval.reply_hits: must be in 0..=50, got 51");
+        let e = with(&|c| c.retrieval.turn_weight = 1.2).unwrap_err().to_string();
+        assert_eq!(e, "retrieval.turn_weight: must be in [0,1], got 1.2");
     }
 }

@@ -80,7 +80,13 @@ impl Service {
             }
             for e in &events {
                 let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
-                self.store.set_event_vector(cid, &e.id, v).await?;
+                let turns = self
+                    .turn_vectors([&e.memory_info])
+                    .await
+                    .map_err(|e| CoreError::internal(format!("embedding failed: {e}")))?
+                    .pop()
+                    .flatten();
+                self.store.set_event_vector(cid, &e.id, v, turns).await?;
                 done += 1;
             }
             progress(done);

@@ -89,6 +89,13 @@ impl Service {
         for (e, v) in events.iter_mut().zip(self.embed_or_defer(texts).await) {
             e.embedding = v;
         }
+        // Turn vectors only beside a vector; an event whose turns fail to embed is stored without
+        // them (it ranks by its one vector).
+        let with_vector: Vec<usize> = (0..events.len()).filter(|&i| events[i].embedding.is_some()).collect();
+        match self.turn_vectors(with_vector.iter().map(|&i| &events[i].memory_info)).await {
+            Ok(turns) => with_vector.iter().zip(turns).for_each(|(&i, t)| events[i].turn_vectors = t),
+            Err(error) => tracing::warn!(%error, "storing events without their turns' vectors"),
+        }
         Ok(self.store.insert_events(events).await?)
     }
 
@@ -173,6 +180,7 @@ impl Service {
             memory_info: req.memory_info,
             source_message_ids: vec![],
             embedding: None,
+            turn_vectors: None,
             expires_at,
             now,
         })
@@ -203,6 +211,12 @@ impl Service {
             let mut merged = existing.memory_info.clone();
             merged.extend(info.clone());
             patch.embedding = Some(self.embed_one(&event_text(&merged), EmbedKind::Document).await?);
+            patch.turn_vectors = self
+                .turn_vectors([&merged])
+                .await
+                .map_err(|e| CoreError::internal(format!("embedding failed: {e}")))?
+                .pop()
+                .flatten();
         }
         Ok(self.store.update_event(c.id, id, patch, self.now()).await?)
     }

@@ -401,8 +401,13 @@ impl Service {
                 .embed(&texts, EmbedKind::Document)
                 .await
                 .map_err(|err| ExtractError::Transient(format!("embedding failed: {err}")))?;
-            for (e, v) in kept.iter_mut().zip(vectors) {
+            let turns = self
+                .turn_vectors(kept.iter().map(|e| &e.memory_info))
+                .await
+                .map_err(|err| ExtractError::Transient(format!("embedding failed: {err}")))?;
+            for ((e, v), t) in kept.iter_mut().zip(vectors).zip(turns) {
                 e.embedding = Some(v);
+                e.turn_vectors = t;
             }
         }
         output.events = kept;

@@ -111,6 +111,7 @@ impl Service {
                 memory_info: info,
                 source_message_ids: group.iter().flat_map(|e| e.source_message_ids.iter().copied()).collect(),
                 embedding: Some(self.embed_one(&summary, EmbedKind::Document).await?),
+                turn_vectors: None,
                 expires_at: None,
                 now,
             };

@@ -32,6 +32,10 @@ pub struct RetrievalConfig {
     /// Each of the first this many results that ends by asking brings the event that answers it
     /// (the next of its thread) right after it (0 = off).
     pub reply_hits: usize,
+    /// An event made of several turns is matched by `(1 − w) ·` its vector's cosine `+ w ·` its
+    /// best turn's (crate::turns); when above 0, events with turns are stored with their turns'
+    /// vectors too (0 = off: none are embedded).
+    pub turn_weight: f32,
 }
 
 impl Default for RetrievalConfig {
@@ -47,6 +51,7 @@ impl Default for RetrievalConfig {
             date_weight: 0.0,
             whole_share: 1.0,
             reply_hits: 0,
+            turn_weight: 0.0,
         }
     }
 }
@@ -234,9 +239,16 @@ impl Service {
         };
         let in_spans = |t: Millis| spans.iter().any(|(from, to)| (*from..*to).contains(&t));
         // Scores every candidate, keeps the best `limit`, and copies only their events.
+        let turn_weight = self.config.retrieval.turn_weight;
+        let cosine = |c: &Candidate| match (c.cosine, c.turn_cosine) {
+            (Some(whole), Some(turn)) if turn_weight > 0.0 => Some((1.0 - turn_weight) * whole + turn_weight * turn),
+            (cosine, _) => cosine,
+        };
         let ranked = |cands: &[Candidate], layer: Option<&str>| -> Vec<ScoredEvent> {
-            let origins: Vec<f64> = cands.iter().map(|c| fusion.fuse(c.cosine.map(|x| x + offset), c.bm25)).collect();
-            let boosts = neighbour_boosts(cands, &origins, offset, &fusion, neighbour_weight);
+            let cosines: Vec<Option<f32>> = cands.iter().map(cosine).collect();
+            let origins: Vec<f64> =
+                cands.iter().zip(&cosines).map(|(c, cos)| fusion.fuse(cos.map(|x| x + offset), c.bm25)).collect();
+            let boosts = neighbour_boosts(cands, &cosines, &origins, offset, &fusion, neighbour_weight);
             let mut kept: Vec<(usize, Scores)> = origins
                 .into_iter()
                 .zip(boosts)
@@ -396,6 +408,7 @@ fn ends_asking(e: &Event) -> bool {
 /// relevance instead (an earlier rule) let a strong neighbour lift an unrelated reply.
 fn neighbour_boosts(
     cands: &[Candidate],
+    cosines: &[Option<f32>],
     origins: &[f64],
     offset: f32,
     fusion: &ranking::Fusion,
@@ -434,7 +447,7 @@ fn neighbour_boosts(
         let lent = after.max(before);
         if lent > 0.0 {
             let own = cands[i].bm25.unwrap_or(0.0).max(0.0);
-            let together = fusion.fuse(cands[i].cosine.map(|x| x + offset), Some(own + weight * lent));
+            let together = fusion.fuse(cosines[i].map(|x| x + offset), Some(own + weight * lent));
             boosts[i] = (together - origins[i]).max(0.0);
         }
     }
@@ -516,8 +529,12 @@ mod tests {
 
     #[test]
     fn an_event_borrows_the_adjacent_turns_words_within_its_conversation_only() {
-        let cand =
-            |h: ScoredEvent, cosine: f32, bm25: Option<f64>| Candidate { event: h.event, cosine: Some(cosine), bm25 };
+        let cand = |h: ScoredEvent, cosine: f32, bm25: Option<f64>| Candidate {
+            event: h.event,
+            cosine: Some(cosine),
+            bm25,
+            turn_cosine: None,
+        };
         let cands: Vec<Candidate> = vec![
             cand(in_session("question", "s1", &[10, 11], 0.0), 0.5, Some(12.0)),
             cand(in_session("answer", "s1", &[12, 13], 0.0), 0.3, Some(1.0)),
@@ -526,21 +543,22 @@ mod tests {
         ];
         let fusion = ranking::Fusion::LEXICAL_LED;
         let origins: Vec<f64> = cands.iter().map(|c| fusion.fuse(c.cosine, c.bm25)).collect();
-        let b = neighbour_boosts(&cands, &origins, 0.0, &fusion, 0.5);
+        let cosines: Vec<Option<f32>> = cands.iter().map(|c| c.cosine).collect();
+        let b = neighbour_boosts(&cands, &cosines, &origins, 0.0, &fusion, 0.5);
         // The answer is scored with 1 + 0.5 × 12 of BM25; the question with 12 + 0.5 × 1.
         let answer = fusion.fuse(Some(0.3), Some(7.0)) - origins[1];
         let question = fusion.fuse(Some(0.5), Some(12.5)) - origins[0];
         assert!((b[1] - answer).abs() < 1e-9 && answer > 0.2, "{b:?}");
         assert!((b[0] - question).abs() < 1e-9 && question < 0.02, "{b:?}");
         assert_eq!((b[2], b[3]), (0.0, 0.0), "not adjacent, or another session");
-        assert_eq!(neighbour_boosts(&cands, &origins, 0.0, &fusion, 0.0), vec![0.0; 4]);
+        assert_eq!(neighbour_boosts(&cands, &cosines, &origins, 0.0, &fusion, 0.0), vec![0.0; 4]);
         // One conversation closed into two sessions: its turns are still adjacent across them.
         let mut split = cands.clone();
         for (c, session) in split.iter_mut().zip(["s1", "s2", "s1", "s9"]) {
             c.event.session_id = Some(session.into());
             c.event.conversation_id = Some(if session == "s9" { "other" } else { "conv" }.into());
         }
-        let b = neighbour_boosts(&split, &origins, 0.0, &fusion, 0.5);
+        let b = neighbour_boosts(&split, &cosines, &origins, 0.0, &fusion, 0.5);
         assert!((b[1] - answer).abs() < 1e-9 && b[3] == 0.0, "{b:?}");
     }
 

@@ -502,3 +502,62 @@ async fn an_extracted_question_is_answered_by_the_event_citing_the_next_message(
         }
     }
 }
+
+#[tokio::test]
+async fn a_chunk_is_found_by_the_turn_that_answers_not_by_its_small_talk() {
+    let mut scores = Vec::new();
+    for turn_weight in [0.0, 0.5] {
+        let script = Arc::new(Scripted::default());
+        let svc = service_with(RetrievalConfig { turn_weight, ..Default::default() }, script.clone());
+        let turns = [
+            (Role::User, "Nate", "hey there how was your week honestly"),
+            (Role::Assistant, "Joanna", "busy busy with work errands and the kids all week long"),
+            (Role::User, "Nate", "Joanna painted the lake at sunrise"),
+            (Role::Assistant, "Joanna", "thanks so much glad you like it a lot"),
+        ];
+        let raw: Vec<String> =
+            turns.iter().map(|(r, n, c)| crate::model::original_message_line(Some(n), *r, c)).collect();
+        let mut chunk = Map::new();
+        chunk.insert(
+            "summary".into(),
+            json!(turns.iter().map(|(_, n, c)| format!("{n}: {c}")).collect::<Vec<_>>().join(" ")),
+        );
+        chunk.insert("original_messages".into(), json!(raw.join("\n")));
+        let mut e = ExtractedEvent::new(EVENT_V1, chunk, T0);
+        e.source_message_ids = vec![1, 2, 3, 4];
+        script.0.lock().unwrap().push_back(ExtractionOutput { events: vec![e], ..Default::default() });
+        let messages: Vec<IncomingMessage> = turns
+            .iter()
+            .map(|(role, name, content)| IncomingMessage {
+                role: *role,
+                content: content.to_string(),
+                name: Some(name.to_string()),
+                time: None,
+                idempotency_key: None,
+            })
+            .collect();
+        svc.streaming_write(WriteRequest {
+            project: "default".into(),
+            collection: "c".into(),
+            conversation_id: "conv".into(),
+            messages,
+            trigger: ExtractTrigger::from_parts(None, Some(4), None, ExtractTrigger::default()).unwrap(),
+            meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
+        })
+        .await
+        .unwrap();
+        while svc.try_run_one().await.unwrap() {}
+        // A short memory that shares fewer of the question's words, undiluted.
+        add_turn(&svc, None, 1, "Joanna saw the lake").await;
+        let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+        let query = EventSearch::new(target(), Some("when did Joanna paint the lake at sunrise".into()), filter, 2);
+        let found = svc.search_events(query).await.unwrap();
+        assert_eq!(found.len(), 2);
+        let first = found[0].event.text();
+        scores.push(found.iter().map(|r| r.scores.origin_score).collect::<Vec<_>>());
+        match turn_weight {
+            0.0 => assert_eq!(first, "Joanna saw the lake", "{scores:?}"),
+            _ => assert!(first.contains("painted the lake at sunrise"), "{first} {scores:?}"),
+        }
+    }
+}

@@ -62,6 +62,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(a_filtered_search_over_a_large_scope_finds_the_filtered_events);
     scenario!(export_and_forget_a_user);
     scenario!(a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text);
+    scenario!(an_event_keeps_its_turns_vectors_until_its_text_or_model_changes);
     scenario!(a_deleted_conversation_leaves_nothing_and_spares_the_others);
     if fresh().await.has_webhooks() {
         scenario!(every_change_is_announced_in_its_own_transaction);
@@ -610,7 +611,7 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
     assert_eq!(got.len(), 1, "full text still finds the event");
     let v: Vec<f32> = (0..32).map(|i| if i == 0 { 1.0 } else { 0.0 }).collect();
     for e in s.events_missing_vectors(c.id, 10).await.unwrap() {
-        s.set_event_vector(c.id, &e.id, v.clone()).await.unwrap();
+        s.set_event_vector(c.id, &e.id, v.clone(), None).await.unwrap();
     }
     assert!(s.events_missing_vectors(c.id, 10).await.unwrap().is_empty());
     let got = s
@@ -623,6 +624,92 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
         .unwrap();
     assert_eq!(got.len(), 2, "the new vectors are searched");
     assert!(got.iter().all(|g| (g.cosine.unwrap() - 1.0).abs() < 1e-5));
+}
+
+/// Turn vectors (`crate::turns`): stored beside an event's vector, each candidate gets the best
+/// turn's cosine; a changed text drops them unless new ones come with it; a new model drops them
+/// with the vectors, and re-indexing stores new ones beside the new vector.
+pub async fn an_event_keeps_its_turns_vectors_until_its_text_or_model_changes(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let turns = ["Nate: how was the weekend", "Joanna: I painted a lake sunrise", "Nate: lovely colours"];
+    let mut turn_vectors = Vec::new();
+    for t in turns {
+        turn_vectors.push(embed(t, EmbedKind::Document).await);
+    }
+    let chunk = turns.join(" ");
+    let events = vec![
+        NewEvent {
+            embedding: Some(embed(&chunk, EmbedKind::Document).await),
+            turn_vectors: Some(turn_vectors.clone()),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary(&chunk), 1)
+        },
+        NewEvent {
+            embedding: Some(embed("a sunrise over the lake", EmbedKind::Document).await),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary("a sunrise over the lake"), 2)
+        },
+        // Turn vectors without a vector are not kept (they only refine it).
+        NewEvent {
+            turn_vectors: Some(turn_vectors.clone()),
+            ..NewEvent::of_user(c.id, EVENT_V1, "u1", summary("a sunrise, no vector yet"), 3)
+        },
+    ];
+    let ids: Vec<String> = s.insert_events(events).await.unwrap().into_iter().map(|e| e.id).collect();
+    let f = EventFilter { user_id: vec!["u1".into()], active_only: true, ..Default::default() };
+    let qv = embed("Joanna painted a lake sunrise", EmbedKind::Query).await;
+    let best = turn_vectors.iter().map(|t| t.iter().zip(&qv).map(|(a, b)| a * b).sum::<f32>()).fold(f32::MIN, f32::max);
+    let search = |v: Vec<f32>| {
+        let s = s.clone();
+        let f = f.clone();
+        async move {
+            let q = CandidateQuery {
+                vector: Some(v),
+                terms: search_tokens("sunrise"),
+                k: 10,
+                vector_hits: None,
+                corpus: None,
+            };
+            let got = s.search_candidates(c.id, f, q).await.unwrap();
+            got.into_iter().map(|g| (g.event.id, g.turn_cosine)).collect::<HashMap<String, Option<f32>>>()
+        }
+    };
+    let got = search(qv.clone()).await;
+    let turn = got[&ids[0]].expect("the chunk's turns are scored");
+    assert!((turn - best).abs() < 0.02, "best turn {turn} vs {best}");
+    assert!(turn > 0.5, "the turn that says it is near the question: {turn}");
+    assert_eq!((got[&ids[1]], got[&ids[2]]), (None, None), "no turns, or no vector to go with them");
+
+    // A new text with its vector but no turn vectors: the old ones go.
+    let patch = |text: &str, v: Vec<f32>, turns: Option<Vec<Vec<f32>>>| EventPatch {
+        memory_info: Some(summary(text)),
+        embedding: Some(v),
+        turn_vectors: turns,
+        ..Default::default()
+    };
+    let v = embed("Joanna painted a lake sunrise again", EmbedKind::Document).await;
+    s.update_event(c.id, &ids[0], patch("Joanna painted a lake sunrise again", v.clone(), None), 10).await.unwrap();
+    assert_eq!(search(qv.clone()).await[&ids[0]], None, "a changed text drops the turns' vectors");
+    s.update_event(c.id, &ids[0], patch("sunrise", v, Some(turn_vectors.clone())), 11).await.unwrap();
+    assert!(search(qv.clone()).await[&ids[0]].is_some(), "new ones come with the new text");
+    // A change that leaves the text keeps them.
+    let status = EventPatch { time: Some(12), ..Default::default() };
+    s.update_event(c.id, &ids[0], status, 12).await.unwrap();
+    assert!(search(qv.clone()).await[&ids[0]].is_some());
+
+    // Another model of the same dimension: the vectors go, and the turns' with them ...
+    s.set_collection_embedding(c.id, "another-model", 64).await.unwrap();
+    h.settle().await;
+    let got = search(qv.clone()).await;
+    assert!(got.values().all(Option::is_none), "no vector, no turns: {got:?}");
+    // ... until re-indexing brings both.
+    for e in s.events_missing_vectors(c.id, 10).await.unwrap() {
+        let turns = (e.id == ids[0]).then(|| turn_vectors.clone());
+        s.set_event_vector(c.id, &e.id, embed(&e.text(), EmbedKind::Document).await, turns).await.unwrap();
+    }
+    let got = search(qv.clone()).await;
+    assert!(got[&ids[0]].is_some() && got[&ids[1]].is_none() && got[&ids[2]].is_none(), "{got:?}");
+    s.set_event_vector(c.id, &ids[0], embed("sunrise", EmbedKind::Document).await, None).await.unwrap();
+    assert_eq!(search(qv).await[&ids[0]], None, "a new vector without turns drops the old turns");
+    assert!(s.delete_event(c.id, &ids[0]).await.unwrap());
 }
 
 const WORDS: [&str; 10] = ["coffee", "hike", "baby", "formula", "kyoto", "奶粉", "咖啡", "上海", "宝宝", "piano"];

@@ -94,6 +94,8 @@ struct EventRow {
     collection_id: CollectionId,
     event: Event,
     vector: Option<Vec<f32>>,
+    /// Its turns' vectors as stored ([`crate::turns::encode`]); only beside `vector`.
+    turns: Option<Vec<u8>>,
     terms: String,
 }
 
@@ -360,8 +362,11 @@ impl State {
             superseded_by: None,
         };
         let terms = terms_of(&event.memory_info);
-        self.events
-            .insert(id.clone(), EventRow { collection_id: e.collection_id, event, vector: e.embedding.clone(), terms });
+        let turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(crate::turns::encode);
+        self.events.insert(
+            id.clone(),
+            EventRow { collection_id: e.collection_id, event, vector: e.embedding.clone(), turns, terms },
+        );
         id
     }
 
@@ -389,6 +394,7 @@ impl State {
         }
         let (info, sources) = crate::extract::merged_content(&row.event, e);
         row.terms = terms_of(&info);
+        row.turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(crate::turns::encode);
         if let Some(v) = &e.embedding {
             row.vector = Some(v.clone());
         }
@@ -545,7 +551,7 @@ impl Store for MemoryStore {
         c.embedding_model = Some(model.to_string());
         c.embedding_dim = Some(dim);
         if changed {
-            g.events.values_mut().filter(|r| r.collection_id == id).for_each(|r| r.vector = None);
+            g.events.values_mut().filter(|r| r.collection_id == id).for_each(|r| (r.vector, r.turns) = (None, None));
         }
         Ok(())
     }
@@ -994,9 +1000,9 @@ impl Store for MemoryStore {
         let row = s
             .event_mut(collection_id, id)
             .ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
-        let (text_changed, vector) = patch.apply(&mut row.event);
-        if text_changed {
+        if let Some(TextVectors { vector, turns }) = patch.apply(&mut row.event) {
             row.terms = terms_of(&row.event.memory_info);
+            row.turns = vector.as_ref().and(turns.as_deref()).and_then(crate::turns::encode);
             if vector.is_some() {
                 row.vector = vector;
             }
@@ -1070,6 +1076,7 @@ impl Store for MemoryStore {
             bm25 = query.top_k(scope.iter().map(|r| (&r.event.id, Some(&r.terms))), q.k);
         }
         let ids = crate::store::candidate_ids(&cosine, &bm25);
+        let scored = crate::turns::scored(&cosine, &bm25);
         Ok(ids
             .into_iter()
             .map(|id| {
@@ -1078,7 +1085,10 @@ impl Store for MemoryStore {
                     let qv = q.vector.as_ref()?;
                     r.vector.as_ref().filter(|v| v.len() == qv.len()).map(|v| dot(qv, v))
                 });
-                Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied() }
+                let turn_cosine = (q.vector.as_ref().zip(r.turns.as_ref()))
+                    .filter(|_| scored.contains(id.as_str()))
+                    .and_then(|(qv, t)| crate::turns::best_cosine(t, qv));
+                Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied(), turn_cosine }
             })
             .collect())
     }
@@ -1112,9 +1122,16 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn set_event_vector(&self, collection_id: CollectionId, id: &str, vector: Vec<f32>) -> StoreResult<()> {
+    async fn set_event_vector(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()> {
         if let Some(r) = self.lock().event_mut(collection_id, id) {
             r.vector = Some(vector);
+            r.turns = turns.as_deref().and_then(crate::turns::encode);
         }
         Ok(())
     }

@@ -89,6 +89,7 @@ pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
         class: body.class,
         status: body.status,
         embedding: None,
+        turn_vectors: None,
     };
     if let Some(st) = &patch.status
         && !["active", "archived", "superseded"].contains(&st.as_str())
