@@ -364,8 +364,8 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE TABLE event_turn_vectors(
         event_id TEXT PRIMARY KEY,
-        turns BLOB NOT NULL
-    ) WITHOUT ROWID;
+        turns BLOB NOT NULL     -- a few KB: a rowid table, so the key's index stays small
+    );
     CREATE TRIGGER event_turn_vectors_deleted AFTER DELETE ON event_vectors
     BEGIN
         DELETE FROM event_turn_vectors WHERE event_id = OLD.event_id;

@@ -238,12 +238,13 @@ impl Service {
             Vec::new()
         };
         let in_spans = |t: Millis| spans.iter().any(|(from, to)| (*from..*to).contains(&t));
-        // Scores every candidate, keeps the best `limit`, and copies only their events.
+        // An event with turn vectors is as near as its own vector and its best turn together.
         let turn_weight = self.config.retrieval.turn_weight;
         let cosine = |c: &Candidate| match (c.cosine, c.turn_cosine) {
             (Some(whole), Some(turn)) if turn_weight > 0.0 => Some((1.0 - turn_weight) * whole + turn_weight * turn),
             (cosine, _) => cosine,
         };
+        // Scores every candidate, keeps the best `limit`, and copies only their events.
         let ranked = |cands: &[Candidate], layer: Option<&str>| -> Vec<ScoredEvent> {
             let cosines: Vec<Option<f32>> = cands.iter().map(cosine).collect();
             let origins: Vec<f64> =

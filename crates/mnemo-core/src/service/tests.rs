@@ -379,6 +379,23 @@ fn service_with(retrieval: RetrievalConfig, script: Arc<Scripted>) -> Arc<Servic
     )
 }
 
+/// Writes one session of user `u1` (conversation `conv`, closed by its last message) and runs its
+/// extraction (the extractor's script decides the events).
+async fn write_session(svc: &Service, messages: Vec<IncomingMessage>) {
+    let n = messages.len() as i64;
+    svc.streaming_write(WriteRequest {
+        project: "default".into(),
+        collection: "c".into(),
+        conversation_id: "conv".into(),
+        messages,
+        trigger: ExtractTrigger::from_parts(None, Some(n), None, ExtractTrigger::default()).unwrap(),
+        meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
+    })
+    .await
+    .unwrap();
+    while svc.try_run_one().await.unwrap() {}
+}
+
 /// Adds one event of user `u1` in `session` (no provenance) at `time`.
 async fn add_at(svc: &Service, session: Option<&str>, time: i64, text: &str) -> Event {
     svc.add_event(AddEventRequest {
@@ -479,17 +496,7 @@ async fn an_extracted_question_is_answered_by_the_event_citing_the_next_message(
                     idempotency_key: None,
                 })
                 .collect();
-        svc.streaming_write(WriteRequest {
-            project: "default".into(),
-            collection: "c".into(),
-            conversation_id: "conv".into(),
-            messages: turns,
-            trigger: ExtractTrigger::from_parts(None, Some(6), None, ExtractTrigger::default()).unwrap(),
-            meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
-        })
-        .await
-        .unwrap();
-        while svc.try_run_one().await.unwrap() {}
+        write_session(&svc, turns).await;
         // What outranks the reply without the rule: words of the query.
         add_turn(&svc, None, 1, "Anna moved to a new desk in the city office.").await;
         let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
@@ -536,17 +543,7 @@ async fn a_chunk_is_found_by_the_turn_that_answers_not_by_its_small_talk() {
                 idempotency_key: None,
             })
             .collect();
-        svc.streaming_write(WriteRequest {
-            project: "default".into(),
-            collection: "c".into(),
-            conversation_id: "conv".into(),
-            messages,
-            trigger: ExtractTrigger::from_parts(None, Some(4), None, ExtractTrigger::default()).unwrap(),
-            meta: ConversationMeta { user_id: Some("u1".into()), ..Default::default() },
-        })
-        .await
-        .unwrap();
-        while svc.try_run_one().await.unwrap() {}
+        write_session(&svc, messages).await;
         // A short memory that shares fewer of the question's words, undiluted.
         add_turn(&svc, None, 1, "Joanna saw the lake").await;
         let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
