@@ -622,6 +622,37 @@ impl Store for ShardedStore {
         self.shards[i].set_event_vector(collection_id, id, vector, turns).await
     }
 
+    async fn events_without_turns(
+        &self,
+        collection_id: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>> {
+        let parts = each!(self, |s| s.events_without_turns(collection_id, before.clone(), limit))?;
+        if parts.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let mut events = parts.into_iter().flatten().flatten().collect::<Vec<_>>();
+        events.sort_by(|a, b| b.id.cmp(&a.id));
+        events.truncate(limit as usize);
+        Ok(Some(events))
+    }
+
+    async fn add_event_turns(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        let Some(i) = self.event_shard_of_id(collection_id, id).await? else { return Ok(false) };
+        self.shards[i].add_event_turns(collection_id, id, seen, turns).await
+    }
+
+    async fn turns_backfilled(&self) -> StoreResult<()> {
+        each!(self, |s| s.turns_backfilled()).map(drop)
+    }
+
     async fn memory_stats(
         &self,
         collection_id: CollectionId,
@@ -949,6 +980,53 @@ mod tests {
             let home = &shards[shard_of(&e.user_id[0], 3)];
             assert!(home.get_event(c.id, &e.id).await.unwrap().is_some(), "on its user's shard");
         }
+    }
+
+    /// The turn-vector backfill pages through every shard's events, newest first across them,
+    /// adds turns on the event's own shard, and is done when every shard says so.
+    #[tokio::test]
+    async fn the_turn_backfill_pages_through_every_shard_newest_first() {
+        let memories: Vec<MemoryStore> = (0..3).map(|_| MemoryStore::new()).collect();
+        let shards = memories.iter().map(|m| Arc::new(m.clone()) as Arc<dyn Store>).collect();
+        let s = ShardedStore::open(shards).await.unwrap();
+        let c = s
+            .ensure_collection(NewCollection {
+                id: None,
+                project_name: "p".into(),
+                collection_name: "c".into(),
+                description: String::new(),
+                schema: Default::default(),
+                embedding_model: "m".into(),
+                embedding_dim: 2,
+                created_at: 1,
+            })
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for u in ["u0", "u1", "u2", "u3", "u4", "u5"] {
+            let info = serde_json::json!({ "summary": u }).as_object().unwrap().clone();
+            let e =
+                NewEvent { embedding: Some(vec![1.0, 0.0]), ..NewEvent::of_user(c.id, crate::EVENT_V1, u, info, 1) };
+            ids.push(s.insert_event(e).await.unwrap().id);
+        }
+        let homes: std::collections::HashSet<usize> =
+            ["u0", "u1", "u2", "u3", "u4", "u5"].iter().map(|u| shard_of(u, 3)).collect();
+        assert!(homes.len() > 1, "the events are spread");
+        assert_eq!(s.events_without_turns(c.id, None, 10).await.unwrap(), None, "nothing written before");
+        memories.iter().for_each(MemoryStore::as_written_before_turns);
+        let mut seen = Vec::new();
+        let mut before = None;
+        while let Some(page) = s.events_without_turns(c.id, before.clone(), 4).await.unwrap() {
+            let Some(last) = page.last() else { break };
+            before = Some(last.id.clone());
+            seen.extend(page.into_iter().map(|e| e.id));
+        }
+        ids.reverse();
+        assert_eq!(seen, ids, "each once, newest first");
+        assert!(s.add_event_turns(c.id, &ids[0], 1, vec![vec![1.0, 0.0], vec![0.0, 1.0]]).await.unwrap());
+        assert_eq!(memories.iter().map(MemoryStore::events_with_turns).sum::<usize>(), 1);
+        s.turns_backfilled().await.unwrap();
+        assert_eq!(s.events_without_turns(c.id, None, 10).await.unwrap(), None);
     }
 
     #[test]

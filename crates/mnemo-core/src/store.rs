@@ -277,6 +277,29 @@ pub trait Store: Send + Sync + 'static {
         vector: Vec<f32>,
         turns: Option<Vec<Vec<f32>>>,
     ) -> StoreResult<()>;
+    /// Events an older release stored before stores kept turn vectors ([`crate::turns`]), for the
+    /// service to embed their turns: up to `limit` of the collection's events with a vector and
+    /// without turn vectors, newest first (by id, below `before`). `None` once the store has none left to look
+    /// at: it was created with turn vectors, or [`Store::turns_backfilled`] was called.
+    async fn events_without_turns(
+        &self,
+        collection_id: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>>;
+    /// Adds the turn vectors embedded for an event [`Store::events_without_turns`] gave, unless
+    /// it has changed since (its `updated_at` is no longer `seen`), has no vector, or has turn
+    /// vectors already. Whether they were stored.
+    async fn add_event_turns(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool>;
+    /// Records that every event an older release stored has been looked at:
+    /// [`Store::events_without_turns`] answers `None` from now on.
+    async fn turns_backfilled(&self) -> StoreResult<()>;
 
     /// Memory statistics of a collection (optionally one user) for the last `days` days to `now`.
     async fn memory_stats(

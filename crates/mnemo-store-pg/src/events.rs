@@ -665,6 +665,58 @@ impl PgStore {
         from_rows(rows, event_from_row)
     }
 
+    pub(crate) async fn events_without_turns(
+        &self,
+        cid: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>> {
+        let conn = self.client().await?;
+        if query_opt(&conn, "SELECT 1 FROM event_turns_backfill LIMIT 1", &[]).await?.is_none() {
+            return Ok(None);
+        }
+        let rows = query_all(
+            &conn,
+            &format!(
+                "SELECT {EVENT_COLS} FROM events e WHERE collection_id=$1 AND ($2::text IS NULL OR id < $2)
+                 AND EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id)
+                 AND NOT EXISTS (SELECT 1 FROM event_turn_vectors t WHERE t.event_id = e.id)
+                 ORDER BY id DESC LIMIT $3"
+            ),
+            &[&cid, &before, &(limit as i64)],
+        )
+        .await?;
+        from_rows(rows, event_from_row).map(Some)
+    }
+
+    pub(crate) async fn add_event_turns(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        let Some(blob) = mnemo_core::turns::encode(&turns) else { return Ok(false) };
+        let conn = self.client().await?;
+        // One statement: the event's row and its vector are checked as the row is inserted (the
+        // foreign key to the vector holds it against a concurrent delete).
+        let added = execute(
+            &conn,
+            "INSERT INTO event_turn_vectors(event_id, turns)
+             SELECT e.id, $4 FROM events e JOIN event_vectors v ON v.event_id = e.id
+             WHERE e.collection_id=$1 AND e.id=$2 AND e.updated_at=$3
+             ON CONFLICT(event_id) DO NOTHING",
+            &[&cid, &id, &seen, &blob],
+        )
+        .await?;
+        Ok(added == 1)
+    }
+
+    pub(crate) async fn turns_backfilled(&self) -> StoreResult<()> {
+        let conn = self.client().await?;
+        execute(&conn, "DELETE FROM event_turns_backfill", &[]).await.map(drop)
+    }
+
     pub(crate) async fn set_event_vector(
         &self,
         cid: CollectionId,

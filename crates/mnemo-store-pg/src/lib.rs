@@ -701,6 +701,29 @@ impl Store for PgStore {
         PgStore::set_event_vector(self, cid, id, vector, turns).await
     }
 
+    async fn events_without_turns(
+        &self,
+        cid: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>> {
+        PgStore::events_without_turns(self, cid, before, limit).await
+    }
+
+    async fn add_event_turns(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        PgStore::add_event_turns(self, cid, id, seen, turns).await
+    }
+
+    async fn turns_backfilled(&self) -> StoreResult<()> {
+        PgStore::turns_backfilled(self).await
+    }
+
     async fn memory_stats(
         &self,
         cid: CollectionId,

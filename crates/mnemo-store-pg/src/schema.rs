@@ -460,11 +460,15 @@ const MIGRATIONS: &[&str] = &[
     // v7: an event made of several turns keeps their vectors too (`mnemo_core::turns`: one blob,
     // 8 bits a dimension), written with its vector and gone with it (the cascade: the event
     // deleted, the collection's model changed); the writers drop them when the text changes.
+    // Events written before get theirs from the service's backfill (`Service::backfill_turns`),
+    // pending while `event_turns_backfill` holds its row (only a database that had events).
     r#"
     CREATE TABLE event_turn_vectors(
         event_id TEXT PRIMARY KEY REFERENCES event_vectors(event_id) ON DELETE CASCADE,
         turns BYTEA NOT NULL
     );
+    CREATE TABLE event_turns_backfill(pending BOOLEAN NOT NULL);
+    INSERT INTO event_turns_backfill SELECT true WHERE EXISTS (SELECT 1 FROM events);
     "#,
 ];
 

@@ -485,3 +485,67 @@ async fn a_claimed_schema_is_refused_to_others_until_released() {
     }
     assert!(again.is_some(), "the claim was never released");
 }
+
+/// A database of schema v6 (before turn vectors) gets the v7 tables with its backfill pending:
+/// its events are offered newest first, turns are added only to an unchanged event with a
+/// vector, and once done the store offers none, for good. A new database has nothing pending.
+#[tokio::test]
+async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() {
+    let schema = "turns_backfill";
+    let Some((url, store)) = common::fresh_store("turn vector backfill", schema).await else { return };
+    let c = common::collection(&store, "c", 4).await;
+    assert_eq!(store.events_without_turns(c.id, None, 10).await.unwrap(), None, "a new database");
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let info = json!({"summary": format!("event {i}")}).as_object().unwrap().clone();
+        let mut v = vec![0.0f32; 4];
+        v[i] = 1.0;
+        let e = NewEvent { embedding: Some(v), ..NewEvent::of_user(c.id, EVENT_V1, "u", info, 1) };
+        ids.push(store.insert_event(e).await.unwrap().id);
+    }
+    let info = json!({"summary": "no vector"}).as_object().unwrap().clone();
+    let bare = store.insert_event(NewEvent::of_user(c.id, EVENT_V1, "u", info, 1)).await.unwrap().id;
+    drop(store);
+    // Back to v6, as the previous release left it.
+    let client = common::client(&url).await;
+    client
+        .batch_execute(&format!(
+            "DROP TABLE {schema}.event_turn_vectors, {schema}.event_turns_backfill; UPDATE {schema}.mnemo_schema SET version = 6"
+        ))
+        .await
+        .unwrap();
+    let open = || PgStore::connect(PgOptions { pool: 2, schema: Some(schema.into()), ..PgOptions::new(&url) });
+    let store = open().await.unwrap();
+    let ids_of = |events: Option<Vec<Event>>| events.unwrap().into_iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(ids_of(store.events_without_turns(c.id, None, 2).await.unwrap()), [ids[2].clone(), ids[1].clone()]);
+    assert_eq!(ids_of(store.events_without_turns(c.id, Some(ids[1].clone()), 2).await.unwrap()), [ids[0].clone()]);
+    let turns = || vec![vec![1.0, 0.0, 0.0, 0.0], vec![0.0, 0.0, 0.0, 1.0]];
+    assert!(!store.add_event_turns(c.id, &ids[2], 2, turns()).await.unwrap(), "the event changed since");
+    assert!(!store.add_event_turns(c.id, &bare, 1, turns()).await.unwrap(), "no vector to go with");
+    assert!(!store.add_event_turns(c.id + 1, &ids[2], 1, turns()).await.unwrap(), "another collection's event");
+    assert!(store.add_event_turns(c.id, &ids[2], 1, turns()).await.unwrap());
+    assert!(!store.add_event_turns(c.id, &ids[2], 1, turns()).await.unwrap(), "it has turn vectors now");
+    assert_eq!(ids_of(store.events_without_turns(c.id, None, 10).await.unwrap()), [ids[1].clone(), ids[0].clone()]);
+    let got = store
+        .search_candidates(
+            c.id,
+            EventFilter { user_id: vec!["u".into()], active_only: true, ..Default::default() },
+            CandidateQuery {
+                vector: Some(vec![0.0, 0.0, 0.0, 1.0]),
+                terms: vec![],
+                k: 10,
+                vector_hits: None,
+                corpus: None,
+            },
+        )
+        .await
+        .unwrap();
+    let turn = got.iter().find(|g| g.event.id == ids[2]).and_then(|g| g.turn_cosine).expect("its turns are scored");
+    assert!((turn - 1.0).abs() < 0.02, "{turn}");
+    store.turns_backfilled().await.unwrap();
+    assert_eq!(store.events_without_turns(c.id, None, 10).await.unwrap(), None);
+    drop(store);
+    let store = open().await.unwrap();
+    assert_eq!(store.events_without_turns(c.id, None, 10).await.unwrap(), None, "done for good");
+    mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
+}

@@ -822,6 +822,68 @@ impl SqliteStore {
         .await
     }
 
+    pub(crate) async fn events_without_turns(
+        &self,
+        cid: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>> {
+        self.read(move |conn| {
+            let pending: bool = conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM event_turns_backfill)")
+                .map_err(backend)?
+                .query_row([], |r| r.get(0))
+                .map_err(backend)?;
+            if !pending {
+                return Ok(None);
+            }
+            // Down the primary key from `before`; events whose vectors still wait in a v11
+            // upgrade's legacy table are passed over (their turns would have no vector row to
+            // go with).
+            let below = if before.is_some() { "id < ?2 AND" } else { "?2 IS NULL AND" };
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {EVENT_COLS} FROM events WHERE {below} collection_id=?1
+                     AND id IN (SELECT event_id FROM event_vectors)
+                     AND id NOT IN (SELECT event_id FROM event_turn_vectors)
+                     ORDER BY id DESC LIMIT ?3"
+                ))
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![cid, before, limit], event_from_row).map_err(backend)?;
+            Ok(Some(rows.collect::<Result<Vec<_>, _>>().map_err(backend)?))
+        })
+        .await
+    }
+
+    pub(crate) async fn add_event_turns(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        let (id, Some(blob)) = (id.to_string(), mnemo_core::turns::encode(&turns)) else { return Ok(false) };
+        self.writer
+            .write(move |conn| {
+                let added = conn
+                    .prepare_cached(
+                        "INSERT INTO event_turn_vectors(event_id, turns) SELECT ?2, ?4
+                         WHERE EXISTS (SELECT 1 FROM events WHERE id=?2 AND collection_id=?1 AND updated_at=?3)
+                         AND EXISTS (SELECT 1 FROM event_vectors WHERE event_id=?2)
+                         ON CONFLICT(event_id) DO NOTHING",
+                    )
+                    .map_err(backend)?
+                    .execute(params![cid, id, seen, blob])
+                    .map_err(backend)?;
+                Ok(added == 1)
+            })
+            .await
+    }
+
+    pub(crate) async fn turns_backfilled(&self) -> StoreResult<()> {
+        self.writer.write(|conn| conn.execute("DELETE FROM event_turns_backfill", []).map(drop).map_err(backend)).await
+    }
+
     pub(crate) async fn set_event_vector(
         &self,
         cid: CollectionId,

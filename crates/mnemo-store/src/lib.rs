@@ -401,6 +401,29 @@ impl Store for SqliteStore {
         SqliteStore::set_event_vector(self, cid, id, vector, turns).await
     }
 
+    async fn events_without_turns(
+        &self,
+        cid: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>> {
+        SqliteStore::events_without_turns(self, cid, before, limit).await
+    }
+
+    async fn add_event_turns(
+        &self,
+        cid: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        SqliteStore::add_event_turns(self, cid, id, seen, turns).await
+    }
+
+    async fn turns_backfilled(&self) -> StoreResult<()> {
+        SqliteStore::turns_backfilled(self).await
+    }
+
     async fn memory_stats(
         &self,
         cid: CollectionId,

@@ -360,7 +360,9 @@ const MIGRATIONS: &[&str] = &[
     // v13: an event made of several turns keeps their vectors too (`mnemo_core::turns`: one blob,
     // 8 bits a dimension), written with its vector; they go with the vector (this trigger: the
     // event deleted, the collection's model changed) and whenever the text changes (the writers).
-    // Events written before have none and rank by their one vector, as they did.
+    // Events written before have none and rank by their one vector until the service's backfill
+    // (`Service::backfill_turns`) has embedded their turns: pending while `event_turns_backfill`
+    // holds its row, which only a directory that already had events gets.
     r#"
     CREATE TABLE event_turn_vectors(
         event_id TEXT PRIMARY KEY,
@@ -370,6 +372,8 @@ const MIGRATIONS: &[&str] = &[
     BEGIN
         DELETE FROM event_turn_vectors WHERE event_id = OLD.event_id;
     END;
+    CREATE TABLE event_turns_backfill(pending INTEGER NOT NULL);
+    INSERT INTO event_turns_backfill SELECT 1 WHERE EXISTS (SELECT 1 FROM events);
     "#,
 ];
 

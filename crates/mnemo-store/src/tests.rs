@@ -675,3 +675,67 @@ async fn turn_vectors_leave_no_row_behind_their_event_or_its_vector() {
     s.set_collection_embedding(c.id, "another-model", 64).await.unwrap();
     assert_eq!(rows().await, 0, "dropped with the vectors");
 }
+
+#[tokio::test]
+async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_once() {
+    // A new directory has nothing to backfill.
+    let (_fresh, s, c) = setup().await;
+    assert_eq!(s.events_without_turns(c.id, None, 10).await.unwrap(), None);
+    drop(s);
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The previous release's directory, with one event (no vector: it is passed over).
+        let mut conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        schema::migrate_to(&mut conn, 12, |_, _| Ok(())).unwrap().unwrap();
+        conn.execute(
+            "INSERT INTO collections(id, project_name, collection_name, schema_json, created_at, embedding_model, embedding_dim)
+             VALUES (1, 'default', 'c1', ?1, 1, 'test-hashing', 64)",
+            [serde_json::to_string(&CollectionSchema::default()).unwrap()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, class, status, time, memory_info, source_message_ids, created_at, updated_at, terms)
+             VALUES ('evt_0', 1, ?1, '[\"u1\"]', '[]', 'conclusion', 'active', 1, '{\"summary\":\"x\"}', '[]', 1, 1, 'x')",
+            [EVENT_V1],
+        )
+        .unwrap();
+    }
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3u64 {
+        let e = NewEvent {
+            embedding: Some(unit(i, 64)),
+            ..NewEvent::of_user(1, EVENT_V1, "u1", json!({"summary": format!("e{i}")}).as_object().unwrap().clone(), 1)
+        };
+        ids.push(s.insert_event(e).await.unwrap().id);
+    }
+    let ids_of = |events: Option<Vec<Event>>| events.unwrap().into_iter().map(|e| e.id).collect::<Vec<_>>();
+    // Newest first, a page at a time; only events with a vector.
+    assert_eq!(ids_of(s.events_without_turns(1, None, 2).await.unwrap()), [ids[2].clone(), ids[1].clone()]);
+    assert_eq!(ids_of(s.events_without_turns(1, Some(ids[1].clone()), 2).await.unwrap()), [ids[0].clone()]);
+    assert!(s.events_without_turns(2, None, 2).await.unwrap().unwrap().is_empty(), "another collection's");
+    let turns = || vec![unit(7, 64), unit(8, 64)];
+    assert!(!s.add_event_turns(1, &ids[2], 2, turns()).await.unwrap(), "the event changed since it was read");
+    assert!(!s.add_event_turns(1, "evt_0", 1, turns()).await.unwrap(), "no vector to go with");
+    assert!(!s.add_event_turns(2, &ids[2], 1, turns()).await.unwrap(), "another collection's event");
+    assert!(s.add_event_turns(1, &ids[2], 1, turns()).await.unwrap());
+    assert!(!s.add_event_turns(1, &ids[2], 1, turns()).await.unwrap(), "it has turn vectors now");
+    assert_eq!(ids_of(s.events_without_turns(1, None, 10).await.unwrap()), [ids[1].clone(), ids[0].clone()]);
+    // Stored as a write stores them: a search scores them.
+    let q = unit(7, 64);
+    let found = s
+        .search_candidates(
+            1,
+            EventFilter::default(),
+            CandidateQuery { vector: Some(q), terms: vec![], k: 10, vector_hits: None, corpus: None },
+        )
+        .await
+        .unwrap();
+    let turn_cosine = found.iter().find(|c| c.event.id == ids[2]).and_then(|c| c.turn_cosine).unwrap();
+    assert!((turn_cosine - 1.0).abs() < 0.02, "{turn_cosine}");
+    s.turns_backfilled().await.unwrap();
+    assert_eq!(s.events_without_turns(1, None, 10).await.unwrap(), None);
+    drop(s);
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    assert_eq!(s.events_without_turns(1, None, 10).await.unwrap(), None, "done for good");
+}

@@ -411,7 +411,7 @@ pub async fn reindex(cfg: Config) -> Result<()> {
             "every collection is indexed with {model}{}",
             if n > 0 { format!(" ({n} events embedded that had no vector)") } else { String::new() }
         );
-        return Ok(());
+        return backfill_turns(&service).await;
     }
     for c in todo {
         eprintln!(
@@ -435,6 +435,19 @@ pub async fn reindex(cfg: Config) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e} (run `mnemo reindex` again to resume)"))?;
         bar.finish_and_clear();
         println!("{}/{}: {n} events re-embedded with {model}", c.project_name, c.collection_name);
+    }
+    backfill_turns(&service).await
+}
+
+/// The turn vectors of events an older release stored (the server's background backfill, at
+/// full speed here).
+async fn backfill_turns(service: &Service) -> Result<()> {
+    let n = service
+        .backfill_turns(false)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (run `mnemo reindex` again to resume)"))?;
+    if n > 0 {
+        println!("{n} events stored by an earlier release got their turns' vectors");
     }
     Ok(())
 }

@@ -72,6 +72,29 @@ impl Service {
                 }
             }
         }));
+        // Turn vectors for the events an older release stored (`backfill_turns`): from start,
+        // retried every `recover_interval` while the embedder fails, until done.
+        let svc = self.clone();
+        let mut stop = shutdown.clone();
+        handles.push(tokio::spawn(async move {
+            while !*stop.borrow() {
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    done = svc.backfill_turns(true) => match done {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            tracing::info!(events = n, "embedded the turns of events stored before turn vectors");
+                            break;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "turn vector backfill postponed"),
+                    },
+                }
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    _ = tokio::time::sleep(svc.config.recover_interval) => {}
+                }
+            }
+        }));
         // Failed jobs with a transient error go back in the queue: now (start-up), then every
         // `recover_interval` (a successful extraction also triggers it, see `try_run_one`).
         let svc = self.clone();

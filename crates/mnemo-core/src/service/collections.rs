@@ -93,6 +93,50 @@ impl Service {
         }
     }
 
+    /// Embeds the turns of the events an older release stored without turn vectors
+    /// ([`crate::turns`]), newest first, a page at a time, until the store has none left to look
+    /// at; then records the backfill done. After each page it rests three times as long as the
+    /// page took, so it takes at most a quarter of the embedder (on the local model a million
+    /// chunks of ~4.5 turns take days; the newest, most asked about, come first). A collection
+    /// of another model is passed over (`mnemo reindex` writes both vectors). Nothing happens
+    /// while `retrieval.turn_weight` is 0 (the backfill waits for a server that uses them).
+    /// Returns how many events got turn vectors.
+    pub async fn backfill_turns(&self, pace: bool) -> CoreResult<usize> {
+        if self.config.retrieval.turn_weight <= 0.0 {
+            return Ok(0);
+        }
+        let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
+        let mut added = 0;
+        for c in self.store.all_collections().await? {
+            if c.embedding_model.as_deref() != Some(model) || c.embedding_dim != Some(dim) {
+                continue;
+            }
+            let mut before = None;
+            loop {
+                let started = std::time::Instant::now();
+                let Some(page) = self.store.events_without_turns(c.id, before, 64).await? else { return Ok(added) };
+                let Some(last) = page.last() else { break };
+                before = Some(last.id.clone());
+                let turns = self
+                    .turn_vectors(page.iter().map(|e| &e.memory_info))
+                    .await
+                    .map_err(|e| CoreError::Unavailable(format!("embedding failed: {e}")))?;
+                for (e, turns) in page.iter().zip(turns) {
+                    if let Some(turns) = turns
+                        && self.store.add_event_turns(c.id, &e.id, e.updated_at, turns).await?
+                    {
+                        added += 1;
+                    }
+                }
+                if pace {
+                    tokio::time::sleep(started.elapsed() * 3).await;
+                }
+            }
+        }
+        self.store.turns_backfilled().await?;
+        Ok(added)
+    }
+
     pub(super) fn new_collection(&self, t: &Target, description: String, schema: CollectionSchema) -> NewCollection {
         NewCollection {
             id: None,

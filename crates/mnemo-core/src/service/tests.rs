@@ -510,51 +510,89 @@ async fn an_extracted_question_is_answered_by_the_event_citing_the_next_message(
     }
 }
 
+/// One extracted chunk of four turns where only the third answers "when did Joanna paint the lake
+/// at sunrise", and a short event that shares fewer of the question's words, undiluted.
+async fn write_lake_chunk(svc: &Service, script: &Scripted) {
+    let turns = [
+        (Role::User, "Nate", "hey there how was your week honestly"),
+        (Role::Assistant, "Joanna", "busy busy with work errands and the kids all week long"),
+        (Role::User, "Nate", "Joanna painted the lake at sunrise"),
+        (Role::Assistant, "Joanna", "thanks so much glad you like it a lot"),
+    ];
+    let raw: Vec<String> = turns.iter().map(|(r, n, c)| crate::model::original_message_line(Some(n), *r, c)).collect();
+    let mut chunk = Map::new();
+    chunk.insert(
+        "summary".into(),
+        json!(turns.iter().map(|(_, n, c)| format!("{n}: {c}")).collect::<Vec<_>>().join(" ")),
+    );
+    chunk.insert("original_messages".into(), json!(raw.join("\n")));
+    let mut e = ExtractedEvent::new(EVENT_V1, chunk, T0);
+    e.source_message_ids = vec![1, 2, 3, 4];
+    script.0.lock().unwrap().push_back(ExtractionOutput { events: vec![e], ..Default::default() });
+    let messages: Vec<IncomingMessage> = turns
+        .iter()
+        .map(|(role, name, content)| IncomingMessage {
+            role: *role,
+            content: content.to_string(),
+            name: Some(name.to_string()),
+            time: None,
+            idempotency_key: None,
+        })
+        .collect();
+    write_session(svc, messages).await;
+    add_turn(svc, None, 1, "Joanna saw the lake").await;
+}
+
+/// The first of the two events `write_lake_chunk` wrote, for its question, with both scores.
+async fn lake_search(svc: &Service) -> (String, Vec<f64>) {
+    let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+    let query = EventSearch::new(target(), Some("when did Joanna paint the lake at sunrise".into()), filter, 2);
+    let found = svc.search_events(query).await.unwrap();
+    assert_eq!(found.len(), 2);
+    (found[0].event.text(), found.iter().map(|r| r.scores.origin_score).collect())
+}
+
 #[tokio::test]
 async fn a_chunk_is_found_by_the_turn_that_answers_not_by_its_small_talk() {
-    let mut scores = Vec::new();
     for turn_weight in [0.0, 0.5] {
         let script = Arc::new(Scripted::default());
         let svc = service_with(RetrievalConfig { turn_weight, ..Default::default() }, script.clone());
-        let turns = [
-            (Role::User, "Nate", "hey there how was your week honestly"),
-            (Role::Assistant, "Joanna", "busy busy with work errands and the kids all week long"),
-            (Role::User, "Nate", "Joanna painted the lake at sunrise"),
-            (Role::Assistant, "Joanna", "thanks so much glad you like it a lot"),
-        ];
-        let raw: Vec<String> =
-            turns.iter().map(|(r, n, c)| crate::model::original_message_line(Some(n), *r, c)).collect();
-        let mut chunk = Map::new();
-        chunk.insert(
-            "summary".into(),
-            json!(turns.iter().map(|(_, n, c)| format!("{n}: {c}")).collect::<Vec<_>>().join(" ")),
-        );
-        chunk.insert("original_messages".into(), json!(raw.join("\n")));
-        let mut e = ExtractedEvent::new(EVENT_V1, chunk, T0);
-        e.source_message_ids = vec![1, 2, 3, 4];
-        script.0.lock().unwrap().push_back(ExtractionOutput { events: vec![e], ..Default::default() });
-        let messages: Vec<IncomingMessage> = turns
-            .iter()
-            .map(|(role, name, content)| IncomingMessage {
-                role: *role,
-                content: content.to_string(),
-                name: Some(name.to_string()),
-                time: None,
-                idempotency_key: None,
-            })
-            .collect();
-        write_session(&svc, messages).await;
-        // A short memory that shares fewer of the question's words, undiluted.
-        add_turn(&svc, None, 1, "Joanna saw the lake").await;
-        let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
-        let query = EventSearch::new(target(), Some("when did Joanna paint the lake at sunrise".into()), filter, 2);
-        let found = svc.search_events(query).await.unwrap();
-        assert_eq!(found.len(), 2);
-        let first = found[0].event.text();
-        scores.push(found.iter().map(|r| r.scores.origin_score).collect::<Vec<_>>());
+        write_lake_chunk(&svc, &script).await;
+        let (first, scores) = lake_search(&svc).await;
         match turn_weight {
             0.0 => assert_eq!(first, "Joanna saw the lake", "{scores:?}"),
             _ => assert!(first.contains("painted the lake at sunrise"), "{first} {scores:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn events_an_older_release_stored_get_their_turns_vectors_in_the_background() {
+    let store = MemoryStore::new();
+    let script = Arc::new(Scripted::default());
+    let on = |turn_weight| {
+        Service::new(
+            Arc::new(store.clone()),
+            Extractors::new("scripted", script.clone()),
+            Arc::new(HashingEmbedder { dim: 256 }),
+            Arc::new(TestClock(AtomicI64::new(T0))),
+            ServiceConfig { retrieval: RetrievalConfig { turn_weight, ..Default::default() }, ..Default::default() },
+        )
+    };
+    let svc = on(0.5);
+    write_lake_chunk(&svc, &script).await;
+    assert_eq!(store.events_with_turns(), 1);
+    store.as_written_before_turns();
+    // Until the backfill, the chunk ranks by its one vector, as it did.
+    assert_eq!(lake_search(&svc).await.0, "Joanna saw the lake");
+    // A server that does not use turn vectors leaves the backfill for one that does.
+    assert_eq!(on(0.0).backfill_turns(false).await.unwrap(), 0);
+    assert_eq!(store.events_with_turns(), 0);
+    assert_eq!(svc.backfill_turns(false).await.unwrap(), 1, "the chunk of four turns; the one-turn event has none");
+    assert_eq!(store.events_with_turns(), 1);
+    let (first, scores) = lake_search(&svc).await;
+    assert!(first.contains("painted the lake at sunrise"), "{first} {scores:?}");
+    // Done once: the store no longer offers events to look at.
+    assert!(store.events_without_turns(1, None, 10).await.unwrap().is_none());
+    assert_eq!(svc.backfill_turns(false).await.unwrap(), 0);
 }

@@ -42,6 +42,19 @@ impl MemoryStore {
         self.clone()
     }
 
+    /// The store as an older release left it: no event has turn vectors, and the backfill of
+    /// [`Store::events_without_turns`] is pending (what a SQLite or PostgreSQL upgrade gives).
+    pub fn as_written_before_turns(&self) {
+        let mut s = self.lock();
+        s.events.values_mut().for_each(|r| r.turns = None);
+        s.turns_backfill = true;
+    }
+
+    /// How many events have turn vectors.
+    pub fn events_with_turns(&self) -> usize {
+        self.lock().events.values().filter(|r| r.turns.is_some()).count()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves half a step applied; tests fail loudly anyway.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -62,6 +75,8 @@ struct State {
     /// (collection, day, first user of the event) → hits.
     hits_daily: BTreeMap<(CollectionId, i64, String), u64>,
     maintenance: Vec<(CollectionId, MaintenanceRun)>,
+    /// Events without turn vectors wait for the backfill ([`MemoryStore::as_written_before_turns`]).
+    turns_backfill: bool,
 }
 
 struct Conversation {
@@ -1133,6 +1148,50 @@ impl Store for MemoryStore {
             r.vector = Some(vector);
             r.turns = turns.as_deref().and_then(crate::turns::encode);
         }
+        Ok(())
+    }
+
+    async fn events_without_turns(
+        &self,
+        collection_id: CollectionId,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Event>>> {
+        let s = self.lock();
+        if !s.turns_backfill {
+            return Ok(None);
+        }
+        let below = before.as_deref().map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        Ok(Some(
+            s.events
+                .range::<str, _>((std::ops::Bound::Unbounded, below))
+                .rev()
+                .map(|(_, r)| r)
+                .filter(|r| r.collection_id == collection_id && r.vector.is_some() && r.turns.is_none())
+                .take(limit as usize)
+                .map(|r| r.event.clone())
+                .collect(),
+        ))
+    }
+
+    async fn add_event_turns(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        let mut s = self.lock();
+        let Some(r) = s.event_mut(collection_id, id) else { return Ok(false) };
+        if r.event.updated_at != seen || r.vector.is_none() || r.turns.is_some() {
+            return Ok(false);
+        }
+        r.turns = crate::turns::encode(&turns);
+        Ok(r.turns.is_some())
+    }
+
+    async fn turns_backfilled(&self) -> StoreResult<()> {
+        self.lock().turns_backfill = false;
         Ok(())
     }
 

@@ -373,6 +373,67 @@ async fn a_data_directory_of_the_previous_release_is_reindexed() {
     assert_eq!(info["sessions"].as_array().unwrap().len(), 1, "{info}");
 }
 
+/// Events an older release stored have no turn vectors: `mnemo reindex` embeds them, and so does
+/// a server on its own, in the background; either way once (the store records it done).
+#[tokio::test]
+async fn events_stored_before_turn_vectors_get_them_from_reindex_or_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, data, log) = (dir.path().join("mnemo.yaml"), dir.path().join("data"), dir.path().join("serve.log"));
+    std::fs::write(&cfg, "session:\n  poll_interval_ms: 50\n").unwrap();
+    let mut s = Server::spawn(&cfg, &data, "127.0.0.1:0", &[]).expect("starts");
+    let talk = [
+        ("user", "How was your week? Mine was busy with errands."),
+        ("assistant", "Busy too, work and the kids all week long."),
+        ("user", "I painted the lake at sunrise last Saturday."),
+        ("assistant", "That sounds lovely, I would like to see it."),
+        ("user", "I also signed up for a pottery class in May."),
+        ("assistant", "Pottery is relaxing, enjoy it."),
+    ];
+    s.write("conv", msgs(&talk), json!({"message_count": 6}), "u").await;
+    eventually(60, "extraction", || async { s.jobs().await.iter().all(|j| j["state"] == "done").then_some(()) }).await;
+    s.kill9();
+    let turns = || store_sql(&data, "SELECT count(*) FROM event_turn_vectors");
+    let n = turns().await.unwrap();
+    assert!(n >= 1, "the rules extractor's chunks have turns");
+    let as_before = "DELETE FROM event_turn_vectors; INSERT INTO event_turns_backfill VALUES (true)";
+
+    store_sql(&data, as_before).await;
+    let reindex = || {
+        std::process::Command::new(BIN)
+            .args(["reindex", "--config"])
+            .arg(&cfg)
+            .arg("--data")
+            .arg(&data)
+            .envs(store_env(&data))
+            .env("MNEMO_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = reindex();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("{n} events stored by an earlier release got their turns' vectors")), "{stdout}");
+    assert_eq!(turns().await, Some(n));
+    assert!(!String::from_utf8_lossy(&reindex().stdout).contains("earlier release"), "done once");
+
+    store_sql(&data, as_before).await;
+    let s = Server::spawn_with_log(&cfg, &data, "127.0.0.1:0", &[], Some(&log)).expect("restarts");
+    let logged = format!("events={n}");
+    eventually(60, "the turns embedded in the background", || async {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("embedded the turns of events stored before turn vectors") && l.contains(&logged))
+            .then_some(())
+    })
+    .await;
+    let r = s
+        .ok("event/search", json!({"collection_name": "c", "query": "What did the user paint?", "filter": {"user_id": "u"}, "limit": 1}))
+        .await;
+    assert!(r["result_list"][0]["memory_info"].to_string().contains("painted the lake"), "{r}");
+    drop(s);
+    assert_eq!(turns().await, Some(n));
+}
+
 /// Once the events shown whole fill half the budget, a long one is shown as its turn that answers
 /// the query; the part listed says what was shown, and a budget that holds everything cuts
 /// nothing.

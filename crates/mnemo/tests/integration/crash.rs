@@ -4,6 +4,7 @@
 use crate::harness::*;
 use serde_json::json;
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,10 +54,12 @@ async fn sigkill_during_concurrent_writes_loses_nothing_acknowledged() {
         }
     }
     // Every session closed before the crash is extracted after the restart, exactly once.
-    // Generous: every job embeds its events, and a CI machine may be busy.
-    let jobs = eventually(180, "all jobs to finish after the restart", || async {
+    // Every job embeds its events and their turns, and a CI machine may be busy: waited for as
+    // long as jobs keep finishing.
+    let jobs = while_progressing(60, "all jobs to finish after the restart", || async {
         let jobs = s.jobs().await;
-        jobs.iter().all(|j| j["state"] == "done").then_some(jobs)
+        let done = jobs.iter().filter(|j| j["state"] == "done").count();
+        if done == jobs.len() { ControlFlow::Break(jobs) } else { ControlFlow::Continue(done) }
     })
     .await;
     assert!(!jobs.is_empty());

@@ -184,6 +184,28 @@ pub fn postgres_url() -> Option<String> {
     }
 }
 
+/// Runs SQL statements on the test store of `data` (its SQLite file, or its PostgreSQL schema),
+/// no server running; returns the first column of the last statement's first row, if a number.
+pub async fn store_sql(data: &Path, sql: &str) -> Option<i64> {
+    let env: std::collections::HashMap<String, String> = store_env(data).into_iter().collect();
+    let Some(url) = env.get("MNEMO_STORE__URL") else {
+        let conn = rusqlite::Connection::open(data.join("mnemo.db")).unwrap();
+        let (init, last) = sql.trim().trim_end_matches(';').rsplit_once(';').unwrap_or(("", sql));
+        conn.execute_batch(init).unwrap();
+        let mut stmt = conn.prepare(last).unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        return rows.next().unwrap().and_then(|r| r.get(0).ok());
+    };
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let schema = &env["MNEMO_STORE__SCHEMA"];
+    let messages = client.simple_query(&format!("SET search_path TO {schema}; {sql}")).await.unwrap();
+    messages.iter().rev().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
+        _ => None,
+    })
+}
+
 /// The environment that points a `mnemo` process at the test store for `data`.
 pub fn store_env(data: &Path) -> Vec<(String, String)> {
     let Some(url) = postgres_url() else { return vec![] };
@@ -210,6 +232,29 @@ where
             return v;
         }
         assert!(Instant::now() < deadline, "timed out after {secs} s waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `f` until it breaks with a value, for as long as it makes progress: panics only after
+/// `stall_secs` seconds in which the count it continues with did not grow (work that takes
+/// minutes on a busy machine, yet must not hang).
+pub async fn while_progressing<T, F, Fut>(stall_secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::ops::ControlFlow<T, usize>>,
+{
+    let (mut best, mut since) = (0, Instant::now());
+    loop {
+        match f().await {
+            std::ops::ControlFlow::Break(v) => return v,
+            std::ops::ControlFlow::Continue(done) if done > best => (best, since) = (done, Instant::now()),
+            std::ops::ControlFlow::Continue(_) => {}
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(stall_secs),
+            "no progress in {stall_secs} s ({best} done) waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
