@@ -574,17 +574,27 @@ impl Embedder for LocalEmbedder {
             EmbedKind::Query => Some(self.queries.enter().await?),
             EmbedKind::Document => None,
         };
-        let _permit = self.available.acquire().await.map_err(|_| EmbedError::Permanent("embedder closed".into()))?;
-        let (sessions, tokenizers, texts, model) =
-            (self.sessions.clone(), self.tokenizers.clone(), texts.to_vec(), self.model);
-        tokio::task::spawn_blocking(move || {
-            let mut s = sessions.lock().expect("session pool").pop().expect("a permit guarantees a session");
-            let out = texts.iter().map(|t| Self::embed_text(model, &mut s, &tokenizers, t, kind)).collect();
-            sessions.lock().expect("session pool").push(s);
-            out
-        })
-        .await
-        .map_err(|e| EmbedError::Permanent(format!("embedding task failed: {e}")))?
+        // A session is taken for one text at a time: a batch (an extraction's chunks and turns,
+        // ~20 ms a turn) would hold it for its whole length, and a search's query waiting for a
+        // session would wait for all of it. The semaphore is fair: a waiting query gets the next
+        // session that comes free.
+        let mut out = Vec::with_capacity(texts.len());
+        for text in texts {
+            let _permit =
+                self.available.acquire().await.map_err(|_| EmbedError::Permanent("embedder closed".into()))?;
+            let (sessions, tokenizers, text, model) =
+                (self.sessions.clone(), self.tokenizers.clone(), text.clone(), self.model);
+            let v = tokio::task::spawn_blocking(move || {
+                let mut s = sessions.lock().expect("session pool").pop().expect("a permit guarantees a session");
+                let v = Self::embed_text(model, &mut s, &tokenizers, &text, kind);
+                sessions.lock().expect("session pool").push(s);
+                v
+            })
+            .await
+            .map_err(|e| EmbedError::Permanent(format!("embedding task failed: {e}")))??;
+            out.push(v);
+        }
+        Ok(out)
     }
 }
 
@@ -662,6 +672,32 @@ mod tests {
     fn embedder(model: LocalModel) -> LocalEmbedder {
         let dir = find_model_dir(None, model).expect("run ./scripts/setup-model first (./scripts/test does)");
         LocalEmbedder::open(&dir, model, 1).unwrap()
+    }
+
+    /// A batch of documents (an extraction's chunks and turns) takes the session one text at a
+    /// time: a query that comes meanwhile is served after the text in progress, not after the
+    /// batch. (Holding it for the batch made a search during extraction wait for all of it:
+    /// p50 ~150 ms instead of ~30, docs/benchmarks.md.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_query_waits_for_one_text_of_a_batch_not_for_the_batch() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let e = Arc::new(embedder(LocalModel::Use)); // one session
+        let texts: Vec<String> = (0..200).map(|i| format!("memory {i}: a long walk by the lake at dawn")).collect();
+        let done = Arc::new(AtomicBool::new(false));
+        let batch = {
+            let (e, done) = (e.clone(), done.clone());
+            tokio::spawn(async move {
+                let v = e.embed(&texts, EmbedKind::Document).await;
+                done.store(true, Ordering::SeqCst);
+                v
+            })
+        };
+        while e.available.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        e.embed(&["where did I walk".into()], EmbedKind::Query).await.unwrap();
+        assert!(!done.load(Ordering::SeqCst), "the query was served between the batch's texts");
+        assert_eq!(batch.await.unwrap().unwrap().len(), 200);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
