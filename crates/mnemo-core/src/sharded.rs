@@ -624,16 +624,15 @@ impl Store for ShardedStore {
 
     async fn events_without_turns(
         &self,
-        collection_id: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>> {
-        let parts = each!(self, |s| s.events_without_turns(collection_id, before.clone(), limit))?;
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
+        let parts = each!(self, |s| s.events_without_turns(before.clone(), limit))?;
         if parts.iter().all(Option::is_none) {
             return Ok(None);
         }
         let mut events = parts.into_iter().flatten().flatten().collect::<Vec<_>>();
-        events.sort_by(|a, b| b.id.cmp(&a.id));
+        events.sort_by(|a, b| b.1.id.cmp(&a.1.id));
         events.truncate(limit as usize);
         Ok(Some(events))
     }
@@ -1012,21 +1011,22 @@ mod tests {
         let homes: std::collections::HashSet<usize> =
             ["u0", "u1", "u2", "u3", "u4", "u5"].iter().map(|u| shard_of(u, 3)).collect();
         assert!(homes.len() > 1, "the events are spread");
-        assert_eq!(s.events_without_turns(c.id, None, 10).await.unwrap(), None, "nothing written before");
+        assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None, "nothing written before");
         memories.iter().for_each(MemoryStore::as_written_before_turns);
         let mut seen = Vec::new();
         let mut before = None;
-        while let Some(page) = s.events_without_turns(c.id, before.clone(), 4).await.unwrap() {
-            let Some(last) = page.last() else { break };
+        while let Some(page) = s.events_without_turns(before.clone(), 4).await.unwrap() {
+            let Some((_, last)) = page.last() else { break };
             before = Some(last.id.clone());
-            seen.extend(page.into_iter().map(|e| e.id));
+            assert!(page.iter().all(|(cid, _)| *cid == c.id));
+            seen.extend(page.into_iter().map(|(_, e)| e.id));
         }
         ids.reverse();
         assert_eq!(seen, ids, "each once, newest first");
         assert!(s.add_event_turns(c.id, &ids[0], 1, vec![vec![1.0, 0.0], vec![0.0, 1.0]]).await.unwrap());
         assert_eq!(memories.iter().map(MemoryStore::events_with_turns).sum::<usize>(), 1);
         s.turns_backfilled().await.unwrap();
-        assert_eq!(s.events_without_turns(c.id, None, 10).await.unwrap(), None);
+        assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None);
     }
 
     #[test]

@@ -278,15 +278,15 @@ pub trait Store: Send + Sync + 'static {
         turns: Option<Vec<Vec<f32>>>,
     ) -> StoreResult<()>;
     /// Events an older release stored before stores kept turn vectors ([`crate::turns`]), for the
-    /// service to embed their turns: up to `limit` of the collection's events with a vector and
-    /// without turn vectors, newest first (by id, below `before`). `None` once the store has none left to look
-    /// at: it was created with turn vectors, or [`Store::turns_backfilled`] was called.
+    /// service to embed their turns: up to `limit` events with a vector and without turn vectors,
+    /// of every collection, each with its collection, newest first (by id, below `before`: one
+    /// pass over the events however many collections there are). `None` once the store has none
+    /// left to look at: it was created with turn vectors, or [`Store::turns_backfilled`] was called.
     async fn events_without_turns(
         &self,
-        collection_id: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>>;
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>>;
     /// Adds the turn vectors embedded for an event [`Store::events_without_turns`] gave, unless
     /// it has changed since (its `updated_at` is no longer `seen`), has no vector, or has turn
     /// vectors already. Whether they were stored.

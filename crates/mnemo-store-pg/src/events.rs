@@ -667,26 +667,28 @@ impl PgStore {
 
     pub(crate) async fn events_without_turns(
         &self,
-        cid: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>> {
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
         let conn = self.client().await?;
         if query_opt(&conn, "SELECT 1 FROM event_turns_backfill LIMIT 1", &[]).await?.is_none() {
             return Ok(None);
         }
+        // Down the primary key from `before`, every collection in one pass (an `OR` would keep
+        // `id < $1` out of the index condition).
+        let below = if before.is_some() { "id < $1 AND" } else { "$1::text IS NULL AND" };
         let rows = query_all(
             &conn,
             &format!(
-                "SELECT {EVENT_COLS} FROM events e WHERE collection_id=$1 AND ($2::text IS NULL OR id < $2)
-                 AND EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id)
+                "SELECT {EVENT_COLS}, collection_id FROM events e WHERE {below}
+                 EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id)
                  AND NOT EXISTS (SELECT 1 FROM event_turn_vectors t WHERE t.event_id = e.id)
-                 ORDER BY id DESC LIMIT $3"
+                 ORDER BY id DESC LIMIT $2"
             ),
-            &[&cid, &before, &(limit as i64)],
+            &[&before, &(limit as i64)],
         )
         .await?;
-        from_rows(rows, event_from_row).map(Some)
+        rows.iter().map(|r| Ok((r.get("collection_id"), event_from_row(r)?))).collect::<StoreResult<Vec<_>>>().map(Some)
     }
 
     pub(crate) async fn add_event_turns(

@@ -703,11 +703,10 @@ impl Store for PgStore {
 
     async fn events_without_turns(
         &self,
-        cid: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>> {
-        PgStore::events_without_turns(self, cid, before, limit).await
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
+        PgStore::events_without_turns(self, before, limit).await
     }
 
     async fn add_event_turns(

@@ -494,7 +494,7 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
     let schema = "turns_backfill";
     let Some((url, store)) = common::fresh_store("turn vector backfill", schema).await else { return };
     let c = common::collection(&store, "c", 4).await;
-    assert_eq!(store.events_without_turns(c.id, None, 10).await.unwrap(), None, "a new database");
+    assert_eq!(store.events_without_turns(None, 10).await.unwrap(), None, "a new database");
     let mut ids = Vec::new();
     for i in 0..3 {
         let info = json!({"summary": format!("event {i}")}).as_object().unwrap().clone();
@@ -516,16 +516,19 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
         .unwrap();
     let open = || PgStore::connect(PgOptions { pool: 2, schema: Some(schema.into()), ..PgOptions::new(&url) });
     let store = open().await.unwrap();
-    let ids_of = |events: Option<Vec<Event>>| events.unwrap().into_iter().map(|e| e.id).collect::<Vec<_>>();
-    assert_eq!(ids_of(store.events_without_turns(c.id, None, 2).await.unwrap()), [ids[2].clone(), ids[1].clone()]);
-    assert_eq!(ids_of(store.events_without_turns(c.id, Some(ids[1].clone()), 2).await.unwrap()), [ids[0].clone()]);
+    let ids_of = |events: Option<Vec<(CollectionId, Event)>>| {
+        events.unwrap().into_iter().map(|(cid, e)| (cid, e.id)).collect::<Vec<_>>()
+    };
+    let of_c = |i: usize| (c.id, ids[i].clone());
+    assert_eq!(ids_of(store.events_without_turns(None, 2).await.unwrap()), [of_c(2), of_c(1)]);
+    assert_eq!(ids_of(store.events_without_turns(Some(ids[1].clone()), 2).await.unwrap()), [of_c(0)]);
     let turns = || vec![vec![1.0, 0.0, 0.0, 0.0], vec![0.0, 0.0, 0.0, 1.0]];
     assert!(!store.add_event_turns(c.id, &ids[2], 2, turns()).await.unwrap(), "the event changed since");
     assert!(!store.add_event_turns(c.id, &bare, 1, turns()).await.unwrap(), "no vector to go with");
     assert!(!store.add_event_turns(c.id + 1, &ids[2], 1, turns()).await.unwrap(), "another collection's event");
     assert!(store.add_event_turns(c.id, &ids[2], 1, turns()).await.unwrap());
     assert!(!store.add_event_turns(c.id, &ids[2], 1, turns()).await.unwrap(), "it has turn vectors now");
-    assert_eq!(ids_of(store.events_without_turns(c.id, None, 10).await.unwrap()), [ids[1].clone(), ids[0].clone()]);
+    assert_eq!(ids_of(store.events_without_turns(None, 10).await.unwrap()), [of_c(1), of_c(0)]);
     let got = store
         .search_candidates(
             c.id,
@@ -543,9 +546,9 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
     let turn = got.iter().find(|g| g.event.id == ids[2]).and_then(|g| g.turn_cosine).expect("its turns are scored");
     assert!((turn - 1.0).abs() < 0.02, "{turn}");
     store.turns_backfilled().await.unwrap();
-    assert_eq!(store.events_without_turns(c.id, None, 10).await.unwrap(), None);
+    assert_eq!(store.events_without_turns(None, 10).await.unwrap(), None);
     drop(store);
     let store = open().await.unwrap();
-    assert_eq!(store.events_without_turns(c.id, None, 10).await.unwrap(), None, "done for good");
+    assert_eq!(store.events_without_turns(None, 10).await.unwrap(), None, "done for good");
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }

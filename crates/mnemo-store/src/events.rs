@@ -824,10 +824,9 @@ impl SqliteStore {
 
     pub(crate) async fn events_without_turns(
         &self,
-        cid: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>> {
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
         self.read(move |conn| {
             let pending: bool = conn
                 .prepare_cached("SELECT EXISTS (SELECT 1 FROM event_turns_backfill)")
@@ -837,19 +836,21 @@ impl SqliteStore {
             if !pending {
                 return Ok(None);
             }
-            // Down the primary key from `before`; events whose vectors still wait in a v11
-            // upgrade's legacy table are passed over (their turns would have no vector row to
-            // go with).
-            let below = if before.is_some() { "id < ?2 AND" } else { "?2 IS NULL AND" };
+            // Down the primary key from `before`, every collection in one pass; events whose
+            // vectors still wait in a v11 upgrade's legacy table are passed over (their turns
+            // would have no vector row to go with).
+            let below = if before.is_some() { "id < ?1 AND" } else { "?1 IS NULL AND" };
             let mut stmt = conn
                 .prepare_cached(&format!(
-                    "SELECT {EVENT_COLS} FROM events WHERE {below} collection_id=?1
-                     AND id IN (SELECT event_id FROM event_vectors)
-                     AND id NOT IN (SELECT event_id FROM event_turn_vectors)
-                     ORDER BY id DESC LIMIT ?3"
+                    "SELECT {EVENT_COLS}, collection_id FROM events e WHERE {below}
+                     EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id)
+                     AND NOT EXISTS (SELECT 1 FROM event_turn_vectors t WHERE t.event_id = e.id)
+                     ORDER BY id DESC LIMIT ?2"
                 ))
                 .map_err(backend)?;
-            let rows = stmt.query_map(params![cid, before, limit], event_from_row).map_err(backend)?;
+            let rows = stmt
+                .query_map(params![before, limit], |r| Ok((r.get("collection_id")?, event_from_row(r)?)))
+                .map_err(backend)?;
             Ok(Some(rows.collect::<Result<Vec<_>, _>>().map_err(backend)?))
         })
         .await

@@ -403,11 +403,10 @@ impl Store for SqliteStore {
 
     async fn events_without_turns(
         &self,
-        cid: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>> {
-        SqliteStore::events_without_turns(self, cid, before, limit).await
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
+        SqliteStore::events_without_turns(self, before, limit).await
     }
 
     async fn add_event_turns(

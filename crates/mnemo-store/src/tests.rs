@@ -679,8 +679,8 @@ async fn turn_vectors_leave_no_row_behind_their_event_or_its_vector() {
 #[tokio::test]
 async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_once() {
     // A new directory has nothing to backfill.
-    let (_fresh, s, c) = setup().await;
-    assert_eq!(s.events_without_turns(c.id, None, 10).await.unwrap(), None);
+    let (_fresh, s, _) = setup().await;
+    assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None);
     drop(s);
     let dir = tempfile::tempdir().unwrap();
     {
@@ -709,18 +709,20 @@ async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_
         };
         ids.push(s.insert_event(e).await.unwrap().id);
     }
-    let ids_of = |events: Option<Vec<Event>>| events.unwrap().into_iter().map(|e| e.id).collect::<Vec<_>>();
-    // Newest first, a page at a time; only events with a vector.
-    assert_eq!(ids_of(s.events_without_turns(1, None, 2).await.unwrap()), [ids[2].clone(), ids[1].clone()]);
-    assert_eq!(ids_of(s.events_without_turns(1, Some(ids[1].clone()), 2).await.unwrap()), [ids[0].clone()]);
-    assert!(s.events_without_turns(2, None, 2).await.unwrap().unwrap().is_empty(), "another collection's");
+    let ids_of = |events: Option<Vec<(CollectionId, Event)>>| {
+        events.unwrap().into_iter().map(|(c, e)| format!("{c}/{}", e.id)).collect::<Vec<_>>()
+    };
+    let ids_in_1: Vec<String> = ids.iter().map(|id| format!("1/{id}")).collect();
+    // Newest first, a page at a time, each with its collection; only events with a vector.
+    assert_eq!(ids_of(s.events_without_turns(None, 2).await.unwrap()), [ids_in_1[2].clone(), ids_in_1[1].clone()]);
+    assert_eq!(ids_of(s.events_without_turns(Some(ids[1].clone()), 2).await.unwrap()), [ids_in_1[0].clone()]);
     let turns = || vec![unit(7, 64), unit(8, 64)];
     assert!(!s.add_event_turns(1, &ids[2], 2, turns()).await.unwrap(), "the event changed since it was read");
     assert!(!s.add_event_turns(1, "evt_0", 1, turns()).await.unwrap(), "no vector to go with");
     assert!(!s.add_event_turns(2, &ids[2], 1, turns()).await.unwrap(), "another collection's event");
     assert!(s.add_event_turns(1, &ids[2], 1, turns()).await.unwrap());
     assert!(!s.add_event_turns(1, &ids[2], 1, turns()).await.unwrap(), "it has turn vectors now");
-    assert_eq!(ids_of(s.events_without_turns(1, None, 10).await.unwrap()), [ids[1].clone(), ids[0].clone()]);
+    assert_eq!(ids_of(s.events_without_turns(None, 10).await.unwrap()), [ids_in_1[1].clone(), ids_in_1[0].clone()]);
     // Stored as a write stores them: a search scores them.
     let q = unit(7, 64);
     let found = s
@@ -734,8 +736,8 @@ async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_
     let turn_cosine = found.iter().find(|c| c.event.id == ids[2]).and_then(|c| c.turn_cosine).unwrap();
     assert!((turn_cosine - 1.0).abs() < 0.02, "{turn_cosine}");
     s.turns_backfilled().await.unwrap();
-    assert_eq!(s.events_without_turns(1, None, 10).await.unwrap(), None);
+    assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None);
     drop(s);
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
-    assert_eq!(s.events_without_turns(1, None, 10).await.unwrap(), None, "done for good");
+    assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None, "done for good");
 }

@@ -106,31 +106,34 @@ impl Service {
             return Ok(0);
         }
         let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
-        let mut added = 0;
-        for c in self.store.all_collections().await? {
-            if c.embedding_model.as_deref() != Some(model) || c.embedding_dim != Some(dim) {
-                continue;
+        let ours: std::collections::HashSet<CollectionId> = self
+            .store
+            .all_collections()
+            .await?
+            .into_iter()
+            .filter(|c| c.embedding_model.as_deref() == Some(model) && c.embedding_dim == Some(dim))
+            .map(|c| c.id)
+            .collect();
+        let (mut added, mut before) = (0, None);
+        loop {
+            let started = std::time::Instant::now();
+            let Some(mut page) = self.store.events_without_turns(before, 64).await? else { return Ok(added) };
+            let Some((_, last)) = page.last() else { break };
+            before = Some(last.id.clone());
+            page.retain(|(c, _)| ours.contains(c));
+            let turns = self
+                .turn_vectors(page.iter().map(|(_, e)| &e.memory_info))
+                .await
+                .map_err(|e| CoreError::Unavailable(format!("embedding failed: {e}")))?;
+            for ((c, e), turns) in page.iter().zip(turns) {
+                if let Some(turns) = turns
+                    && self.store.add_event_turns(*c, &e.id, e.updated_at, turns).await?
+                {
+                    added += 1;
+                }
             }
-            let mut before = None;
-            loop {
-                let started = std::time::Instant::now();
-                let Some(page) = self.store.events_without_turns(c.id, before, 64).await? else { return Ok(added) };
-                let Some(last) = page.last() else { break };
-                before = Some(last.id.clone());
-                let turns = self
-                    .turn_vectors(page.iter().map(|e| &e.memory_info))
-                    .await
-                    .map_err(|e| CoreError::Unavailable(format!("embedding failed: {e}")))?;
-                for (e, turns) in page.iter().zip(turns) {
-                    if let Some(turns) = turns
-                        && self.store.add_event_turns(c.id, &e.id, e.updated_at, turns).await?
-                    {
-                        added += 1;
-                    }
-                }
-                if pace {
-                    tokio::time::sleep(started.elapsed() * 3).await;
-                }
+            if pace {
+                tokio::time::sleep(started.elapsed() * 3).await;
             }
         }
         self.store.turns_backfilled().await?;

@@ -593,6 +593,6 @@ async fn events_an_older_release_stored_get_their_turns_vectors_in_the_backgroun
     let (first, scores) = lake_search(&svc).await;
     assert!(first.contains("painted the lake at sunrise"), "{first} {scores:?}");
     // Done once: the store no longer offers events to look at.
-    assert!(store.events_without_turns(1, None, 10).await.unwrap().is_none());
+    assert!(store.events_without_turns(None, 10).await.unwrap().is_none());
     assert_eq!(svc.backfill_turns(false).await.unwrap(), 0);
 }

@@ -1153,10 +1153,9 @@ impl Store for MemoryStore {
 
     async fn events_without_turns(
         &self,
-        collection_id: CollectionId,
         before: Option<String>,
         limit: u32,
-    ) -> StoreResult<Option<Vec<Event>>> {
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
         let s = self.lock();
         if !s.turns_backfill {
             return Ok(None);
@@ -1167,9 +1166,9 @@ impl Store for MemoryStore {
                 .range::<str, _>((std::ops::Bound::Unbounded, below))
                 .rev()
                 .map(|(_, r)| r)
-                .filter(|r| r.collection_id == collection_id && r.vector.is_some() && r.turns.is_none())
+                .filter(|r| r.vector.is_some() && r.turns.is_none())
                 .take(limit as usize)
-                .map(|r| r.event.clone())
+                .map(|r| (r.collection_id, r.event.clone()))
                 .collect(),
         ))
     }
