@@ -355,6 +355,20 @@ fn set_turns(conn: &Connection, id: &str, turns: Option<&[Vec<f32>]>) -> StoreRe
     Ok(())
 }
 
+/// The next page of [`SqliteStore::events_without_turns`] (`?1` the id to go below, `?2` the page
+/// size): down the primary key, every collection in one pass — a page costs its own rows, however
+/// far the backfill has come. Events whose vectors still wait in a v11 upgrade's legacy table are
+/// passed over (their turns would have no vector row to go with).
+pub(crate) fn events_without_turns_sql(below: bool) -> String {
+    let below = if below { "id < ?1 AND" } else { "?1 IS NULL AND" };
+    format!(
+        "SELECT {EVENT_COLS}, collection_id FROM events e WHERE {below}
+         EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id)
+         AND NOT EXISTS (SELECT 1 FROM event_turn_vectors t WHERE t.event_id = e.id)
+         ORDER BY id DESC LIMIT ?2"
+    )
+}
+
 /// A vector's half-precision copy (little-endian IEEE f16), which orders a scoped search (see
 /// `search::CopyRanker`).
 pub(crate) fn f16_blob(v: &[f32]) -> Vec<u8> {
@@ -836,18 +850,7 @@ impl SqliteStore {
             if !pending {
                 return Ok(None);
             }
-            // Down the primary key from `before`, every collection in one pass; events whose
-            // vectors still wait in a v11 upgrade's legacy table are passed over (their turns
-            // would have no vector row to go with).
-            let below = if before.is_some() { "id < ?1 AND" } else { "?1 IS NULL AND" };
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {EVENT_COLS}, collection_id FROM events e WHERE {below}
-                     EXISTS (SELECT 1 FROM event_vectors v WHERE v.event_id = e.id)
-                     AND NOT EXISTS (SELECT 1 FROM event_turn_vectors t WHERE t.event_id = e.id)
-                     ORDER BY id DESC LIMIT ?2"
-                ))
-                .map_err(backend)?;
+            let mut stmt = conn.prepare_cached(&events_without_turns_sql(before.is_some())).map_err(backend)?;
             let rows = stmt
                 .query_map(params![before, limit], |r| Ok((r.get("collection_id")?, event_from_row(r)?)))
                 .map_err(backend)?;

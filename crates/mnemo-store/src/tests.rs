@@ -735,6 +735,21 @@ async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_
         .unwrap();
     let turn_cosine = found.iter().find(|c| c.event.id == ids[2]).and_then(|c| c.turn_cosine).unwrap();
     assert!((turn_cosine - 1.0).abs() < 0.02, "{turn_cosine}");
+    // A page is read down the primary key, not by sorting a collection (a plan that would make
+    // the backfill quadratic).
+    for below in [false, true] {
+        let plan: Vec<String> = s
+            .read(move |conn| {
+                let sql = format!("EXPLAIN QUERY PLAN {}", crate::events::events_without_turns_sql(below));
+                let mut stmt = conn.prepare(&sql).unwrap();
+                let rows = stmt.query_map(rusqlite::params!["evt_z", 64], |r| r.get::<_, String>(3)).unwrap();
+                Ok(rows.map(Result::unwrap).collect())
+            })
+            .await
+            .unwrap();
+        assert!(plan[0].contains("USING INDEX sqlite_autoindex_events_1"), "{plan:?}");
+        assert!(!plan.iter().any(|step| step.contains("TEMP B-TREE")), "{plan:?}");
+    }
     s.turns_backfilled().await.unwrap();
     assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None);
     drop(s);
