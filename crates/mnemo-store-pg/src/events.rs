@@ -701,12 +701,15 @@ impl PgStore {
         let Some(blob) = mnemo_core::turns::encode(&turns) else { return Ok(false) };
         let conn = self.client().await?;
         // One statement: the event's row and its vector are checked as the row is inserted (the
-        // foreign key to the vector holds it against a concurrent delete).
+        // foreign key to the vector holds it against a concurrent delete). `FOR SHARE` waits for
+        // a text update in progress, and then sees its new `updated_at`: turns of the old text
+        // are not stored after that update dropped the old ones.
         let added = execute(
             &conn,
             "INSERT INTO event_turn_vectors(event_id, turns)
              SELECT e.id, $4 FROM events e JOIN event_vectors v ON v.event_id = e.id
              WHERE e.collection_id=$1 AND e.id=$2 AND e.updated_at=$3
+             FOR SHARE OF e
              ON CONFLICT(event_id) DO NOTHING",
             &[&cid, &id, &seen, &blob],
         )

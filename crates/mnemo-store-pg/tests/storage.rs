@@ -526,6 +526,17 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
     assert!(!store.add_event_turns(c.id, &ids[2], 2, turns()).await.unwrap(), "the event changed since");
     assert!(!store.add_event_turns(c.id, &bare, 1, turns()).await.unwrap(), "no vector to go with");
     assert!(!store.add_event_turns(c.id + 1, &ids[2], 1, turns()).await.unwrap(), "another collection's event");
+    // A text update in progress (its row locked, not yet committed): the add waits for it, then
+    // sees its new `updated_at` and stores nothing.
+    client
+        .batch_execute(&format!("BEGIN; UPDATE {schema}.events SET updated_at = 5 WHERE id = '{}'", ids[0]))
+        .await
+        .unwrap();
+    let (added, _) = tokio::join!(store.add_event_turns(c.id, &ids[0], 1, turns()), async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        client.batch_execute("COMMIT").await.unwrap();
+    });
+    assert!(!added.unwrap(), "turns of the text before the update");
     assert!(store.add_event_turns(c.id, &ids[2], 1, turns()).await.unwrap());
     assert!(!store.add_event_turns(c.id, &ids[2], 1, turns()).await.unwrap(), "it has turn vectors now");
     assert_eq!(ids_of(store.events_without_turns(None, 10).await.unwrap()), [of_c(1), of_c(0)]);
