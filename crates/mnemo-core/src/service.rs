@@ -186,20 +186,11 @@ impl Service {
         &self.config
     }
 
-    /// Per event, its turns' vectors ([`crate::turns`]) when `retrieval.turn_weight` uses them and
-    /// the event is made of turns; `None` otherwise. Embedded 16 texts at a time, as stored events
-    /// are, so that queries go between.
-    async fn turn_vectors<'a>(
-        &self,
-        infos: impl IntoIterator<Item = &'a serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<Vec<Option<Vec<Vec<f32>>>>, crate::embed::EmbedError> {
-        let texts: Vec<Option<Vec<String>>> = infos
-            .into_iter()
-            .map(|info| if self.config.retrieval.turn_weight > 0.0 { crate::turns::texts(info) } else { None })
-            .collect();
-        let all: Vec<String> = texts.iter().flatten().flatten().cloned().collect();
-        let mut vectors = Vec::with_capacity(all.len());
-        for chunk in all.chunks(16) {
+    /// Stored texts' vectors, one per text, asked for 16 texts at a time (one request to an
+    /// embedding service stays small); an embedder that answers with another count is an error.
+    async fn embed_documents(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, crate::embed::EmbedError> {
+        let mut vectors = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(16) {
             let got = self.embedder.embed(chunk, EmbedKind::Document).await?;
             if got.len() != chunk.len() {
                 return Err(crate::embed::EmbedError::Permanent(format!(
@@ -210,7 +201,21 @@ impl Service {
             }
             vectors.extend(got);
         }
-        let mut vectors = vectors.into_iter();
+        Ok(vectors)
+    }
+
+    /// Per event, its turns' vectors ([`crate::turns`]) when `retrieval.turn_weight` uses them and
+    /// the event is made of turns; `None` otherwise.
+    async fn turn_vectors<'a>(
+        &self,
+        infos: impl IntoIterator<Item = &'a serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Vec<Option<Vec<Vec<f32>>>>, crate::embed::EmbedError> {
+        let texts: Vec<Option<Vec<String>>> = infos
+            .into_iter()
+            .map(|info| if self.config.retrieval.turn_weight > 0.0 { crate::turns::texts(info) } else { None })
+            .collect();
+        let all: Vec<String> = texts.iter().flatten().flatten().cloned().collect();
+        let mut vectors = self.embed_documents(&all).await?.into_iter();
         Ok(texts.into_iter().map(|t| t.map(|t| vectors.by_ref().take(t.len()).collect())).collect())
     }
 

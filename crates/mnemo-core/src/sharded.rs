@@ -920,6 +920,20 @@ mod tests {
     use super::*;
     use crate::testing::{MemoryStore, StoreHarness, run_all};
 
+    /// Collection `p/c` of a model with `dim` dimensions.
+    fn collection(dim: u32) -> NewCollection {
+        NewCollection {
+            id: None,
+            project_name: "p".into(),
+            collection_name: "c".into(),
+            description: String::new(),
+            schema: Default::default(),
+            embedding_model: "m".into(),
+            embedding_dim: dim,
+            created_at: 1,
+        }
+    }
+
     /// Three in-memory shards; every open is a reopen of the same three.
     struct ShardedHarness(Vec<MemoryStore>);
 
@@ -948,19 +962,7 @@ mod tests {
     async fn a_batch_over_shards_is_taken_back_when_a_later_shard_refuses_its_part() {
         let shards: Vec<Arc<dyn Store>> = (0..3).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn Store>).collect();
         let s = ShardedStore::open(shards.clone()).await.unwrap();
-        let c = s
-            .ensure_collection(NewCollection {
-                id: None,
-                project_name: "p".into(),
-                collection_name: "c".into(),
-                description: String::new(),
-                schema: Default::default(),
-                embedding_model: "m".into(),
-                embedding_dim: 4,
-                created_at: 1,
-            })
-            .await
-            .unwrap();
+        let c = s.ensure_collection(collection(4)).await.unwrap();
         for shard in &shards {
             assert_eq!(shard.get_collection("p", "c").await.unwrap().map(|x| x.id), Some(c.id), "a copy, same id");
         }
@@ -988,19 +990,7 @@ mod tests {
         let memories: Vec<MemoryStore> = (0..3).map(|_| MemoryStore::new()).collect();
         let shards = memories.iter().map(|m| Arc::new(m.clone()) as Arc<dyn Store>).collect();
         let s = ShardedStore::open(shards).await.unwrap();
-        let c = s
-            .ensure_collection(NewCollection {
-                id: None,
-                project_name: "p".into(),
-                collection_name: "c".into(),
-                description: String::new(),
-                schema: Default::default(),
-                embedding_model: "m".into(),
-                embedding_dim: 2,
-                created_at: 1,
-            })
-            .await
-            .unwrap();
+        let c = s.ensure_collection(collection(2)).await.unwrap();
         let mut ids = Vec::new();
         for u in ["u0", "u1", "u2", "u3", "u4", "u5"] {
             let info = serde_json::json!({ "summary": u }).as_object().unwrap().clone();

@@ -866,7 +866,8 @@ impl SqliteStore {
         seen: Millis,
         turns: Vec<Vec<f32>>,
     ) -> StoreResult<bool> {
-        let (id, Some(blob)) = (id.to_string(), mnemo_core::turns::encode(&turns)) else { return Ok(false) };
+        let Some(blob) = mnemo_core::turns::encode(&turns) else { return Ok(false) };
+        let id = id.to_string();
         self.writer
             .write(move |conn| {
                 let added = conn

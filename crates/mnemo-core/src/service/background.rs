@@ -81,9 +81,10 @@ impl Service {
                 tokio::select! {
                     _ = stop.changed() => break,
                     done = svc.backfill_turns(true) => match done {
-                        Ok(0) => break,
                         Ok(n) => {
-                            tracing::info!(events = n, "embedded the turns of events stored before turn vectors");
+                            if n > 0 {
+                                tracing::info!(events = n, "embedded the turns of events stored before turn vectors");
+                            }
                             break;
                         }
                         Err(e) => tracing::warn!(error = %e, "turn vector backfill postponed"),

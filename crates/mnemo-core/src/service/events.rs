@@ -105,11 +105,9 @@ impl Service {
     async fn embed_or_defer(&self, texts: Vec<String>) -> Vec<Option<Vec<f32>>> {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(16) {
-            match self.embedder.embed(chunk, EmbedKind::Document).await {
-                Ok(vs) if vs.len() == chunk.len() => out.extend(vs.into_iter().map(Some)),
-                outcome => {
-                    let error = outcome
-                        .map_or_else(|e| e.to_string(), |vs| format!("{} vectors for {} texts", vs.len(), chunk.len()));
+            match self.embed_documents(chunk).await {
+                Ok(vs) => out.extend(vs.into_iter().map(Some)),
+                Err(error) => {
                     tracing::warn!(%error, "storing events without a vector; they are embedded when the provider recovers");
                     self.vectors_missing.store(true, std::sync::atomic::Ordering::SeqCst);
                     out.extend(chunk.iter().map(|_| None));

@@ -3,6 +3,20 @@
 
 use crate::harness::*;
 use serde_json::{Value, json};
+use std::path::Path;
+
+/// `mnemo reindex` on `data` with `cfg` (and the test store), to its end.
+fn reindex(cfg: &Path, data: &Path) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(["reindex", "--config"])
+        .arg(cfg)
+        .arg("--data")
+        .arg(data)
+        .envs(store_env(data))
+        .env("MNEMO_LOG", "warn")
+        .output()
+        .unwrap()
+}
 
 async fn seed(s: &Server) {
     // An earlier conversation, extracted.
@@ -267,17 +281,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
         Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).err().expect("the new default refuses the old vectors");
     assert!(err.contains("use-m3+e5-small-int8") && err.contains("mnemo reindex"), "{err}");
 
-    let run = || {
-        std::process::Command::new(BIN)
-            .args(["reindex", "--config"])
-            .arg(&new_cfg)
-            .arg("--data")
-            .arg(&data)
-            .envs(store_env(&data))
-            .env("MNEMO_LOG", "warn")
-            .output()
-            .unwrap()
-    };
+    let run = || reindex(&new_cfg, &data);
     let out = run();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
@@ -321,14 +325,7 @@ async fn a_data_directory_of_the_previous_release_is_reindexed() {
 
     let err = Server::spawn(&cfg, &data, "127.0.0.1:0", &[]).err().expect("refused");
     assert!(err.contains("use-multilingual-v3-int8") && err.contains("mnemo reindex"), "{err}");
-    let out = std::process::Command::new(BIN)
-        .args(["reindex", "--config"])
-        .arg(&cfg)
-        .arg("--data")
-        .arg(&data)
-        .env("MNEMO_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = reindex(&cfg, &data);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("re-embedded with embeddinggemma-300m-int8"), "{stdout}");
 
@@ -398,23 +395,12 @@ async fn events_stored_before_turn_vectors_get_them_from_reindex_or_in_the_backg
     let as_before = "DELETE FROM event_turn_vectors; INSERT INTO event_turns_backfill VALUES (true)";
 
     store_sql(&data, as_before).await;
-    let reindex = || {
-        std::process::Command::new(BIN)
-            .args(["reindex", "--config"])
-            .arg(&cfg)
-            .arg("--data")
-            .arg(&data)
-            .envs(store_env(&data))
-            .env("MNEMO_LOG", "warn")
-            .output()
-            .unwrap()
-    };
-    let out = reindex();
+    let out = reindex(&cfg, &data);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains(&format!("{n} events stored by an earlier release got their turns' vectors")), "{stdout}");
     assert_eq!(turns().await, Some(n));
-    assert!(!String::from_utf8_lossy(&reindex().stdout).contains("earlier release"), "done once");
+    assert!(!String::from_utf8_lossy(&reindex(&cfg, &data).stdout).contains("earlier release"), "done once");
 
     store_sql(&data, as_before).await;
     let s = Server::spawn_with_log(&cfg, &data, "127.0.0.1:0", &[], Some(&log)).expect("restarts");
