@@ -114,6 +114,9 @@ pub struct Service {
     collections: std::sync::RwLock<std::collections::HashMap<(String, String), (Millis, Collection)>>,
     /// Extraction outcomes since start, for monitoring.
     pub job_outcomes: JobOutcomes,
+    /// Query searches (and contexts) that ran on full text alone since start: the query could
+    /// not be embedded (the embedder's queue was full, or it failed).
+    pub full_text_searches: std::sync::atomic::AtomicU64,
     /// Set when a job may have failed for a transient reason (and at start): the next successful
     /// extraction — a sign the provider answers again — re-queues such jobs.
     transient_failures: std::sync::atomic::AtomicBool,
@@ -160,6 +163,7 @@ impl Service {
             job_queued: Notify::new(),
             collections: Default::default(),
             job_outcomes: JobOutcomes::default(),
+            full_text_searches: Default::default(),
             pending_hits: Default::default(),
             user_locks: Default::default(),
             webhook_sender: Default::default(),

@@ -58,6 +58,7 @@ pub struct Metrics {
     rows: Family<KindLabels, Gauge>,
     bytes: Gauge,
     webhooks: Family<StateLabels, Gauge>,
+    full_text_searches: Gauge,
 }
 
 impl Default for Metrics {
@@ -86,7 +87,14 @@ impl Default for Metrics {
             "Webhook deliveries in the outbox by state (dead: attempts exhausted, see webhook/deliveries)",
             webhooks.clone(),
         );
-        Self { registry, requests, latency, jobs, outcomes, rows, bytes, webhooks }
+        let full_text_searches = Gauge::default();
+        registry.register(
+            "full_text_only_searches",
+            "Query searches and contexts since start that ran on full text alone: the query could not be embedded \
+             (the embedder's queue was full, or it failed); each answer says so with \"semantic\": false",
+            full_text_searches.clone(),
+        );
+        Self { registry, requests, latency, jobs, outcomes, rows, bytes, webhooks, full_text_searches }
     }
 }
 
@@ -146,6 +154,7 @@ pub async fn scrape(State(state): State<AppState>, req: axum::extract::Request) 
     for (kind, n) in [("done", &o.done), ("retried", &o.retried), ("failed", &o.failed), ("deferred", &o.deferred)] {
         m.outcomes.get_or_create(&OutcomeLabels { outcome: kind.into() }).set(n.load(Ordering::Relaxed) as i64);
     }
+    m.full_text_searches.set(svc.full_text_searches.load(Ordering::Relaxed) as i64);
     let mut body = String::new();
     if encode(&mut body, &m.registry).is_err() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "encoding metrics failed").into_response();

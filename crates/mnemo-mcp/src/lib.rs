@@ -231,11 +231,17 @@ impl MemoryTools {
                 let mut req =
                     EventSearch::new(target, Some(required("query")?), user_filter(), int_arg("limit", 5, 50)?);
                 req.similarity_threshold = Some(floor);
-                let found = self.service.search_events(req).await?;
+                let answer = self.service.search(req).await?;
+                // Matched by words alone (the query could not be embedded): the agent should know.
+                let caveat = answer.full_text_only.map(|why| {
+                    format!("(searched by words only — meaning-based search is unavailable right now: {why})")
+                });
+                let found = answer.results;
                 if found.is_empty() {
-                    return Ok(format!(
+                    let none = format!(
                         "Nothing relevant: no memory of this user reaches the relevance floor {floor:.2} for this query."
-                    ));
+                    );
+                    return Ok(caveat.map_or(none.clone(), |c| format!("{none}\n{c}")));
                 }
                 Ok(found
                     .iter()
@@ -246,6 +252,7 @@ impl MemoryTools {
                         format!("[{}] {when} (relevance {:.2}) {}", s.event.id, s.scores.origin_score, s.event.text())
                     })
                     .chain(std::iter::once(format!("(relevance floor {floor:.2})")))
+                    .chain(caveat)
                     .collect::<Vec<_>>()
                     .join("\n"))
             }
@@ -289,6 +296,70 @@ impl MemoryTools {
             other => Err(CoreError::invalid("name", format!("no tool {other:?}"))),
         }
     }
+}
+
+/// Checks a call's arguments against the tool's input schema (the subset the tools use: closed
+/// objects, `required`, `type` string / integer / boolean, `enum`, `minimum` / `maximum`,
+/// `minLength` / `maxLength`). The message names the argument, what it may be, and the tool's
+/// arguments.
+pub fn check_arguments(tool: &Tool, args: &Map<String, Value>) -> Result<(), String> {
+    let schema = &tool.input_schema;
+    let props = schema.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+    let names: Vec<&str> = props.keys().map(String::as_str).collect();
+    let expected = format!("the arguments of {} are {}", tool.name, names.join(", "));
+    if let Some(k) = args.keys().find(|k| !props.contains_key(k.as_str())) {
+        return Err(format!("{k}: unknown argument; {expected}"));
+    }
+    for r in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        if args.get(r).is_none_or(Value::is_null) {
+            return Err(format!("{r}: is required; {expected}"));
+        }
+    }
+    for (k, v) in args {
+        let p = &props[k];
+        if v.is_null() {
+            continue; // an optional argument left out
+        }
+        let ty = p.get("type").and_then(Value::as_str).unwrap_or("string");
+        let mut bad = match ty {
+            "string" => match v.as_str() {
+                None => Some("must be a string".to_string()),
+                Some(s) => {
+                    let n = s.chars().count() as u64;
+                    let min = p.get("minLength").and_then(Value::as_u64).unwrap_or(0);
+                    let max = p.get("maxLength").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                    (n < min || n > max || (min > 0 && s.trim().is_empty())).then(|| match max {
+                        u64::MAX => format!("must be a non-empty string (at least {min} characters)"),
+                        _ => format!("must be a string of {min} to {max} characters"),
+                    })
+                }
+            },
+            "integer" => {
+                let (min, max) = (
+                    p.get("minimum").and_then(Value::as_i64).unwrap_or(i64::MIN),
+                    p.get("maximum").and_then(Value::as_i64).unwrap_or(i64::MAX),
+                );
+                match v.as_i64() {
+                    Some(n) if (min..=max).contains(&n) => None,
+                    _ => Some(format!("must be an integer in {min}..={max}")),
+                }
+            }
+            "boolean" => (!v.is_boolean()).then(|| "must be true or false".to_string()),
+            _ => None,
+        };
+        if bad.is_none()
+            && let Some(values) = p.get("enum").and_then(Value::as_array)
+            && !values.contains(v)
+        {
+            let list: Vec<String> = values.iter().map(Value::to_string).collect();
+            bad = Some(format!("must be one of {}", list.join(", ")));
+        }
+        if let Some(why) = bad {
+            let shown: String = v.to_string().chars().take(80).collect();
+            return Err(format!("{k}: {why}, got {shown}"));
+        }
+    }
+    Ok(())
 }
 
 fn schema(v: Value) -> Arc<JsonObject> {
@@ -360,7 +431,11 @@ pub fn tools() -> Vec<Tool> {
 impl ServerHandler for MemoryTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("mnemo", env!("CARGO_PKG_VERSION")))
+            .with_server_info(
+                Implementation::new("mnemo", env!("CARGO_PKG_VERSION")).with_description(
+                    "Long-term memory for LLM agents: profiles, events and recall across conversations.",
+                ),
+            )
             .with_instructions(
                 "mnemo is the user's long-term memory. Call `recall` before answering to learn who the user is and \
                  what happened before; call `remember` with each user turn worth keeping; use `search_memory`, \
@@ -404,18 +479,12 @@ impl ServerHandler for MemoryTools {
             Err(msg) => return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into()),
         };
         let args = request.arguments.unwrap_or_default();
-        // The schemas say `additionalProperties: false`; an argument the tool does not have is a
-        // mistake worth naming, not something to drop.
+        // Input validation failures are tool execution errors (MCP 2025-11-25, SEP-1303): the
+        // model sees the message, which names the argument and what it may be, and corrects the
+        // call. Only an unknown tool (above) or a malformed request is a protocol error.
         let tool = tools().into_iter().find(|t| t.name == request.name).expect("checked above");
-        let known: Vec<&str> = tool.input_schema["properties"]
-            .as_object()
-            .map(|p| p.keys().map(String::as_str).collect())
-            .unwrap_or_default();
-        if let Some(k) = args.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(McpError::invalid_params(
-                format!("{k}: unknown argument of {}; expected one of {}", request.name, known.join(", ")),
-                None,
-            ));
+        if let Err(msg) = check_arguments(&tool, &args) {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into());
         }
         Ok(match self.run(&request.name, &args, &scope).await {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
@@ -448,4 +517,39 @@ pub fn http_service(
     }
     let tools = MemoryTools::new(service, scope);
     StreamableHttpService::new(move || Ok(tools.clone()), Default::default(), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(tool: &str, args: Value) -> Result<(), String> {
+        let t = tools().into_iter().find(|t| t.name == tool).unwrap();
+        check_arguments(&t, args.as_object().unwrap())
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_schema_naming_the_argument() {
+        assert!(check("search_memory", json!({"query": "x", "limit": 3})).is_ok());
+        assert!(check("recall", json!({})).is_ok());
+        assert!(check("remember", json!({"content": "x", "role": null})).is_ok(), "null: left out");
+        let e = check("search_memory", json!({"query": "x", "limt": 3})).unwrap_err();
+        assert_eq!(e, "limt: unknown argument; the arguments of search_memory are limit, query");
+        let e = check("search_memory", json!({"limit": 3})).unwrap_err();
+        assert!(e.starts_with("query: is required;"), "{e}");
+        let e = check("search_memory", json!({"query": "x", "limit": 51})).unwrap_err();
+        assert_eq!(e, "limit: must be an integer in 1..=50, got 51");
+        let e = check("search_memory", json!({"query": "x", "limit": "5"})).unwrap_err();
+        assert_eq!(e, "limit: must be an integer in 1..=50, got \"5\"");
+        let e = check("remember", json!({"content": 42})).unwrap_err();
+        assert_eq!(e, "content: must be a string, got 42");
+        let e = check("remember", json!({"content": "  "})).unwrap_err();
+        assert!(e.starts_with("content: must be a string of 1 to 200000 characters"), "{e}");
+        let e = check("remember", json!({"content": "x", "role": "system"})).unwrap_err();
+        assert_eq!(e, "role: must be one of \"user\", \"assistant\", got \"system\"");
+        let e = check("remember", json!({"content": "x", "batched": "yes"})).unwrap_err();
+        assert_eq!(e, "batched: must be true or false, got \"yes\"");
+        let e = check("add_memory", json!({"summary": "x", "class": "forever"})).unwrap_err();
+        assert!(e.starts_with("class: must be one of \"temporary\", \"conclusion\", \"process\""), "{e}");
+    }
 }

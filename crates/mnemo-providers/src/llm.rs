@@ -51,6 +51,42 @@ pub struct LlmConfig {
     /// How long the circuit breaker keeps a failing endpoint closed off (after three calls in a
     /// row failed even with their retries).
     pub breaker_open: Duration,
+    /// The request field that bounds the answer: `max_tokens`, or `max_completion_tokens` for
+    /// models that refuse the former (OpenAI's reasoning models). A refusal naming the other one
+    /// switches by itself.
+    pub token_limit: TokenLimit,
+    /// Azure OpenAI: `?api-version=…` on every request.
+    pub api_version: Option<String>,
+    /// The header carrying `api_key`: `Authorization: Bearer …` (None) or a named header
+    /// (Azure's `api-key`).
+    pub api_key_header: Option<String>,
+    /// Outbound TLS (extra trusted roots).
+    pub tls: crate::http::TlsOptions,
+}
+
+/// Which request field bounds the answer's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TokenLimit {
+    MaxTokens = 0,
+    MaxCompletionTokens = 1,
+}
+
+impl TokenLimit {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "max_tokens" => Some(Self::MaxTokens),
+            "max_completion_tokens" => Some(Self::MaxCompletionTokens),
+            _ => None,
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            Self::MaxTokens => "max_tokens",
+            Self::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
 }
 
 impl Default for LlmConfig {
@@ -71,6 +107,10 @@ impl Default for LlmConfig {
             ignore_tools: true,
             max_transcript_chars: 12_000,
             breaker_open: Duration::from_secs(30),
+            token_limit: TokenLimit::MaxTokens,
+            api_version: None,
+            api_key_header: None,
+            tls: Default::default(),
         }
     }
 }
@@ -100,6 +140,24 @@ impl JsonMode {
             _ => Self::None,
         }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::JsonSchema => "json_schema (strict)",
+            Self::JsonObject => "json_object",
+            Self::None => "none (prompt only)",
+        }
+    }
+}
+
+/// A 400 that names `max_completion_tokens` is about the token-limit field either way:
+/// "Unsupported parameter: 'max_tokens' … Use 'max_completion_tokens' instead." (OpenAI's
+/// reasoning models), or "Unrecognized request argument: max_completion_tokens" (older servers).
+fn other_token_limit(current: TokenLimit, body: &str) -> Option<TokenLimit> {
+    body.contains("max_completion_tokens").then_some(match current {
+        TokenLimit::MaxTokens => TokenLimit::MaxCompletionTokens,
+        TokenLimit::MaxCompletionTokens => TokenLimit::MaxTokens,
+    })
 }
 
 pub struct LlmExtractor {
@@ -110,6 +168,8 @@ pub struct LlmExtractor {
     breaker: Breaker,
     /// The JSON mode in use: starts at the configured one, steps down when a server refuses it.
     mode: AtomicU8,
+    /// The token-limit field in use: starts at the configured one, switches when refused.
+    token_limit: AtomicU8,
     /// Answers received, and how many of them were repair rounds (for benchmarks and metrics).
     answers: AtomicU64,
     repairs: AtomicU64,
@@ -124,12 +184,16 @@ struct Reply {
 
 impl LlmExtractor {
     pub fn new(config: LlmConfig) -> Result<Self, String> {
-        let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| e.to_string())?;
+        let client = crate::http::client_builder(&config.tls)?
+            .timeout(config.timeout)
+            .build()
+            .map_err(|e| format!("LLM HTTP client: {}", crate::http::error_chain(&e)))?;
         Ok(Self {
             name: format!("llm:{}", config.model),
             permits: Semaphore::new(config.max_concurrency.max(1)),
             breaker: Breaker::new(3, config.breaker_open),
             mode: AtomicU8::new(config.json_mode as u8),
+            token_limit: AtomicU8::new(config.token_limit as u8),
             answers: AtomicU64::new(0),
             repairs: AtomicU64::new(0),
             client,
@@ -143,7 +207,18 @@ impl LlmExtractor {
     }
 
     fn url(&self) -> String {
-        format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'))
+        let base = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        match &self.config.api_version {
+            Some(v) => format!("{base}?api-version={v}"),
+            None => base,
+        }
+    }
+
+    fn token_limit(&self) -> TokenLimit {
+        match self.token_limit.load(Ordering::Relaxed) {
+            0 => TokenLimit::MaxTokens,
+            _ => TokenLimit::MaxCompletionTokens,
+        }
     }
 
     /// One chat completion, with transport retries. Steps the JSON mode down when the server
@@ -154,49 +229,65 @@ impl LlmExtractor {
             return Err(ExtractError::Transient(format!("{url}: endpoint unavailable (circuit open)")));
         }
         let mut attempt = 0u32;
+        // The token-limit field switches once per call (a server that refuses both is refused).
+        let mut limit_switched = false;
         loop {
             let mode = JsonMode::from_u8(self.mode.load(Ordering::Relaxed));
+            let limit = self.token_limit();
             let mut body = json!({
                 "model": self.config.model,
                 "messages": messages,
                 "temperature": self.config.temperature,
-                "max_tokens": self.config.max_tokens,
                 "stream": false,
             });
+            body[limit.field()] = json!(self.config.max_tokens);
             match mode {
                 JsonMode::JsonSchema => {
                     body["response_format"] = json!({
                         "type": "json_schema",
-                        "json_schema": {"name": "memories", "schema": schema, "strict": false},
+                        "json_schema": {"name": "memories", "schema": schema, "strict": true},
                     })
                 }
                 JsonMode::JsonObject => body["response_format"] = json!({"type": "json_object"}),
                 JsonMode::None => {}
             }
             let mut req = self.client.post(&url).json(&body);
-            if let Some(k) = &self.config.api_key {
-                req = req.bearer_auth(k);
+            match (&self.config.api_key, &self.config.api_key_header) {
+                (Some(k), Some(header)) => req = req.header(header.as_str(), k),
+                (Some(k), None) => req = req.bearer_auth(k),
+                (None, _) => {}
             }
             let (retry_after, error) = match req.send().await {
-                Err(e) => (None, format!("{url}: {e}")),
+                Err(e) if !crate::http::is_transient(&e) => {
+                    self.breaker.record(false);
+                    return Err(ExtractError::Permanent(crate::http::describe(&url, &e)));
+                }
+                Err(e) => (None, crate::http::describe(&url, &e)),
                 Ok(resp) => {
                     let status = resp.status();
-                    let retry_after = resp
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(|s| Duration::from_secs(s.min(30)));
+                    let retry_after = crate::http::retry_after(resp.headers(), Duration::from_secs(60));
                     let text = resp.text().await.unwrap_or_default();
                     if status.is_success() {
                         self.breaker.record(true);
                         return parse_reply(&url, &text);
                     }
                     let snippet = truncate_chars(&text, 300);
-                    if (status.as_u16() == 400 || status.as_u16() == 422) && mode != JsonMode::None {
+                    let refused = status.as_u16() == 400 || status.as_u16() == 422;
+                    if refused
+                        && !limit_switched
+                        && let Some(other) = other_token_limit(limit, &text)
+                    {
+                        limit_switched = true;
+                        tracing::warn!(%status, from = limit.field(), to = other.field(), body = %snippet,
+                            "the LLM endpoint refused the token-limit field; switching");
+                        self.token_limit.store(other as u8, Ordering::Relaxed);
+                        continue;
+                    }
+                    if refused && mode != JsonMode::None {
                         // Most likely `response_format` is not supported: step down and retry at once.
                         let next = if mode == JsonMode::JsonSchema { JsonMode::JsonObject } else { JsonMode::None };
-                        tracing::warn!(%status, ?next, body = %snippet, "the LLM endpoint refused the JSON mode; stepping down");
+                        tracing::warn!(%status, from = mode.name(), to = next.name(), body = %snippet,
+                            "the LLM endpoint refused the response format; falling back");
                         self.mode.store(next as u8, Ordering::Relaxed);
                         continue;
                     }
@@ -397,22 +488,32 @@ fn user_prompt(input: &ExtractionInput, transcript: &[(usize, String)]) -> Strin
     s
 }
 
-/// The JSON schema of the answer, bounded (item counts, string lengths) so that even small
-/// models under grammar-constrained decoding finish.
+/// The JSON schema of the answer, in the form `strict: true` accepts (OpenAI's structured
+/// outputs, and the grammar-constrained decoders of vLLM and llama.cpp): every object closed
+/// (`additionalProperties: false`) with every property required — an optional one is nullable —
+/// and only keywords strict mode supports. Item counts are bounded so small models under a
+/// grammar finish; string lengths are bounded by `max_tokens` and cut after parsing.
 fn output_schema(schema: &CollectionSchema) -> Value {
     let mut fields = Map::new();
     for t in &schema.event_types {
         for f in &t.fields {
-            let v = match f.field_type {
-                FieldType::String => json!({"type": "string", "maxLength": 400}),
-                FieldType::Int => json!({"type": "integer"}),
-                FieldType::Float => json!({"type": "number"}),
-                FieldType::Bool => json!({"type": "boolean"}),
-                FieldType::Enum => json!({"type": "string", "enum": f.values}),
+            let ty = match f.field_type {
+                FieldType::String | FieldType::Enum => "string",
+                FieldType::Int => "integer",
+                FieldType::Float => "number",
+                FieldType::Bool => "boolean",
             };
+            // Fields of other event types are null in an event: each is nullable.
+            let mut v = json!({"type": [ty, "null"]});
+            if f.field_type == FieldType::Enum {
+                let mut values: Vec<Value> = f.values.iter().map(|x| json!(x)).collect();
+                values.push(Value::Null);
+                v["enum"] = Value::Array(values);
+            }
             fields.entry(f.name.clone()).or_insert(v);
         }
     }
+    let field_names: Vec<&String> = fields.keys().collect();
     let event_types: Vec<&str> = schema.event_types.iter().map(|t| t.name.as_str()).collect();
     let profile_types: Vec<&str> = schema.profile_types.iter().map(|t| t.name.as_str()).collect();
     json!({
@@ -422,24 +523,27 @@ fn output_schema(schema: &CollectionSchema) -> Value {
                 "type": "object",
                 "properties": {
                     "type": {"type": "string", "enum": event_types},
-                    "fields": {"type": "object", "properties": fields},
+                    "fields": {"type": "object", "properties": fields, "required": field_names, "additionalProperties": false},
                     "source": {"type": "array", "maxItems": 40, "items": {"type": "integer"}},
-                    "supersedes": {"type": ["string", "null"], "maxLength": 8},
+                    "supersedes": {"type": ["string", "null"]},
                 },
-                "required": ["type", "fields", "source"],
+                "required": ["type", "fields", "source", "supersedes"],
+                "additionalProperties": false,
             }},
             "profile": {"type": "array", "maxItems": 20, "items": {
                 "type": "object",
                 "properties": {
                     "type": {"type": "string", "enum": profile_types},
                     "op": {"type": "string", "enum": ["set", "add", "remove"]},
-                    "attribute": {"type": "string", "maxLength": 48},
-                    "value": {"type": "string", "maxLength": 200},
+                    "attribute": {"type": "string"},
+                    "value": {"type": ["string", "null"]},
                 },
-                "required": ["op", "attribute"],
+                "required": ["type", "op", "attribute", "value"],
+                "additionalProperties": false,
             }},
         },
         "required": ["events", "profile"],
+        "additionalProperties": false,
     })
 }
 
@@ -689,10 +793,26 @@ mod tests {
     fn the_schema_names_every_type_and_bounds_lengths() {
         let s = output_schema(&CollectionSchema::default());
         assert_eq!(s["properties"]["events"]["items"]["properties"]["type"]["enum"], json!(["event_v1"]));
-        assert_eq!(
-            s["properties"]["events"]["items"]["properties"]["fields"]["properties"]["summary"]["maxLength"],
-            400
-        );
+        assert_eq!(s["properties"]["events"]["maxItems"], 12);
+        // Strict mode: every object closed, every property required, no unsupported keyword.
+        fn strict(v: &Value, path: &str) {
+            match v {
+                Value::Object(o) => {
+                    assert!(!o.contains_key("maxLength") && !o.contains_key("minLength"), "{path}");
+                    if o.get("type") == Some(&json!("object")) {
+                        assert_eq!(o["additionalProperties"], false, "{path}");
+                        let props: Vec<&String> = o["properties"].as_object().unwrap().keys().collect();
+                        let req: Vec<&str> =
+                            o["required"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+                        assert!(props.iter().all(|p| req.contains(&p.as_str())), "{path}: {props:?} vs {req:?}");
+                    }
+                    o.iter().for_each(|(k, x)| strict(x, &format!("{path}.{k}")));
+                }
+                Value::Array(a) => a.iter().for_each(|x| strict(x, path)),
+                _ => {}
+            }
+        }
+        strict(&s, "$");
         let p = system_prompt(&CollectionSchema::default());
         assert!(p.contains("event_v1") && p.contains("profile_v1") && p.contains("Do NOT turn them into dates"));
     }

@@ -11,8 +11,8 @@ pub struct HttpWebhookSender {
 }
 
 impl HttpWebhookSender {
-    pub fn new() -> Result<Self, String> {
-        let client = reqwest::Client::builder()
+    pub fn new(tls: &crate::http::TlsOptions) -> Result<Self, String> {
+        let client = crate::http::client_builder(tls)?
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("mnemo-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -37,18 +37,11 @@ impl WebhookSender for HttpWebhookSender {
         match req.send().await {
             Ok(resp) => Ok(resp.status().as_u16()),
             Err(e) if e.is_timeout() => Err(format!("no answer within {} ms", timeout.as_millis())),
-            Err(e) if e.is_connect() => Err(format!("cannot connect: {}", root_cause(&e))),
-            Err(e) => Err(root_cause(&e)),
+            Err(e) if e.is_connect() && crate::http::is_transient(&e) => {
+                Err(format!("cannot connect: {}", crate::http::error_chain(&e)))
+            }
+            // A certificate the roots do not trust says so, and what to configure.
+            Err(e) => Err(crate::http::describe(url, &e)),
         }
     }
-}
-
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s = format!("{s}: {c}");
-        cur = c.source();
-    }
-    s
 }

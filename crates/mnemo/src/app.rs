@@ -7,6 +7,7 @@ use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{ExtractionPolicy, RetrievalConfig, ServiceConfig};
 use mnemo_core::{Clock, Embedder, Extractor, Extractors, Service, Store};
 use mnemo_providers::embed::{LocalEmbedder, LocalModel, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
+use mnemo_providers::llm::TokenLimit;
 use mnemo_providers::{FaultInjectingExtractor, JsonMode, LlmConfig, LlmExtractor, RulesConfig, RulesExtractor};
 use mnemo_store::{Durability, SqliteOptions, SqliteStore};
 use std::net::SocketAddr;
@@ -47,16 +48,30 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
                 }
                 None => None,
             };
-            Arc::new(
-                OpenAiEmbedder::new(OpenAiEmbedderConfig {
-                    base_url: need(&e.base_url, "base_url")?,
-                    model: need(&e.model, "model")?,
-                    dimension: e.dimension.context("embedding.dimension is required with provider openai")?,
-                    api_key,
-                    timeout: Duration::from_secs(e.timeout_secs.max(1)),
-                })
-                .map_err(anyhow::Error::msg)?,
-            )
+            let served =
+                match &e.same_as {
+                    Some(m) => Some(LocalModel::parse(m).and_then(LocalModel::served).map_err(|err| {
+                        anyhow::anyhow!("{}", err.replace("embedding.local_model", "embedding.same_as"))
+                    })?),
+                    None => None,
+                };
+            let dimension = match (&served, e.dimension) {
+                (_, Some(d)) => d,
+                (Some(m), None) => m.dimension,
+                (None, None) => bail!("embedding.dimension is required with provider openai"),
+            };
+            let config = OpenAiEmbedderConfig {
+                base_url: need(&e.base_url, "base_url")?,
+                model: need(&e.model, "model")?,
+                dimension,
+                api_key,
+                timeout: Duration::from_secs(e.timeout_secs.max(1)),
+                api_version: e.api_version.clone(),
+                api_key_header: e.api_key_header.clone(),
+                served,
+                tls: cfg.tls.options(),
+            };
+            Arc::new(OpenAiEmbedder::new(config).map_err(anyhow::Error::msg)?)
         }
         other => bail!("embedding.provider: must be local or openai, got {other:?}"),
     })
@@ -255,7 +270,7 @@ fn webhook_policy(cfg: &Config) -> mnemo_core::service::WebhookPolicy {
 /// Webhooks: the HTTP sender plugged in, the config file's endpoints registered.
 pub async fn start_webhooks(cfg: &Config, service: &Service) -> Result<()> {
     service.set_webhook_sender(Arc::new(
-        mnemo_providers::webhook::HttpWebhookSender::new().map_err(|e| anyhow::anyhow!(e))?,
+        mnemo_providers::webhook::HttpWebhookSender::new(&cfg.tls.options()).map_err(|e| anyhow::anyhow!(e))?,
     ));
     let mut specs = Vec::new();
     for (i, w) in cfg.webhooks.iter().enumerate() {
@@ -311,6 +326,12 @@ fn extractors(cfg: &Config) -> Result<Extractors> {
         let json_mode = JsonMode::parse(&e.json_mode).with_context(|| {
             format!("extraction.json_mode: must be json_schema, json_object or none, got {:?}", e.json_mode)
         })?;
+        let token_limit = TokenLimit::parse(&e.token_limit_param).with_context(|| {
+            format!(
+                "extraction.token_limit_param: must be max_tokens or max_completion_tokens, got {:?}",
+                e.token_limit_param
+            )
+        })?;
         let llm = LlmExtractor::new(LlmConfig {
             base_url: need(&e.base_url, "base_url")?,
             model: need(&e.model, "model")?,
@@ -324,6 +345,10 @@ fn extractors(cfg: &Config) -> Result<Extractors> {
             ignore_system: cfg.session.ignore_system,
             ignore_tools: cfg.session.ignore_tools,
             breaker_open: Duration::from_secs(e.breaker_open_secs.max(1)),
+            token_limit,
+            api_version: e.api_version.clone(),
+            api_key_header: e.api_key_header.clone(),
+            tls: cfg.tls.options(),
             ..Default::default()
         })
         .map_err(anyhow::Error::msg)?;

@@ -300,7 +300,7 @@ pub async fn run(b: WriteBench, stores: Stores, mut cfg: crate::config::Config) 
 
 async fn run_one(b: &WriteBench, store: &str, cfg: &mut crate::config::Config) -> Result<(Figures, Figures)> {
     let (base, running, _tmp) = target(b.url.as_deref(), cfg).await?;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(b.concurrency * 2).build()?;
+    let client = crate::http_client()?.pool_max_idle_per_host(b.concurrency * 2).build()?;
     let dur = Duration::from_secs(b.seconds);
     println!(
         "write benchmark on {store}: {} clients, {} s per run, {} runs, a session closes every {} messages, server {}",

@@ -18,6 +18,10 @@ pub struct Remote {
     pub url: String,
     #[arg(long, env = "MNEMO_API_KEY", hide_env_values = true)]
     pub key: Option<String>,
+    /// A PEM bundle of extra trusted certificates, for a server behind a private CA (public and
+    /// system roots are always trusted).
+    #[arg(long, env = "MNEMO_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     #[arg(long, default_value = "default")]
     pub project: String,
     /// The collection (default: `default`; for export and forget: every collection of the project).
@@ -29,8 +33,10 @@ pub struct Remote {
 }
 
 impl Remote {
-    fn client(&self) -> Client {
-        Client { http: reqwest::Client::new(), url: self.url.trim_end_matches('/').to_string(), key: self.key.clone() }
+    fn client(&self) -> Result<Client> {
+        let tls = mnemo_providers::http::TlsOptions { ca_file: self.ca_file.clone() };
+        let http = mnemo_providers::http::client_builder(&tls).map_err(anyhow::Error::msg)?.build()?;
+        Ok(Client { http, url: self.url.trim_end_matches('/').to_string(), key: self.key.clone() })
     }
 
     fn body(&self, mut v: Value) -> Value {
@@ -55,7 +61,18 @@ impl Client {
         if let Some(k) = &self.key {
             req = req.bearer_auth(k);
         }
-        let resp = req.send().await.with_context(|| format!("{}: is `mnemo serve` running?", self.url))?;
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) if mnemo_providers::http::is_transient(&e) => {
+                bail!("{} — is `mnemo serve` running there?", mnemo_providers::http::describe(&self.url, &e))
+            }
+            // A certificate problem: the message says what to configure (here --ca-file).
+            Err(e) => bail!(
+                "{}",
+                mnemo_providers::http::describe(&self.url, &e)
+                    .replace("tls.ca_file (env MNEMO_TLS__CA_FILE)", "--ca-file (env MNEMO_CA_FILE)")
+            ),
+        };
         let status = resp.status();
         let text = resp.text().await?;
         if !status.is_success() {
@@ -91,7 +108,7 @@ pub async fn write(
     text: String,
     flush: bool,
 ) -> Result<()> {
-    let c = r.client();
+    let c = r.client()?;
     let mut meta = json!({});
     if let Some(u) = user {
         meta["user_id"] = json!(u);
@@ -131,7 +148,7 @@ pub async fn context(r: &Remote, conversation: String, query: Option<String>, ma
     if let Some(m) = max_tokens {
         body["max_tokens"] = json!(m);
     }
-    let d = r.client().post("get_context", &r.body(body)).await?;
+    let d = r.client()?.post("get_context", &r.body(body)).await?;
     if r.json {
         print_json(&d);
     } else if d["context_str"].as_str().unwrap_or("").is_empty() {
@@ -153,7 +170,7 @@ pub async fn search(r: &Remote, query: Option<String>, user: Option<String>, lim
     if let Some(q) = query {
         body["query"] = json!(q);
     }
-    let d = r.client().post("event/search", &r.body(body)).await?;
+    let d = r.client()?.post("event/search", &r.body(body)).await?;
     if r.json {
         print_json(&d);
         return Ok(());
@@ -180,7 +197,7 @@ pub async fn forget(r: &Remote, user: String, yes: bool) -> Result<()> {
     if let Some(c) = &r.collection {
         body["collection_name"] = json!(c);
     }
-    let d = r.client().post("user/forget", &body).await?;
+    let d = r.client()?.post("user/forget", &body).await?;
     if r.json {
         print_json(&d);
     } else {
@@ -199,7 +216,7 @@ pub async fn retry(r: &Remote, job: Option<String>) -> Result<()> {
         Some(id) => json!({"job_id": id}),
         None => json!({}),
     });
-    let d = r.client().post("job/retry", &body).await?;
+    let d = r.client()?.post("job/retry", &body).await?;
     if r.json {
         print_json(&d);
     } else {
@@ -219,7 +236,7 @@ pub async fn export(r: &Remote, user: String, output: Option<PathBuf>) -> Result
     if let Some(c) = &r.collection {
         body["collection_name"] = json!(c);
     }
-    let text = r.client().post_raw("user/export", &body).await?;
+    let text = r.client()?.post_raw("user/export", &body).await?;
     let records = text.lines().count().saturating_sub(1);
     match output {
         Some(path) => {
@@ -268,7 +285,7 @@ pub struct ImportOptions {
 }
 
 pub async fn import(r: &Remote, file: PathBuf, opts: ImportOptions) -> Result<()> {
-    let c = r.client();
+    let c = r.client()?;
     let text = std::fs::read_to_string(&file).with_context(|| format!("opening {}", file.display()))?;
     // One item per line (JSONL), or per conversation of a chat export.
     let lines: Vec<String> = match opts.format {

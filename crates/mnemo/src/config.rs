@@ -27,6 +27,23 @@ pub struct Config {
     /// Endpoints told about changes (re-registered at every start; `webhook/create` adds more).
     pub webhooks: Vec<WebhookConfig>,
     pub webhook_delivery: WebhookDeliveryConfig,
+    /// Outbound TLS: the LLM, embedding and webhook endpoints.
+    pub tls: TlsConfig,
+}
+
+/// Outbound TLS. Trusted: the public (Mozilla) roots, the system's (`SSL_CERT_FILE` /
+/// `SSL_CERT_DIR` honoured), and `ca_file`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// A PEM bundle of extra trusted certificates, for endpoints behind a private CA.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    pub fn options(&self) -> mnemo_providers::http::TlsOptions {
+        mnemo_providers::http::TlsOptions { ca_file: self.ca_file.clone() }
+    }
 }
 
 /// One webhook endpoint from the config file.
@@ -172,6 +189,14 @@ pub struct EmbeddingConfig {
     pub model: Option<String>,
     pub dimension: Option<usize>,
     pub api_key_env: Option<String>,
+    /// openai: Azure OpenAI's `api-version` query parameter (e.g. 2024-10-21).
+    pub api_version: Option<String>,
+    /// openai: the header carrying the key, e.g. `api-key` for Azure; unset: `Authorization: Bearer`.
+    pub api_key_header: Option<String>,
+    /// openai: the endpoint runs this local model (`embeddinggemma-300m`, e.g. on a
+    /// text-embeddings server): its prompts are sent and its vectors read as the local ones, under
+    /// the local model's id — no reindex when moving embedding there or back.
+    pub same_as: Option<String>,
     pub timeout_secs: u64,
 }
 
@@ -187,6 +212,9 @@ impl Default for EmbeddingConfig {
             model: None,
             dimension: None,
             api_key_env: None,
+            api_version: None,
+            api_key_header: None,
+            same_as: None,
             timeout_secs: 30,
         }
     }
@@ -446,6 +474,13 @@ pub struct ExtractionConfig {
     /// llm: retries of one request on 429 / 5xx / timeouts before the job backs off.
     pub max_retries: u32,
     pub max_tokens: u32,
+    /// llm: the request field carrying `max_tokens`: `max_tokens` or `max_completion_tokens`
+    /// (OpenAI's reasoning models); a refusal naming the other one switches by itself.
+    pub token_limit_param: String,
+    /// llm: Azure OpenAI's `api-version` query parameter (e.g. 2024-10-21).
+    pub api_version: Option<String>,
+    /// llm: the header carrying the key, e.g. `api-key` for Azure; unset: `Authorization: Bearer`.
+    pub api_key_header: Option<String>,
     pub temperature: f32,
     /// llm: after three calls in a row failed (with their retries), the endpoint is not called for this long.
     pub breaker_open_secs: u64,
@@ -487,6 +522,9 @@ impl Default for ExtractionConfig {
             json_mode: "json_schema".into(),
             max_retries: 2,
             max_tokens: 1200,
+            token_limit_param: "max_tokens".into(),
+            api_version: None,
+            api_key_header: None,
             temperature: 0.0,
             breaker_open_secs: 30,
             recover_interval_secs: 300,

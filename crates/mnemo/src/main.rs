@@ -19,6 +19,12 @@ use std::path::PathBuf;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// An HTTP client builder for the benchmarks and the self-test (they talk to loopback servers
+/// they start; the TLS recipe is the one every client uses).
+fn http_client() -> Result<reqwest::ClientBuilder> {
+    mnemo_providers::http::client_builder(&Default::default()).map_err(anyhow::Error::msg)
+}
+
 #[derive(Parser)]
 #[command(name = "mnemo", version, about = "mnemo — a memory service for LLM applications")]
 struct Cli {

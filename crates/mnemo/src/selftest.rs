@@ -73,7 +73,7 @@ impl Tenant<'_> {
 }
 
 pub async fn run(cfg: Isolation) -> Result<()> {
-    let client = reqwest::Client::new();
+    let client = crate::http_client()?.build()?;
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
     let a = Tenant { client: &client, url: &cfg.url, key: &cfg.key_a, project: &cfg.project_a };
     let b = Tenant { client: &client, url: &cfg.url, key: &cfg.key_b, project: &cfg.project_b };

@@ -1,7 +1,7 @@
 """The official MCP Python SDK (`mcp`, pinned in scripts/test-python) against the real binary, over
 stdio (`mnemo mcp`) and streamable HTTP (`/mcp` of `mnemo serve`): what an agent remembers in one
-conversation is recalled in the next, noise stays below the relevance floor, and unknown tool
-arguments are refused."""
+conversation is recalled in the next, noise stays below the relevance floor, and bad tool arguments
+are tool errors the model reads (MCP 2025-11-25)."""
 
 import asyncio
 import os
@@ -38,9 +38,21 @@ async def agent_session(client_factory):
         assert "(1 turn waiting)" in text(r), text(r)
         r = await c.call_tool("remember", {"content": "She is a nurse", "batched": True, "end_conversation": True})
         assert "extracted into long-term memory (2 turns)" in text(r), text(r)
-        # Unknown arguments are refused (JSON-RPC invalid params), not dropped.
-        with pytest.raises(MCPError, match="limt: unknown argument"):
-            await c.call_tool("search_memory", {"query": "x", "limt": 3})
+        # Input validation failures are tool results the model reads (MCP 2025-11-25), naming the
+        # argument: unknown, out of range, ill-typed, missing.
+        for args, says in [
+            ({"query": "x", "limt": 3}, "limt: unknown argument; the arguments of search_memory are limit, query"),
+            ({"query": "x", "limit": 99}, "limit: must be an integer in 1..=50, got 99"),
+            ({"query": 7}, "query: must be a string, got 7"),
+            ({}, "query: is required"),
+        ]:
+            r = await c.call_tool("search_memory", args)
+            assert r.is_error and text(r).startswith(says), (args, text(r))
+        r = await c.call_tool("remember", {"content": "x", "role": "system"})
+        assert r.is_error and text(r).startswith('role: must be one of "user", "assistant"'), text(r)
+        # An unknown tool stays a protocol error.
+        with pytest.raises(MCPError):
+            await c.call_tool("no_such_tool", {})
     # Conversation 2 (a new session, another conversation id): recall finds it at once.
     async with client_factory("next") as c:
         r = await c.call_tool("search_memory", {"query": "花生过敏"})

@@ -50,6 +50,8 @@ pub struct ContextRequest {
 pub struct ContextResult {
     pub assembled: Assembled,
     pub locale: Locale,
+    /// Why the event searches ran on full text alone (the query could not be embedded), if so.
+    pub full_text_only: Option<String>,
 }
 
 impl Service {
@@ -93,7 +95,8 @@ impl Service {
         // Ask for more than the limit: this conversation's own events are removed after.
         let cross_limit = req.event_limit + 10;
         // Computed once, awaited by every search that starts before it is known.
-        let named_qv = query.filter(|_| named).map(|q| self.query_vector(q).boxed().shared());
+        let degraded = std::sync::OnceLock::new();
+        let named_qv = query.filter(|_| named).map(|q| self.query_vector(q, &degraded).boxed().shared());
         let early = async {
             match &named_qv {
                 Some(qv) if req.include.cross_events => {
@@ -166,7 +169,7 @@ impl Service {
         let searches = (req.include.intra_events && conv.is_some()) || (req.include.cross_events && known);
         let qv = match (early, query) {
             (Some(qv), _) => qv,
-            (None, Some(q)) if searches => self.query_vector(q).await,
+            (None, Some(q)) if searches => self.query_vector(q, &degraded).await,
             (None, _) => None,
         };
         let profiles = match profiles? {
@@ -236,6 +239,7 @@ impl Service {
         let hit: Vec<ScoredEvent> =
             assembled.included.intra_events.iter().chain(&assembled.included.cross_events).cloned().collect();
         self.count_hits(&c, &hit);
-        Ok(ContextResult { assembled, locale })
+        drop(named_qv);
+        Ok(ContextResult { assembled, locale, full_text_only: degraded.into_inner() })
     }
 }

@@ -100,10 +100,23 @@ pub struct ScoredEvent {
     pub layer: Option<String>,
 }
 
+/// What a search found, and — when its query could not be embedded (the embedder's queue was
+/// full, or it failed) and it ran on full text alone — why.
+#[derive(Clone, Debug, Default)]
+pub struct SearchAnswer {
+    pub results: Vec<ScoredEvent>,
+    pub full_text_only: Option<String>,
+}
+
 impl Service {
     /// `event/search`: with a query, ranked by relevance, time and custom weight; without one,
     /// the newest first (scores still reported).
     pub async fn search_events(&self, req: EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+        Ok(self.search(req).await?.results)
+    }
+
+    /// [`Self::search_events`], saying whether the query's semantic half ran.
+    pub async fn search(&self, req: EventSearch) -> CoreResult<SearchAnswer> {
         if req.filter.user_id.is_empty() && req.filter.assistant_id.is_empty() {
             return Err(CoreError::invalid(
                 "filter.user_id",
@@ -134,13 +147,14 @@ impl Service {
             ));
         }
         let c = self.collection_for_read(&req.target).await?;
-        let results = self.search_in(&c, &req).await?;
+        let degraded = std::sync::OnceLock::new();
+        let results = self.search_in(&c, &req, &degraded).await?;
         // A hit is a recall: a query search or a context. Listing (no query) is browsing — it
         // must not keep memories alive against expiry and archiving.
         if req.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
             self.count_hits(&c, &results);
         }
-        Ok(results)
+        Ok(SearchAnswer { results, full_text_only: degraded.into_inner() })
     }
 
     /// Queues hits for the returned events; the hits loop writes them in batches, so a search
@@ -165,22 +179,31 @@ impl Service {
         Ok(n)
     }
 
-    /// Search within one collection, with the layered scope fallback (seed 002 §6.1).
-    pub(super) async fn search_in(&self, c: &Collection, req: &EventSearch) -> CoreResult<Vec<ScoredEvent>> {
+    /// Search within one collection, with the layered scope fallback (seed 002 §6.1). A query
+    /// that could not be embedded leaves the reason in `degraded`.
+    pub(super) async fn search_in(
+        &self,
+        c: &Collection,
+        req: &EventSearch,
+        degraded: &std::sync::OnceLock<String>,
+    ) -> CoreResult<Vec<ScoredEvent>> {
         let qv = match req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
             // Embedded while the store reads the scope (the future runs when the store polls it).
-            Some(q) => Box::pin(self.query_vector(q)),
+            Some(q) => Box::pin(self.query_vector(q, degraded)),
             None => crate::store::known_vector(None),
         };
         Ok(self.search_with_vector(c, req, qv).await?.0)
     }
 
     /// The query's vector; `None` when the embedder fails, and the search degrades to full text
-    /// instead of failing.
-    pub(super) async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+    /// instead of failing — the reason goes into `degraded` (the answer says so) and the count
+    /// into [`Service::full_text_searches`].
+    pub(super) async fn query_vector(&self, query: &str, degraded: &std::sync::OnceLock<String>) -> Option<Vec<f32>> {
         match self.embed_one(query, EmbedKind::Query).await {
             Ok(v) => Some(v),
             Err(e) => {
+                let _ = degraded.set(e.to_string());
+                self.full_text_searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Expected under overload (the embedder's query queue is full) as well as in an
                 // outage: say so at most every 10 s, not once per search.
                 static LAST_WARN: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);

@@ -72,11 +72,10 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
+    let queried = req.query.as_deref().is_some_and(|q| !q.trim().is_empty());
     let out = s.service.get_context(req).await.map_err(|e| ApiError::from_core(rid, e))?;
     let a = &out.assembled;
-    Ok(ApiOk::new(
-        rid,
-        json!({
+    let mut data = json!({
             "context_str": a.context_str,
             "token_count": a.token_count,
             "locale": match out.locale { Locale::Zh => "zh", Locale::En => "en" },
@@ -88,8 +87,11 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
                 "intra_conversation_events": a.included.intra_events.iter().map(scored_event_json).collect::<Vec<_>>(),
                 "cross_conversation_events": a.included.cross_events.iter().map(scored_event_json).collect::<Vec<_>>(),
             },
-        }),
-    ))
+    });
+    if queried {
+        super::event::semantic_fields(&mut data, out.full_text_only.clone());
+    }
+    Ok(ApiOk::new(rid, data))
 }
 
 /// Puts the request section in front of a field name, so the message names the full path.

@@ -32,12 +32,24 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
-    let results = s.service.search_events(req).await.map_err(|e| ApiError::from_core(rid, e))?;
-    let list: Vec<_> = results.iter().map(scored_event_json).collect();
-    Ok(ApiOk::new(
-        rid,
-        json!({"collection_name": collection_name, "count": list.len(), "result_list": list, "token_usage": 0}),
-    ))
+    let queried = req.query.as_deref().is_some_and(|q| !q.trim().is_empty());
+    let answer = s.service.search(req).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let list: Vec<_> = answer.results.iter().map(scored_event_json).collect();
+    let mut data =
+        json!({"collection_name": collection_name, "count": list.len(), "result_list": list, "token_usage": 0});
+    if queried {
+        semantic_fields(&mut data, answer.full_text_only);
+    }
+    Ok(ApiOk::new(rid, data))
+}
+
+/// A query's answer says whether its semantic half ran: `"semantic": false` and the reason
+/// (`semantic_error`) when the query could not be embedded and full text alone ranked it.
+pub fn semantic_fields(data: &mut serde_json::Value, full_text_only: Option<String>) {
+    data["semantic"] = json!(full_text_only.is_none());
+    if let Some(reason) = full_text_only {
+        data["semantic_error"] = json!(reason);
+    }
 }
 
 pub async fn add(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<EventAddBody>) -> ApiResult {

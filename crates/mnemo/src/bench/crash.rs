@@ -69,7 +69,7 @@ pub async fn run(b: CrashBench) -> Result<()> {
     let cfg = dir.path().join("mnemo.yaml");
     std::fs::write(&cfg, "session:\n  poll_interval_ms: 50\nextraction:\n  retry_base_ms: 100\n  job_lease_secs: 3\n")?;
     let data = dir.path().join("data");
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let client = crate::http_client()?.timeout(Duration::from_secs(10)).build()?;
     let acked: Arc<Mutex<HashSet<(usize, u64)>>> = Arc::default();
     let next: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(vec![0; b.writers]));
     let mut rng = b.seed | 1;

@@ -63,7 +63,7 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
         100 - b.write_pct - b.context_pct,
         if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
     );
-    let client = reqwest::Client::builder().pool_max_idle_per_host(b.clients * 2).build()?;
+    let client = crate::http_client()?.pool_max_idle_per_host(b.clients * 2).build()?;
     let tally: Arc<Mutex<Tally>> = Arc::default();
     let start = Instant::now();
     let dur = Duration::from_secs(b.seconds);

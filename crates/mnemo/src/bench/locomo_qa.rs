@@ -44,6 +44,9 @@ pub struct QaArgs {
     /// A bearer key for the endpoints.
     #[arg(long, env = "MNEMO_QA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// A PEM bundle of extra trusted certificates for the endpoints (a private CA).
+    #[arg(long, env = "MNEMO_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// The context budget per question.
     #[arg(long, default_value_t = 1200)]
     pub max_tokens: u32,
@@ -132,7 +135,8 @@ impl Chat {
                 req = req.bearer_auth(k);
             }
             match req.send().await {
-                Err(e) => last = format!("{url}: {e}"),
+                Err(e) if !mnemo_providers::http::is_transient(&e) => bail!(mnemo_providers::http::describe(&url, &e)),
+                Err(e) => last = mnemo_providers::http::describe(&url, &e),
                 Ok(r) => {
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
@@ -162,7 +166,11 @@ struct Tally {
 }
 
 pub(super) async fn run(svc: &Arc<Service>, convs: &[Conversation], questions: &[Question], cfg: QaArgs) -> Result<()> {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(cfg.timeout_secs)).build()?;
+    let tls = mnemo_providers::http::TlsOptions { ca_file: cfg.ca_file.clone() };
+    let http = mnemo_providers::http::client_builder(&tls)
+        .map_err(anyhow::Error::msg)?
+        .timeout(Duration::from_secs(cfg.timeout_secs))
+        .build()?;
     let llm_url = cfg.llm_url.clone().context("--llm-url: the answering model's endpoint")?;
     let answerer =
         Chat { http: http.clone(), url: llm_url.clone(), model: cfg.model.clone(), key: cfg.api_key.clone() };

@@ -211,7 +211,7 @@ async fn cold_start(data: &std::path::Path, env: &[(String, String)], users: usi
     BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
     let addr =
         line.trim().strip_prefix("mnemo listening on ").and_then(|r| r.split(' ').next()).context("no listen line")?;
-    let client = reqwest::Client::new();
+    let client = crate::http_client()?.build()?;
     let search = |u: usize, q: &str| {
         client.post(format!("{addr}/api/memory/event/search")).json(&serde_json::json!({
             "collection_name": "scale", "query": q, "filter": {"user_id": format!("user-{u}")}, "limit": 10}))

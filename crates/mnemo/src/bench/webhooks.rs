@@ -120,7 +120,7 @@ pub async fn run(events: usize, stores: crate::bench::Stores, mut cfg: Config) -
         let service: Arc<Service> =
             crate::app::service_on(&cfg, Arc::new(mnemo_core::SystemClock), embedder, store.clone())?;
         service.set_webhook_sender(Arc::new(
-            mnemo_providers::webhook::HttpWebhookSender::new().map_err(|e| anyhow::anyhow!(e))?,
+            mnemo_providers::webhook::HttpWebhookSender::new(&Default::default()).map_err(|e| anyhow::anyhow!(e))?,
         ));
         let t0 = Instant::now();
         while service.deliver_webhooks_once().await? > 0 {}

@@ -50,7 +50,7 @@ async fn keys_are_required_and_scoped_to_projects() {
     s.key = Some("aaaaaaaaaaaaaaaaaaaaaaaa".into());
     assert_eq!(s.post("session/streaming_write", body).await.0, 200);
     // healthz stays open for load balancers.
-    let r = reqwest::get(format!("{}/healthz", s.base)).await.unwrap();
+    let r = http_client().get(format!("{}/healthz", s.base)).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
 
@@ -76,7 +76,7 @@ async fn metrics_report_requests_jobs_and_store_and_need_a_key_when_keys_exist()
     s.write("m", msgs(&[("user", "I live in Rome")]), json!({"message_count": 1}), "u").await;
     eventually(10, "extraction", || async { (s.jobs().await[0]["state"] == "done").then_some(()) }).await;
     let _ = s.post("no/such/endpoint", json!({})).await;
-    let text = reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap();
+    let text = http_client().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
     for line in [
         "mnemo_http_requests_total{route=\"/api/memory/session/streaming_write\",status=\"200\"} 1",
         "mnemo_jobs{state=\"done\"} 1",
@@ -97,8 +97,8 @@ async fn metrics_report_requests_jobs_and_store_and_need_a_key_when_keys_exist()
     std::fs::write(&cfg, "server:\n  api_keys:\n    - {key: cccccccccccccccccccccccc}\n").unwrap();
     let k = Server::spawn(&cfg, &dir.path().join("d"), "127.0.0.1:0", &[]).unwrap();
     let url = format!("{}/metrics", k.base);
-    assert_eq!(reqwest::get(&url).await.unwrap().status(), 401);
-    let ok = reqwest::Client::new().get(&url).bearer_auth("cccccccccccccccccccccccc").send().await.unwrap();
+    assert_eq!(http_client().get(&url).send().await.unwrap().status(), 401);
+    let ok = http_client().get(&url).bearer_auth("cccccccccccccccccccccccc").send().await.unwrap();
     assert_eq!(ok.status(), 200);
 }
 

@@ -13,7 +13,7 @@ async fn sigkill_during_concurrent_writes_loses_nothing_acknowledged() {
     let mut s = Server::start("");
     let base = s.base.clone();
     let acked: Arc<Mutex<HashSet<(usize, usize)>>> = Arc::default();
-    let client = reqwest::Client::new();
+    let client = http_client();
     let writers = 16;
     let mut tasks = Vec::new();
     for w in 0..writers {

@@ -77,6 +77,26 @@ async fn a_dead_embedding_endpoint_loses_nothing_and_recovers() {
     let d = s.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "bravo memory during the outage"}})).await;
     assert!(d["event_id"].is_string());
     assert_eq!(ids(&s, "bravo outage").await[0], "bravo memory during the outage", "search falls back to full text");
+    // …and says so: the answer is marked, the reason given, the fallback counted.
+    let body = json!({"collection_name": "c", "query": "bravo outage", "filter": {"user_id": "u"}});
+    let r = s.ok("event/search", body).await;
+    assert_eq!(r["semantic"], false, "{r}");
+    assert!(r["semantic_error"].as_str().is_some_and(|e| e.contains("503") || e.contains("circuit")), "{r}");
+    let c = s
+        .ok(
+            "get_context",
+            json!({"collection_name": "c", "conversation_id": "x", "query": "bravo",
+                                  "event_search_config": {"filter": {"user_id": "u"}}}),
+        )
+        .await;
+    assert_eq!(c["semantic"], false, "{c}");
+    assert!(c["semantic_error"].is_string(), "{c}");
+    let metrics = http_client().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("mnemo_full_text_only_searches "))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(line.split(' ').nth(1).unwrap().parse::<f64>().unwrap() >= 3.0, "{line}");
     s.write(
         "conv",
         msgs(&[("user", "charlie: I live in Porto"), ("assistant", "ok")]),
@@ -110,6 +130,11 @@ async fn a_dead_embedding_endpoint_loses_nothing_and_recovers() {
         (s.jobs().await[0]["state"] == "done").then_some(())
     })
     .await;
+    let r = s.ok("event/search", json!({"collection_name": "c", "query": "alpha", "filter": {"user_id": "u"}})).await;
+    assert_eq!(r["semantic"], true, "a full answer says so too: {r}");
+    assert!(r.get("semantic_error").is_none(), "{r}");
+    let listed = s.ok("event/search", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
+    assert!(listed.get("semantic").is_none(), "a listing without a query has no semantic half: {listed}");
     eventually(20, "the vector-less event to be embedded", || async {
         // A query with no word in common: only events with vectors can be found.
         ids(&s, "zzqq xxjj").await.iter().any(|t| t.starts_with("bravo")).then_some(())

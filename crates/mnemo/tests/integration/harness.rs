@@ -71,7 +71,7 @@ impl Server {
             data: data.to_path_buf(),
             _dir: None,
             config: config.to_path_buf(),
-            client: reqwest::Client::new(),
+            client: http_client(),
             key: None,
         })
     }
@@ -173,6 +173,12 @@ impl Drop for Server {
 /// and `MNEMO_TEST_DATABASE_URL` — PostgreSQL, in a schema of its own per data directory (a
 /// restart on the same directory finds its data again). The whole suite is the conformance
 /// suite both stores pass (`./scripts/test` runs it once per store).
+/// A client for the servers under test, with mnemo's own TLS recipe (reqwest is built without a
+/// default TLS provider).
+pub fn http_client() -> reqwest::Client {
+    mnemo_providers::http::client_builder(&Default::default()).unwrap().build().unwrap()
+}
+
 pub fn postgres_url() -> Option<String> {
     match std::env::var("MNEMO_TEST_STORE").as_deref() {
         Ok("postgres") => {

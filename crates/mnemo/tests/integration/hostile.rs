@@ -208,7 +208,7 @@ async fn mutated_bodies_never_cause_a_server_error() {
     assert_eq!(info["messages"][0]["content"], "keep this message");
     let ev = s.ok("event/search", json!({"collection_name": "vault", "filter": {"user_id": "keeper"}})).await;
     assert_eq!(ev["result_list"][0]["memory_info"]["summary"], "keep this event");
-    let h = reqwest::get(format!("{}/healthz", s.base)).await.unwrap();
+    let h = http_client().get(format!("{}/healthz", s.base)).send().await.unwrap();
     assert_eq!(h.status(), 200);
 }
 

@@ -51,6 +51,20 @@ pub fn prompt(body: &Value) -> String {
 /// Starts the fake model. `script(body, n)` gets each request and how many requests carrying the
 /// same user prompt came before it. With `gated`, requests wait until `release`.
 pub async fn fake_llm(gated: bool, script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static) -> FakeLlm {
+    let (app, mut llm) = fake_llm_app(gated, script);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    llm.url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    llm
+}
+
+/// The fake model's routes, to serve over plain HTTP or TLS: `/v1/chat/completions` as scripted,
+/// and `/v1/embeddings` with a deterministic 8-dimensional vector per input (its request bodies
+/// are recorded too). `url` is left for the caller to fill in.
+pub fn fake_llm_app(
+    gated: bool,
+    script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static,
+) -> (axum::Router, FakeLlm) {
     use axum::{Json, Router, http::StatusCode, response::IntoResponse, routing::post};
     let requests: Arc<Mutex<Vec<Value>>> = Arc::default();
     let gate = Arc::new(tokio::sync::Semaphore::new(if gated { 0 } else { 1_000 }));
@@ -92,10 +106,29 @@ pub async fn fake_llm(gated: bool, script: impl Fn(&Value, usize) -> Answer + Se
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    FakeLlm { url: format!("http://{addr}/v1"), requests, gate }
+    let reqs = requests.clone();
+    let app = app.route(
+        "/v1/embeddings",
+        post(move |Json(body): Json<Value>| {
+            let reqs = reqs.clone();
+            async move {
+                reqs.lock().unwrap().push(body.clone());
+                let data: Vec<Value> = body["input"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let t = text.as_str().unwrap_or("");
+                        let v: Vec<f32> = (0..8).map(|d| ((t.len() + d * 7) % 11) as f32 + 1.0).collect();
+                        json!({"object": "embedding", "index": i, "embedding": v})
+                    })
+                    .collect();
+                Json(json!({"object": "list", "data": data, "model": body["model"]}))
+            }
+        }),
+    );
+    (app, FakeLlm { url: String::new(), requests, gate })
 }
 
 pub fn llm_config(url: &str, extra: &str) -> String {

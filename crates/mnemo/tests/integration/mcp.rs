@@ -72,7 +72,7 @@ impl Drop for Stdio_ {
 }
 
 const INIT: &str =
-    r#"{"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mnemo-test", "version": "1"}}"#;
+    r#"{"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mnemo-test", "version": "1"}}"#;
 
 #[test]
 fn stdio_mcp_initialize_list_and_call_every_tool() {
@@ -80,6 +80,8 @@ fn stdio_mcp_initialize_list_and_call_every_tool() {
     let mut m = Stdio_::start(&dir.path().join("data"));
     let init = m.request("initialize", serde_json::from_str(INIT).unwrap());
     assert_eq!(init["result"]["serverInfo"]["name"], "mnemo", "{init}");
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "the current revision is spoken: {init}");
+    assert!(init["result"]["serverInfo"]["description"].as_str().is_some_and(|d| d.contains("memory")), "{init}");
     assert!(init["result"]["capabilities"]["tools"].is_object());
     m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
 
@@ -125,7 +127,7 @@ async fn mcp_post(s: &Server, key: Option<&str>, headers: &[(&str, &str)], body:
         .client
         .post(format!("{}/mcp", s.base))
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-protocol-version", "2025-11-25")
         .json(&body);
     if let Some(k) = key {
         req = req.bearer_auth(k);
@@ -199,13 +201,26 @@ async fn a_malformed_mcp_body_is_a_json_rpc_parse_error() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], -32700, "{v}");
     assert_eq!(v["id"], Value::Null);
-    // A tool argument the schema does not have is refused (JSON-RPC invalid params) and named.
+    // Input validation failures are tool execution errors (MCP 2025-11-25): a result with
+    // isError that the model reads, naming the argument and what it may be.
     let scope = [("x-mnemo-user", "bob")];
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "search_memory", "arguments": {"query": "x", "limt": 2}}});
-    let (_, v) = mcp_post(&s, None, &scope, call).await;
+    let call = |args: Value| json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search_memory", "arguments": args}});
+    for (args, says) in [
+        (json!({"query": "x", "limt": 2}), "limt: unknown argument; the arguments of search_memory are limit, query"),
+        (json!({"query": "x", "limit": 0}), "limit: must be an integer in 1..=50, got 0"),
+        (json!({"query": 7}), "query: must be a string, got 7"),
+        (json!({}), "query: is required"),
+    ] {
+        let (_, v) = mcp_post(&s, None, &scope, call(args)).await;
+        assert!(v.get("error").is_none(), "not a protocol error: {v}");
+        assert_eq!(v["result"]["isError"], true, "{v}");
+        assert!(v["result"]["content"][0]["text"].as_str().unwrap().starts_with(says), "{says}: {v}");
+    }
+    // An unknown tool stays a protocol error.
+    let unknown =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "nope", "arguments": {}}});
+    let (_, v) = mcp_post(&s, None, &scope, unknown).await;
     assert_eq!(v["error"]["code"], -32602, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().starts_with("limt: unknown argument"), "{v}");
 }
 
 /// Operators get one line per request (route, status, ms, request id) and no terminal colours in

@@ -182,7 +182,7 @@ async fn dead_letters_are_listed_and_sent_again_and_bad_requests_are_named() {
         hooks["webhooks"].as_array().unwrap().iter().find(|w| w["webhook_id"] == json!(dead_id)).unwrap().clone();
     assert_eq!(listed["deliveries"]["dead"], json!(1));
 
-    let metrics = reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap();
+    let metrics = http_client().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("mnemo_webhook_deliveries{state=\"dead\"} 1"), "{metrics}");
     let again = s.ok("webhook/redeliver", json!({"webhook_id": dead_id})).await;
     assert_eq!(again["count"], json!(1));
