@@ -562,6 +562,26 @@ impl LocalEmbedder {
         Ok(out)
     }
 
+    /// What a text-embeddings server running this model (EmbeddingGemma only) answers for
+    /// `text` as sent — no prompt added, no calibration: the reference the `openai` provider's
+    /// `same_as` reading is tested against.
+    pub fn embed_unprompted(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        if self.model != LocalModel::Gemma {
+            return Err(EmbedError::Permanent("only EmbeddingGemma is served unprompted".into()));
+        }
+        let mut s = self
+            .sessions
+            .lock()
+            .expect("session pool")
+            .pop()
+            .ok_or_else(|| EmbedError::Transient("no free session".into()))?;
+        let (session, tokenizer) =
+            s.gemma.as_mut().zip(self.tokenizers.gemma.as_ref()).expect("EmbeddingGemma is loaded");
+        let out = Self::run_sentence_graph(session, tokenizer, text, GEMMA_MAX_TOKENS, (2, 1));
+        self.sessions.lock().expect("session pool").push(s);
+        out
+    }
+
     /// Embeds synchronously on the calling thread (benchmarks, demo).
     pub fn embed_blocking(&self, text: &str, kind: EmbedKind) -> Result<Vec<f32>, EmbedError> {
         let mut s = self

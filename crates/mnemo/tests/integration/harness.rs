@@ -24,11 +24,16 @@ pub struct Server {
 impl Server {
     /// Starts a server with `extra` YAML appended to the base config, on a fresh data directory.
     pub fn start(extra: &str) -> Server {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables (e.g. a key `api_key_env` names).
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let config = dir.path().join("mnemo.yaml");
         std::fs::write(&config, format!("{BASE_CONFIG}{extra}")).unwrap();
-        let mut s = Server::spawn(&config, &data, "127.0.0.1:0", &[]).expect("server starts");
+        let mut s = Server::spawn(&config, &data, "127.0.0.1:0", env).expect("server starts");
         s._dir = Some(dir);
         s
     }

@@ -17,6 +17,8 @@ pub enum Answer {
     Raw(String),
     /// An HTTP error status.
     Status(u16),
+    /// An HTTP error status with headers and a body (a provider's refusal, a 429 with Retry-After).
+    Refuse(u16, Vec<(&'static str, String)>, String),
     /// Never answers within the client's timeout.
     Hang,
     /// Closes the connection without an answer.
@@ -60,7 +62,8 @@ pub async fn fake_llm(gated: bool, script: impl Fn(&Value, usize) -> Answer + Se
 
 /// The fake model's routes, to serve over plain HTTP or TLS: `/v1/chat/completions` as scripted,
 /// and `/v1/embeddings` with a deterministic 8-dimensional vector per input (its request bodies
-/// are recorded too). `url` is left for the caller to fill in.
+/// are recorded too). A recorded chat request carries `_query` (the URL's query string) and
+/// `_auth` / `_api_key` (those headers) and `_at` (ms) besides its body. `url` is left for the caller to fill in.
 pub fn fake_llm_app(
     gated: bool,
     script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static,
@@ -72,14 +75,20 @@ pub fn fake_llm_app(
     let (reqs, g) = (requests.clone(), gate.clone());
     let app = Router::new().route(
         "/v1/chat/completions",
-        post(move |Json(body): Json<Value>| {
+        post(move |uri: axum::http::Uri, headers: axum::http::HeaderMap, Json(body): Json<Value>| {
             let (reqs, g, script) = (reqs.clone(), g.clone(), script.clone());
             async move {
                 let n = {
                     let mut r = reqs.lock().unwrap();
                     let first_user = body["messages"][1]["content"].clone();
                     let n = r.iter().filter(|b| b["messages"][1]["content"] == first_user).count();
-                    r.push(body.clone());
+                    let mut seen = body.clone();
+                    let h = |k: &str| json!(headers.get(k).and_then(|v| v.to_str().ok()));
+                    seen["_query"] = json!(uri.query());
+                    seen["_auth"] = h("authorization");
+                    seen["_api_key"] = h("api-key");
+                    seen["_at"] = json!(std::time::UNIX_EPOCH.elapsed().unwrap().as_millis() as u64);
+                    r.push(seen);
                     n
                 };
                 g.acquire().await.unwrap().forget();
@@ -89,6 +98,13 @@ pub fn fake_llm_app(
                     Answer::Raw(s) => s,
                     Answer::Status(code) => {
                         return (StatusCode::from_u16(code).unwrap(), "scripted failure").into_response();
+                    }
+                    Answer::Refuse(code, headers, body) => {
+                        let mut r = (StatusCode::from_u16(code).unwrap(), body).into_response();
+                        for (k, v) in headers {
+                            r.headers_mut().insert(k, v.parse().unwrap());
+                        }
+                        return r;
                     }
                     Answer::Hang => {
                         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -275,6 +291,58 @@ async fn a_refused_json_schema_steps_down_to_json_object() {
     all_done(&s, 1).await;
     let reqs = llm.requests.lock().unwrap().clone();
     assert_eq!(reqs.last().unwrap()["response_format"]["type"], "json_object");
+    assert_eq!(s.events("u").await.len(), 1);
+}
+
+/// What hosted providers really do: a reasoning model refuses `max_tokens` and names
+/// `max_completion_tokens`; a 429 says when to come back as an HTTP date; the schema is asked for
+/// with `strict: true`; Azure wants `?api-version=` and an `api-key` header.
+#[tokio::test]
+async fn hosted_provider_behaviours_token_field_retry_after_date_strict_schema_and_azure_auth() {
+    let throttled = Arc::new(AtomicUsize::new(0));
+    let t = throttled.clone();
+    let llm = fake_llm(false, move |body, _| {
+        if body.get("max_tokens").is_some() {
+            return Answer::Refuse(
+                400,
+                vec![("content-type", "application/json".into())],
+                json!({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                                 "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}})
+                .to_string(),
+            );
+        }
+        if t.fetch_add(1, Ordering::SeqCst) == 0 {
+            // Come back in two seconds, said as a date (RFC 9110): 1 s of resolution, so ≥ 1 s.
+            let at = std::time::SystemTime::now() + Duration::from_secs(2);
+            return Answer::Refuse(429, vec![("retry-after", httpdate::fmt_http_date(at))], "slow down".into());
+        }
+        Answer::Json(json!({"events": [summary_event("The user plays the cello.")], "profile": []}))
+    })
+    .await;
+    let s = Server::start_with_env(
+        &llm_config(
+            &llm.url,
+            "  api_version: 2024-10-21\n  api_key_header: api-key\n  api_key_env: MNEMO_TEST_AZURE_KEY\n  max_retries: 3\n  request_timeout_secs: 5\n",
+        ),
+        &[("MNEMO_TEST_AZURE_KEY", "azure-test-key")],
+    );
+    s.write("a", msgs(&[("user", "I play the cello.")]), json!({"message_count": 1}), "u").await;
+    all_done(&s, 1).await;
+    let reqs = llm.requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 3, "refused field, throttled, answered: {reqs:#?}");
+    assert_eq!(reqs[0]["max_tokens"], 1200);
+    assert!(reqs[1].get("max_tokens").is_none() && reqs[1]["max_completion_tokens"] == 1200, "switched: {}", reqs[1]);
+    assert_eq!(reqs[2]["max_completion_tokens"], 1200, "and stays switched");
+    let waited = reqs[2]["_at"].as_u64().unwrap() - reqs[1]["_at"].as_u64().unwrap();
+    assert!(waited >= 1000, "Retry-After (a date 2 s ahead) was honoured, not the 500 ms backoff: {waited} ms");
+    assert_eq!(reqs[0]["response_format"]["json_schema"]["strict"], true);
+    assert_eq!(reqs[0]["response_format"]["json_schema"]["schema"]["additionalProperties"], false);
+    assert_eq!(reqs[2]["response_format"]["type"], "json_schema", "a refused field is not a refused schema");
+    for r in &reqs {
+        assert_eq!(r["_query"], "api-version=2024-10-21", "{r}");
+        assert_eq!(r["_api_key"], "azure-test-key", "{r}");
+        assert_eq!(r["_auth"], Value::Null, "no bearer header beside api-key: {r}");
+    }
     assert_eq!(s.events("u").await.len(), 1);
 }
 

@@ -27,6 +27,7 @@ mod recovery;
 mod replicas;
 mod retrieval;
 mod scopes;
+mod served_model;
 mod strict_input;
 mod webhooks;
 mod write_path;
