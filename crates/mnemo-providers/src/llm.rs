@@ -170,6 +170,8 @@ pub struct LlmExtractor {
     mode: AtomicU8,
     /// The token-limit field in use: starts at the configured one, switches when refused.
     token_limit: AtomicU8,
+    /// Whether `temperature` is sent: reasoning models refuse any but their default.
+    send_temperature: std::sync::atomic::AtomicBool,
     /// Answers received, and how many of them were repair rounds (for benchmarks and metrics).
     answers: AtomicU64,
     repairs: AtomicU64,
@@ -194,6 +196,7 @@ impl LlmExtractor {
             breaker: Breaker::new(3, config.breaker_open),
             mode: AtomicU8::new(config.json_mode as u8),
             token_limit: AtomicU8::new(config.token_limit as u8),
+            send_temperature: std::sync::atomic::AtomicBool::new(true),
             answers: AtomicU64::new(0),
             repairs: AtomicU64::new(0),
             client,
@@ -237,9 +240,11 @@ impl LlmExtractor {
             let mut body = json!({
                 "model": self.config.model,
                 "messages": messages,
-                "temperature": self.config.temperature,
                 "stream": false,
             });
+            if self.send_temperature.load(Ordering::Relaxed) {
+                body["temperature"] = json!(self.config.temperature);
+            }
             body[limit.field()] = json!(self.config.max_tokens);
             match mode {
                 JsonMode::JsonSchema => {
@@ -281,6 +286,11 @@ impl LlmExtractor {
                         tracing::warn!(%status, from = limit.field(), to = other.field(), body = %snippet,
                             "the LLM endpoint refused the token-limit field; switching");
                         self.token_limit.store(other as u8, Ordering::Relaxed);
+                        continue;
+                    }
+                    if refused && text.contains("temperature") && self.send_temperature.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(%status, body = %snippet,
+                            "the LLM endpoint refused the temperature; sending the model's default from now on");
                         continue;
                     }
                     if refused && mode != JsonMode::None {

@@ -20,14 +20,32 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
     let e = &cfg.embedding;
     Ok(match e.provider.as_str() {
         "local" => {
-            let model = LocalModel::parse(&e.local_model).map_err(anyhow::Error::msg)?;
-            let dir = match find_model_dir(e.model_dir.as_deref(), model) {
+            // Unset: EmbeddingGemma, or the USE + e5 pair when EmbeddingGemma is not installed
+            // (it could not be fetched, or its terms were not wanted) — said, not failed.
+            let chosen = e.local_model.as_deref().unwrap_or("embeddinggemma-300m");
+            let mut model = LocalModel::parse(chosen).map_err(anyhow::Error::msg)?;
+            let found = match find_model_dir(e.model_dir.as_deref(), model) {
+                Ok(d) => Ok(d),
+                Err(missing) => match install_model_from_checkout(e.model_dir.is_none()) {
+                    Ok(()) => find_model_dir(e.model_dir.as_deref(), model),
+                    Err(_) => Err(missing),
+                },
+            };
+            let dir = match found {
                 Ok(d) => d,
-                Err(missing) => {
-                    install_model_from_checkout(e.model_dir.is_none())
+                Err(missing) if e.local_model.is_none() => {
+                    let d = find_model_dir(e.model_dir.as_deref(), LocalModel::UseE5)
                         .map_err(|_| anyhow::Error::msg(missing.clone()))?;
-                    find_model_dir(e.model_dir.as_deref(), model).map_err(anyhow::Error::msg)?
+                    let why = "EmbeddingGemma-300M (the default embedding model) is not installed; running on the \
+                               USE + e5-small pair instead (embedding.local_model: use-m3+e5-small). Run \
+                               ./scripts/setup-model to install it (a data directory indexed with one model needs \
+                               `mnemo reindex` to move to the other)";
+                    eprintln!("warning: {why}");
+                    tracing::warn!(missing, "{why}");
+                    model = LocalModel::UseE5;
+                    d
                 }
+                Err(missing) => bail!(missing),
             };
             Arc::new(
                 LocalEmbedder::open(&dir, model, e.sessions.max(1))

@@ -175,10 +175,11 @@ pub struct EmbeddingConfig {
     pub provider: String,
     /// local: where the model is (default: $MNEMO_MODEL_DIR, then ./models/use-m3 or beside the binary).
     pub model_dir: Option<PathBuf>,
-    /// local: `embeddinggemma-300m` (the default), `use-m3+e5-small` (USE and e5 in one vector,
-    /// mixed per query by language: the default before 0.6) or `use-m3` (USE alone, the default
-    /// before 0.5). `mnemo reindex` moves a data directory from one to another.
-    pub local_model: String,
+    /// local: `embeddinggemma-300m`, `use-m3+e5-small` (USE and e5 in one vector, mixed per
+    /// query by language: the default before 0.6) or `use-m3` (USE alone, the default before
+    /// 0.5). Unset: EmbeddingGemma, or the pair (with a warning) while EmbeddingGemma is not
+    /// installed. `mnemo reindex` moves a data directory from one to another.
+    pub local_model: Option<String>,
     /// local: parallel inference sessions (one thread each).
     pub sessions: usize,
     /// local: searches waiting for the model at most; past it a search runs on full text alone
@@ -205,7 +206,7 @@ impl Default for EmbeddingConfig {
         Self {
             provider: "local".into(),
             model_dir: None,
-            local_model: "embeddinggemma-300m".into(),
+            local_model: None,
             sessions: 2,
             max_waiting_queries: mnemo_providers::embed::local::MAX_WAITING_QUERIES,
             base_url: None,

@@ -294,14 +294,23 @@ async fn a_refused_json_schema_steps_down_to_json_object() {
     assert_eq!(s.events("u").await.len(), 1);
 }
 
-/// What hosted providers really do: a reasoning model refuses `max_tokens` and names
-/// `max_completion_tokens`; a 429 says when to come back as an HTTP date; the schema is asked for
+/// What hosted providers really do: a reasoning model refuses `temperature: 0` and refuses
+/// `max_tokens`, naming `max_completion_tokens`; a 429 says when to come back as an HTTP date; the schema is asked for
 /// with `strict: true`; Azure wants `?api-version=` and an `api-key` header.
 #[tokio::test]
 async fn hosted_provider_behaviours_token_field_retry_after_date_strict_schema_and_azure_auth() {
     let throttled = Arc::new(AtomicUsize::new(0));
     let t = throttled.clone();
     let llm = fake_llm(false, move |body, _| {
+        if body.get("temperature").is_some() {
+            return Answer::Refuse(
+                400,
+                vec![],
+                json!({"error": {"message": "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.",
+                                 "param": "temperature", "code": "unsupported_value"}})
+                .to_string(),
+            );
+        }
         if body.get("max_tokens").is_some() {
             return Answer::Refuse(
                 400,
@@ -329,7 +338,10 @@ async fn hosted_provider_behaviours_token_field_retry_after_date_strict_schema_a
     s.write("a", msgs(&[("user", "I play the cello.")]), json!({"message_count": 1}), "u").await;
     all_done(&s, 1).await;
     let reqs = llm.requests.lock().unwrap().clone();
-    assert_eq!(reqs.len(), 3, "refused field, throttled, answered: {reqs:#?}");
+    assert_eq!(reqs.len(), 4, "refused temperature, refused field, throttled, answered: {reqs:#?}");
+    assert_eq!(reqs[0]["temperature"], 0.0);
+    assert!(reqs[1..].iter().all(|r| r.get("temperature").is_none()), "the model's default from then on");
+    let reqs = &reqs[1..];
     assert_eq!(reqs[0]["max_tokens"], 1200);
     assert!(reqs[1].get("max_tokens").is_none() && reqs[1]["max_completion_tokens"] == 1200, "switched: {}", reqs[1]);
     assert_eq!(reqs[2]["max_completion_tokens"], 1200, "and stays switched");
@@ -338,7 +350,7 @@ async fn hosted_provider_behaviours_token_field_retry_after_date_strict_schema_a
     assert_eq!(reqs[0]["response_format"]["json_schema"]["strict"], true);
     assert_eq!(reqs[0]["response_format"]["json_schema"]["schema"]["additionalProperties"], false);
     assert_eq!(reqs[2]["response_format"]["type"], "json_schema", "a refused field is not a refused schema");
-    for r in &reqs {
+    for r in reqs {
         assert_eq!(r["_query"], "api-version=2024-10-21", "{r}");
         assert_eq!(r["_api_key"], "azure-test-key", "{r}");
         assert_eq!(r["_auth"], Value::Null, "no bearer header beside api-key: {r}");

@@ -28,6 +28,7 @@ mod replicas;
 mod retrieval;
 mod scopes;
 mod served_model;
+mod setup_model;
 mod strict_input;
 mod webhooks;
 mod write_path;
