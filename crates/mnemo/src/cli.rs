@@ -64,7 +64,7 @@ impl Client {
         let resp = match req.send().await {
             Ok(r) => r,
             Err(e) if mnemo_providers::http::is_transient(&e) => {
-                bail!("{} — is `mnemo serve` running there?", mnemo_providers::http::describe(&self.url, &e))
+                return Err(anyhow::Error::new(e).context(format!("{}: is `mnemo serve` running?", self.url)));
             }
             // A certificate problem: the message says what to configure (here --ca-file).
             Err(e) => bail!(

@@ -3,6 +3,7 @@
 import asyncio
 import http.server
 import json
+import pathlib
 import threading
 import time
 
@@ -146,9 +147,35 @@ def test_async_variant(server):
         results = await asyncio.gather(*[col.search_event_memory(query="marathon", filter={"user_id": "dave"}) for _ in range(4)])
         return results
 
+    threads_before = threading.active_count()
     results = asyncio.run(go())
     assert all(r["count"] == 1 for r in results)
     assert VikingMem is MemoryClient
+    # Truly asynchronous: no worker thread per call (the calls share one connection pool).
+    assert threading.active_count() == threads_before, "no thread was started for the calls"
+
+
+def test_async_client_closes_and_raises_typed_errors(server):
+    async def go():
+        async with AsyncMemoryClient(host=server.url, auth=APIKey(api_key=server.key)) as ac:
+            health = await ac.healthz()
+            with pytest.raises(MnemoError) as bad:
+                await ac.get_collection("py_async").search_event_memory(query="x", filter={"user_id": "u"}, limit=0)
+            assert bad.value.status == 400 and "limit" in bad.value.message
+            ctx = await ac.get_collection("py_async").get_context("nobody", query="marathon")
+            assert isinstance(ctx.context_str, str)
+        assert ac._http is None, "closed on leaving the block"
+        return health
+
+    assert asyncio.run(go())["status"] in ("ok", "degraded")
+
+
+def test_the_async_module_is_generated_from_the_sync_one():
+    import subprocess
+    import sys
+
+    gen = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "gen-python-async"
+    assert subprocess.run([sys.executable, str(gen), "--check"]).returncode == 0, "run scripts/gen-python-async"
 
 
 def test_session_add_by_vikingdb_session_id_replaces_the_session(client):

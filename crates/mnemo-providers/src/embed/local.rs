@@ -569,28 +569,29 @@ impl LocalEmbedder {
         if self.model != LocalModel::Gemma {
             return Err(EmbedError::Permanent("only EmbeddingGemma is served unprompted".into()));
         }
-        let mut s = self
-            .sessions
-            .lock()
-            .expect("session pool")
-            .pop()
-            .ok_or_else(|| EmbedError::Transient("no free session".into()))?;
-        let (session, tokenizer) =
-            s.gemma.as_mut().zip(self.tokenizers.gemma.as_ref()).expect("EmbeddingGemma is loaded");
-        let out = Self::run_sentence_graph(session, tokenizer, text, GEMMA_MAX_TOKENS, (2, 1));
-        self.sessions.lock().expect("session pool").push(s);
-        out
+        self.with_free_session(|s, tok| {
+            let (session, tokenizer) = s.gemma.as_mut().zip(tok.gemma.as_ref()).expect("EmbeddingGemma is loaded");
+            Self::run_sentence_graph(session, tokenizer, text, GEMMA_MAX_TOKENS, (2, 1))
+        })
     }
 
     /// Embeds synchronously on the calling thread (benchmarks, demo).
     pub fn embed_blocking(&self, text: &str, kind: EmbedKind) -> Result<Vec<f32>, EmbedError> {
+        self.with_free_session(|s, tok| Self::embed_text(self.model, s, tok, text, kind))
+    }
+
+    /// Runs `f` on a session free now, on the calling thread.
+    fn with_free_session<T>(
+        &self,
+        f: impl FnOnce(&mut Sessions, &Tokenizers) -> Result<T, EmbedError>,
+    ) -> Result<T, EmbedError> {
         let mut s = self
             .sessions
             .lock()
             .expect("session pool")
             .pop()
             .ok_or_else(|| EmbedError::Transient("no free session".into()))?;
-        let out = Self::embed_text(self.model, &mut s, &self.tokenizers, text, kind);
+        let out = f(&mut s, &self.tokenizers);
         self.sessions.lock().expect("session pool").push(s);
         out
     }

@@ -1,76 +1,29 @@
-"""The synchronous client: one HTTP POST per call, JSON in and out, retries on overload."""
+"""The synchronous client: one HTTP POST per call, JSON in and out, retries on overload (standard
+library only). `aio.py` is generated from this file (`scripts/gen-python-async`): edit here."""
 
 from __future__ import annotations
 
 import json
-import random
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-DEFAULT_HOST = "http://127.0.0.1:8600"
+from ._common import (
+    DEFAULT_HOST,
+    APIKey,
+    ContextResponse,
+    MnemoError,
+    _base_url,
+    _drop_none,
+    _error,
+    _pause,
+    _payload,
+    _retry_after,
+    _unwrap,
+)
 
-
-class MnemoError(Exception):
-    """An error answer from mnemo (or a transport failure after the retries).
-
-    ``code`` is mnemo's error code (HTTP status × 100; 0 for transport failures), ``message`` names
-    the offending field and the allowed range, ``request_id`` identifies the request in the
-    server's log, ``status`` is the HTTP status (0 when no answer came).
-    """
-
-    def __init__(self, message: str, code: int = 0, request_id: str = "", status: int = 0):
-        super().__init__(f"{message} (code {code}, request_id {request_id or '-'})")
-        self.message = message
-        self.code = code
-        self.request_id = request_id
-        self.status = status
-
-
-@dataclass
-class APIKey:
-    """A bearer key (``server.api_keys`` on the server); not needed on a loopback server without keys."""
-
-    api_key: str
-
-
-@dataclass
-class ContextResponse:
-    """What ``get_context`` returns: the prompt-ready string and its structured parts."""
-
-    context_str: str
-    context_parts: Dict[str, Any] = field(default_factory=dict)
-    token_count: int = 0
-    raw: Dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def short_term_memory(self) -> List[Dict[str, Any]]:
-        return list(self.context_parts.get("short_term_memory", []))
-
-    @property
-    def profiles(self) -> List[Dict[str, Any]]:
-        return list(self.context_parts.get("profiles", []))
-
-    @property
-    def events(self) -> List[Dict[str, Any]]:
-        parts = self.context_parts
-        return list(parts.get("intra_conversation_events", [])) + list(parts.get("cross_conversation_events", []))
-
-    def __str__(self) -> str:
-        return self.context_str
-
-
-def _base_url(host: str, scheme: Optional[str]) -> str:
-    host = host.rstrip("/")
-    if host.startswith("http://") or host.startswith("https://"):
-        return host
-    return f"{scheme or 'https'}://{host}"
-
-
-def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
+__all__ = ["APIKey", "Collection", "ContextResponse", "MemoryClient", "MnemoError"]
 
 
 class MemoryClient:
@@ -99,7 +52,7 @@ class MemoryClient:
         self.max_retries = max_retries
         self.backoff = backoff
 
-    # ------------------------------------------------------------------ transport
+    # --- transport (scripts/gen-python-async puts the asynchronous one here) ---
 
     def request(
         self,
@@ -107,56 +60,36 @@ class MemoryClient:
         body: Dict[str, Any],
         headers: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
-    ) -> Any:
+    ) -> Dict[str, Any]:
         """POSTs ``body`` to ``/api/memory/<path>`` and returns ``data``; raises ``MnemoError``."""
         url = f"{self.base_url}/api/memory/{path.lstrip('/')}"
-        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        hdrs = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            hdrs["Authorization"] = f"Bearer {self.api_key}"
-        hdrs.update(headers or {})
+        payload, hdrs = _payload(self.api_key, body, headers)
         attempt = 0
         while True:
             req = urllib.request.Request(url, data=payload, headers=hdrs, method="POST")
             retry_after: Optional[float] = None
             try:
                 with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
-                    return self._unwrap(resp.status, resp.read())
+                    return _unwrap(resp.status, resp.read())
             except urllib.error.HTTPError as e:
                 raw = e.read()
                 if e.code != 429 and e.code < 500:
-                    return self._unwrap(e.code, raw)
+                    return _unwrap(e.code, raw)
                 retry_after = _retry_after(e.headers.get("Retry-After"))
-                failure = self._error(e.code, raw)
+                failure = _error(e.code, raw)
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
                 failure = MnemoError(f"{url}: {getattr(e, 'reason', e)}")
             if attempt >= self.max_retries:
                 raise failure
-            pause = retry_after if retry_after is not None else self.backoff * (2**attempt) * (0.5 + random.random())
-            time.sleep(min(pause, 30.0))
+            time.sleep(_pause(self.backoff, attempt, retry_after))
             attempt += 1
 
-    @staticmethod
-    def _error(status: int, raw: bytes) -> MnemoError:
-        try:
-            v = json.loads(raw.decode("utf-8"))
-            return MnemoError(v.get("message", ""), v.get("code", status * 100), v.get("request_id", ""), status)
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            return MnemoError(raw[:200].decode("utf-8", "replace"), status * 100, "", status)
+    def healthz(self) -> Dict[str, Any]:
+        with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=self.timeout) as resp:
+            health: Dict[str, Any] = json.loads(resp.read().decode("utf-8"))
+            return health
 
-    def _unwrap(self, status: int, raw: bytes) -> Any:
-        if status >= 400:
-            raise self._error(status, raw)
-        text = raw.decode("utf-8")
-        try:
-            v = json.loads(text)
-        except ValueError:
-            return _export_lines(text)  # JSON lines (user/export)
-        if v.get("kind") == "export":
-            return _export_lines(text)
-        if v.get("code", 0) != 0:
-            raise MnemoError(v.get("message", ""), v.get("code", 0), v.get("request_id", ""), status)
-        return v.get("data")
+    # --- end transport ---
 
     # ------------------------------------------------------------------ collections
 
@@ -187,7 +120,9 @@ class MemoryClient:
         return Collection(self, collection_name, project_name)
 
     def list_collections(self, project_name: str = "default") -> List[Dict[str, Any]]:
-        return self.request("collection/list", {"project_name": project_name})["collections"]
+        data = self.request("collection/list", {"project_name": project_name})
+        collections: List[Dict[str, Any]] = data["collections"]
+        return collections
 
     def delete_collection(self, collection_name: str, project_name: str = "default") -> None:
         self.request("collection/delete", {"collection_name": collection_name, "project_name": project_name})
@@ -210,7 +145,9 @@ class MemoryClient:
         return self.request("webhook/create", body)
 
     def list_webhooks(self, project_name: str = "default") -> List[Dict[str, Any]]:
-        return self.request("webhook/list", {"project_name": project_name})["webhooks"]
+        data = self.request("webhook/list", {"project_name": project_name})
+        webhooks: List[Dict[str, Any]] = data["webhooks"]
+        return webhooks
 
     def delete_webhook(self, webhook_id: str, project_name: str = "default") -> None:
         self.request("webhook/delete", {"project_name": project_name, "webhook_id": webhook_id})
@@ -224,37 +161,18 @@ class MemoryClient:
     ) -> List[Dict[str, Any]]:
         """Deliveries, newest first; ``state`` is pending, delivered or dead (dead letters)."""
         body = _drop_none({"project_name": project_name, "webhook_id": webhook_id, "state": state, "limit": limit})
-        return self.request("webhook/deliveries", body)["deliveries"]
+        data = self.request("webhook/deliveries", body)
+        deliveries: List[Dict[str, Any]] = data["deliveries"]
+        return deliveries
 
     def redeliver_webhook(
         self, webhook_id: str, delivery_ids: Optional[List[int]] = None, project_name: str = "default"
     ) -> List[int]:
         """Dead deliveries of the endpoint (all, or those listed) back in the queue."""
         body = _drop_none({"project_name": project_name, "webhook_id": webhook_id, "delivery_ids": delivery_ids})
-        return self.request("webhook/redeliver", body)["redelivered"]
-
-    def healthz(self) -> Dict[str, Any]:
-        with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=self.timeout) as resp:
-            return json.loads(resp.read().decode("utf-8"))
-
-
-def _export_lines(text: str) -> Dict[str, Any]:
-    """`user/export` answers JSON lines: a header, then `{"kind", "collection_name", "record"}` per
-    record. Grouped here by kind: {"header": …, "events": […], "profiles": […], "messages": […], …}."""
-    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-    out: Dict[str, Any] = {"header": lines[0] if lines else {}}
-    for kind in ("conversation", "message", "session", "job", "event", "profile"):
-        out[kind + "s"] = []
-    for rec in lines[1:]:
-        out.setdefault(rec.get("kind", "record") + "s", []).append(rec.get("record"))
-    return out
-
-
-def _retry_after(v: Optional[str]) -> Optional[float]:
-    try:
-        return float(v) if v is not None else None
-    except ValueError:
-        return None
+        data = self.request("webhook/redeliver", body)
+        redelivered: List[int] = data["redelivered"]
+        return redelivered
 
 
 class Collection:
@@ -265,7 +183,14 @@ class Collection:
         self.collection_name = collection_name
         self.project_name = project_name
 
-    def _call(self, path: str, body: Dict[str, Any], headers=None, timeout=None, project_name=None) -> Any:
+    def _call(
+        self,
+        path: str,
+        body: Dict[str, Any],
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        project_name: Optional[str] = None,
+    ) -> Dict[str, Any]:
         full = {"collection_name": self.collection_name, "project_name": project_name or self.project_name}
         full.update(_drop_none(body))
         return self.client.request(path, full, headers=headers, timeout=timeout)
@@ -282,8 +207,8 @@ class Collection:
         messages: Iterable[Dict[str, Any]],
         extract_trigger: Optional[Dict[str, Any]] = None,
         metadata: Optional[Dict[str, Any]] = None,
-        headers=None,
-        timeout=None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
         project_name: Optional[str] = None,
     ) -> Dict[str, Any]:
         """Streams turns into the conversation; a trigger closes a session for extraction."""
@@ -300,8 +225,8 @@ class Collection:
         conversation_id: Optional[str] = None,
         messages: Iterable[Dict[str, Any]] = (),
         metadata: Optional[Dict[str, Any]] = None,
-        headers=None,
-        timeout=None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
         project_name: Optional[str] = None,
         session_id: Optional[str] = None,
         **extra: Any,
@@ -319,7 +244,7 @@ class Collection:
         }
         return self._call("session/add", body, headers, timeout, project_name)
 
-    def flush(self, conversation_id: str, headers=None, timeout=None) -> Dict[str, Any]:
+    def flush(self, conversation_id: str, headers: Optional[Dict[str, str]] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Closes the conversation's open messages into a session now."""
         return self._call("session/flush", {"conversation_id": conversation_id}, headers, timeout)
 
@@ -340,8 +265,8 @@ class Collection:
         profile_search_config: Optional[Dict[str, Any]] = None,
         project_name: Optional[str] = None,
         max_tokens: Optional[int] = None,
-        headers=None,
-        timeout=None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
         **extra: Any,
     ) -> ContextResponse:
         """The prompt-ready memory for the next LLM call, within ``max_tokens``."""
@@ -367,15 +292,17 @@ class Collection:
         filter: Optional[Dict[str, Any]] = None,
         time_decay_config: Optional[Dict[str, Any]] = None,
         limit: Optional[int] = None,
-        headers=None,
-        timeout=None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
         **extra: Any,
     ) -> Dict[str, Any]:
         """Semantic (hybrid) search with a query; the newest events matching ``filter`` without."""
         body = {"query": query, "filter": filter, "time_decay_config": time_decay_config, "limit": limit, **extra}
         return self._call("event/search", body, headers, timeout)
 
-    def search_profile_memory(self, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None, **extra):
+    def search_profile_memory(
+        self, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None, **extra: Any
+    ) -> Dict[str, Any]:
         return self._call("profile/search", {"filter": filter or {}, "limit": limit, **extra})
 
     # ------------------------------------------------------------------ events
@@ -383,11 +310,11 @@ class Collection:
     def add_event(
         self,
         event_type: str,
-        user_id=None,
-        assistant_id=None,
+        user_id: Any = None,
+        assistant_id: Any = None,
         memory_info: Optional[Dict[str, Any]] = None,
-        headers=None,
-        timeout=None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
         **extra: Any,
     ) -> Dict[str, Any]:
         body = {
@@ -399,7 +326,7 @@ class Collection:
         }
         return self._call("event/add", body, headers, timeout)
 
-    def add_events(self, events: List[Dict[str, Any]], headers=None, timeout=None) -> Dict[str, Any]:
+    def add_events(self, events: List[Dict[str, Any]], headers: Optional[Dict[str, str]] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
         """1 to 500 events (each as `add_event` takes it: event_type, user_id, memory_info, …)
         at once: all stored in one transaction, or none if any is invalid (the error names it,
         e.g. ``events[3].memory_info``). Returns ``{"count", "event_ids"}``."""
@@ -415,11 +342,11 @@ class Collection:
         self,
         filter: Dict[str, Any],
         delete_type: Optional[str] = None,
-        headers=None,
-        timeout=None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
         dry_run: Optional[bool] = None,
         confirm: Optional[str] = None,
-    ):
+    ) -> Dict[str, Any]:
         """Deletes the events matching ``filter``. A filter of only user_id/assistant_id selects all
         of that user's events and needs ``confirm="all"``; ``dry_run=True`` answers what would be
         deleted (``would_delete``, ``event_ids``) without deleting."""
@@ -428,7 +355,9 @@ class Collection:
 
     # ------------------------------------------------------------------ profiles
 
-    def add_profile(self, user_id: str, attributes=None, profile_type=None, content=None, assistant_id=None):
+    def add_profile(
+        self, user_id: str, attributes: Optional[Dict[str, Any]] = None, profile_type: Optional[str] = None, content: Optional[str] = None, assistant_id: Any = None
+    ) -> Dict[str, Any]:
         body = {
             "user_id": user_id,
             "attributes": attributes or {},
@@ -438,7 +367,9 @@ class Collection:
         }
         return self._call("profile/add", body)
 
-    def update_profile(self, profile_id: str, attributes=None, content=None, replace_attributes=None):
+    def update_profile(
+        self, profile_id: str, attributes: Optional[Dict[str, Any]] = None, content: Optional[str] = None, replace_attributes: Optional[bool] = None
+    ) -> Dict[str, Any]:
         body = {
             "profile_id": profile_id,
             "attributes": attributes,
@@ -454,11 +385,13 @@ class Collection:
         """Deletes the profiles matching a filter that names a user_id or assistant_id."""
         return self._call("profile/batch_delete", {"filter": filter})
 
-    def trigger_update_profile(self, filters: Dict[str, Any], update_profile_type=None) -> Dict[str, Any]:
+    def trigger_update_profile(self, filters: Dict[str, Any], update_profile_type: Optional[str] = None) -> Dict[str, Any]:
         """Re-derives the matching profiles from the sessions they came from."""
         return self._call("profile/trigger_update", {"filters": filters, "update_profile_type": update_profile_type})
 
-    def search_memory(self, query: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None):
+    def search_memory(
+        self, query: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None
+    ) -> Dict[str, Any]:
         """Profiles and events of a user at once (VikingDB's SearchMemory); each item's memory_category says which."""
         return self._call("search", {"query": query, "filter": filter, "limit": limit})
 
@@ -474,13 +407,19 @@ class Collection:
         only counts what that would be)."""
         return self._call("user/forget", {"user_id": user_id, "dry_run": dry_run})
 
-    def list_jobs(self, state: Optional[str] = None, conversation_id: Optional[str] = None, limit: Optional[int] = None):
-        return self._call("job/list", {"state": state, "conversation_id": conversation_id, "limit": limit})["jobs"]
+    def list_jobs(
+        self, state: Optional[str] = None, conversation_id: Optional[str] = None, limit: Optional[int] = None
+    ) -> List[Dict[str, Any]]:
+        data = self._call("job/list", {"state": state, "conversation_id": conversation_id, "limit": limit})
+        jobs: List[Dict[str, Any]] = data["jobs"]
+        return jobs
 
     def retry_jobs(self, job_id: Optional[str] = None) -> List[str]:
         """Puts a failed job (or, without ``job_id``, every failed job of the collection) back in the
         queue from its first attempt; returns the ids re-queued."""
-        return self._call("job/retry", {"job_id": job_id})["retried"]
+        data = self._call("job/retry", {"job_id": job_id})
+        retried: List[str] = data["retried"]
+        return retried
 
     def stats(self, user_id: Optional[str] = None, days: Optional[int] = None) -> Dict[str, Any]:
         return self._call("stats", {"user_id": user_id, "days": days})

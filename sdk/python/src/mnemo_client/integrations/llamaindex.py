@@ -10,6 +10,7 @@ memory written to mnemo.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, List, Optional
 
 from llama_index.core.base.llms.types import ChatMessage
@@ -35,7 +36,7 @@ class MnemoMemoryBlock(BaseMemoryBlock[str]):
 
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
         query = next((m.content for m in reversed(messages or []) if m.role.value == "user" and m.content), None)
-        ctx = await asyncio.to_thread(
+        ctx = await _call(
             self.collection.get_context,
             conversation_id=self.conversation_id,
             query=query,
@@ -53,6 +54,13 @@ class MnemoMemoryBlock(BaseMemoryBlock[str]):
         ]
         if turns:
             meta = {"user_id": self.user_id} if self.user_id else None
-            await asyncio.to_thread(
+            await _call(
                 self.collection.streaming_write, conversation_id=self.conversation_id, messages=turns, metadata=meta
             )
+
+
+async def _call(method: Any, **kwargs: Any) -> Any:
+    """A collection's method: awaited on an ``AsyncCollection``, on a worker thread otherwise."""
+    if inspect.iscoroutinefunction(method):
+        return await method(**kwargs)
+    return await asyncio.to_thread(method, **kwargs)
