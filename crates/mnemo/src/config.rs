@@ -732,6 +732,16 @@ mod tests {
         assert_eq!(c.session.message_count, 20);
     }
 
+    /// The example lists every key with its default: it must load, and change nothing.
+    #[test]
+    fn the_example_config_loads() {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../mnemo.example.yaml");
+        let c = Config::load(Some(&example), std::iter::empty()).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(c.tls.ca_file, None);
+        assert_eq!(c.embedding.local_model, None, "unset: EmbeddingGemma with the pair as fallback");
+        assert_eq!(c.extraction.token_limit_param, "max_tokens");
+    }
+
     #[test]
     fn unknown_keys_are_errors() {
         let env = vec![("MNEMO_SERVER__BINDD".to_string(), "x".to_string())];
