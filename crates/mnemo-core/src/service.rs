@@ -25,6 +25,7 @@ mod jobs;
 mod lifecycle;
 mod privacy;
 mod profiles;
+mod query_cache;
 mod search;
 mod validate;
 mod webhooks;
@@ -35,6 +36,7 @@ pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE};
 pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES, MAX_BATCH_EVENTS};
 pub use jobs::ExtractionPolicy;
 pub use lifecycle::LifecycleConfig;
+pub use query_cache::QueryCache;
 pub use search::{EventSearch, GLOBAL_SCOPE, MAX_QUERY_CHARS, RetrievalConfig, ScoredEvent};
 use validate::*;
 pub use validate::{
@@ -68,6 +70,8 @@ pub struct ServiceConfig {
     pub lifecycle: LifecycleConfig,
     pub extraction: ExtractionPolicy,
     pub webhooks: WebhookPolicy,
+    /// Query vectors kept for repeated queries (0: none).
+    pub query_cache_entries: usize,
 }
 
 impl Default for ServiceConfig {
@@ -89,6 +93,7 @@ impl Default for ServiceConfig {
             lifecycle: LifecycleConfig::default(),
             extraction: ExtractionPolicy::default(),
             webhooks: WebhookPolicy::default(),
+            query_cache_entries: 4096,
         }
     }
 }
@@ -117,6 +122,8 @@ pub struct Service {
     /// Query searches (and contexts) that ran on full text alone since start: the query could
     /// not be embedded (the embedder's queue was full, or it failed).
     pub full_text_searches: std::sync::atomic::AtomicU64,
+    /// Vectors of recent queries: a repeated query is not embedded again.
+    pub query_cache: QueryCache,
     /// Set when a job may have failed for a transient reason (and at start): the next successful
     /// extraction — a sign the provider answers again — re-queues such jobs.
     transient_failures: std::sync::atomic::AtomicBool,
@@ -154,6 +161,7 @@ impl Service {
         config: ServiceConfig,
     ) -> Arc<Self> {
         crate::warm_up();
+        let query_cache = QueryCache::new(config.query_cache_entries);
         Arc::new(Self {
             store,
             extractors,
@@ -164,6 +172,7 @@ impl Service {
             collections: Default::default(),
             job_outcomes: JobOutcomes::default(),
             full_text_searches: Default::default(),
+            query_cache,
             pending_hits: Default::default(),
             user_locks: Default::default(),
             webhook_sender: Default::default(),

@@ -59,6 +59,8 @@ pub struct Metrics {
     bytes: Gauge,
     webhooks: Family<StateLabels, Gauge>,
     full_text_searches: Gauge,
+    query_cache: Family<OutcomeLabels, Gauge>,
+    query_cache_entries: Gauge,
 }
 
 impl Default for Metrics {
@@ -94,7 +96,26 @@ impl Default for Metrics {
              (the embedder's queue was full, or it failed); each answer says so with \"semantic\": false",
             full_text_searches.clone(),
         );
-        Self { registry, requests, latency, jobs, outcomes, rows, bytes, webhooks, full_text_searches }
+        let (query_cache, query_cache_entries) = (Family::default(), Gauge::default());
+        registry.register(
+            "query_cache_lookups",
+            "Query embeddings looked up in the cache since start, by outcome (hit: not embedded again)",
+            query_cache.clone(),
+        );
+        registry.register("query_cache_entries", "Query vectors in the cache now", query_cache_entries.clone());
+        Self {
+            registry,
+            requests,
+            latency,
+            jobs,
+            outcomes,
+            rows,
+            bytes,
+            webhooks,
+            full_text_searches,
+            query_cache,
+            query_cache_entries,
+        }
     }
 }
 
@@ -155,6 +176,11 @@ pub async fn scrape(State(state): State<AppState>, req: axum::extract::Request) 
         m.outcomes.get_or_create(&OutcomeLabels { outcome: kind.into() }).set(n.load(Ordering::Relaxed) as i64);
     }
     m.full_text_searches.set(svc.full_text_searches.load(Ordering::Relaxed) as i64);
+    let qc = &svc.query_cache;
+    for (outcome, n) in [("hit", &qc.hits), ("miss", &qc.misses)] {
+        m.query_cache.get_or_create(&OutcomeLabels { outcome: outcome.into() }).set(n.load(Ordering::Relaxed) as i64);
+    }
+    m.query_cache_entries.set(qc.len() as i64);
     let mut body = String::new();
     if encode(&mut body, &m.registry).is_err() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "encoding metrics failed").into_response();

@@ -267,6 +267,7 @@ pub fn service_on(
             commit_delay: Duration::from_millis(e.fault_injection.commit_delay_ms.min(60_000)),
         },
         webhooks: webhook_policy(cfg),
+        query_cache_entries: cfg.embedding.query_cache.min(1_000_000),
     };
     Ok(Service::new(store, extractors, embedder, clock, config))
 }

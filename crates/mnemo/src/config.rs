@@ -185,6 +185,9 @@ pub struct EmbeddingConfig {
     /// local: searches waiting for the model at most; past it a search runs on full text alone
     /// instead of queueing (0: never fall back — searches always wait for their embedding).
     pub max_waiting_queries: usize,
+    /// Query vectors kept for repeated queries (least recently used out; 3 KB each at 768
+    /// dimensions; 0: off). Any provider.
+    pub query_cache: usize,
     /// openai: e.g. http://127.0.0.1:11434/v1
     pub base_url: Option<String>,
     pub model: Option<String>,
@@ -209,6 +212,7 @@ impl Default for EmbeddingConfig {
             local_model: None,
             sessions: 2,
             max_waiting_queries: mnemo_providers::embed::local::MAX_WAITING_QUERIES,
+            query_cache: 4096,
             base_url: None,
             model: None,
             dimension: None,

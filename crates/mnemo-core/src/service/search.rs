@@ -195,12 +195,19 @@ impl Service {
         Ok(self.search_with_vector(c, req, qv).await?.0)
     }
 
-    /// The query's vector; `None` when the embedder fails, and the search degrades to full text
-    /// instead of failing — the reason goes into `degraded` (the answer says so) and the count
+    /// The query's vector (a repeated query's from [`Service::query_cache`]); `None` when the
+    /// embedder fails, and the search degrades to full text instead of failing — the reason goes into `degraded` (the answer says so) and the count
     /// into [`Service::full_text_searches`].
     pub(super) async fn query_vector(&self, query: &str, degraded: &std::sync::OnceLock<String>) -> Option<Vec<f32>> {
+        let model = self.embedder.model_id();
+        if let Some(v) = self.query_cache.get(model, query) {
+            return Some(v);
+        }
         match self.embed_one(query, EmbedKind::Query).await {
-            Ok(v) => Some(v),
+            Ok(v) => {
+                self.query_cache.put(model, query, &v);
+                Some(v)
+            }
             Err(e) => {
                 let _ = degraded.set(e.to_string());
                 self.full_text_searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

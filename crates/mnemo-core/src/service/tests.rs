@@ -270,7 +270,9 @@ async fn get_context_assembles_profile_turns_and_events_within_the_budget() {
     assert!(full.token_count <= 1200);
     insta::assert_snapshot!(full.context_str);
     // A tight budget keeps the string under it and drops the lowest-priority parts first.
+    let before = queries();
     let tight = f.svc.get_context(ask(60)).await.unwrap().assembled;
+    assert_eq!(queries(), before, "the same query again: its vector is cached, not embedded again");
     assert!(tight.token_count <= 60, "{} tokens", tight.token_count);
     assert!(tight.dropped > 0);
     insta::assert_snapshot!(tight.context_str);

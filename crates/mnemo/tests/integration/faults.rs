@@ -130,8 +130,21 @@ async fn a_dead_embedding_endpoint_loses_nothing_and_recovers() {
         (s.jobs().await[0]["state"] == "done").then_some(())
     })
     .await;
+    let calls = fake.calls.load(Ordering::SeqCst);
     let r = s.ok("event/search", json!({"collection_name": "c", "query": "alpha", "filter": {"user_id": "u"}})).await;
     assert_eq!(r["semantic"], true, "a full answer says so too: {r}");
+    // The same query again is answered with its cached vector: the endpoint is not asked again.
+    let again =
+        s.ok("event/search", json!({"collection_name": "c", "query": "alpha", "filter": {"user_id": "u"}})).await;
+    let event_ids =
+        |v: &Value| v["result_list"].as_array().unwrap().iter().map(|e| e["event_id"].clone()).collect::<Vec<_>>();
+    assert_eq!((&again["semantic"], event_ids(&again)), (&r["semantic"], event_ids(&r)), "the same answer");
+    assert_eq!(fake.calls.load(Ordering::SeqCst), calls + 1, "one embedding for two identical searches");
+    let metrics = http_client().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("mnemo_query_cache_lookups{outcome=\"hit\"}") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
     assert!(r.get("semantic_error").is_none(), "{r}");
     let listed = s.ok("event/search", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
     assert!(listed.get("semantic").is_none(), "a listing without a query has no semantic half: {listed}");
