@@ -3,6 +3,7 @@
 //! and the error → status mapping. Handlers only translate; all behaviour lives in
 //! `mnemo_core::Service`. This crate must not know SQL or any concrete store or provider.
 
+mod answers;
 mod confine;
 mod dto;
 mod error;

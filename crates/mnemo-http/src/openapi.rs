@@ -1,5 +1,6 @@
-//! The OpenAPI 3 document, generated from the route table (`routes::endpoints`) and the request
-//! DTOs' JSON schemas (`schemars`, field docs become descriptions). Served at `/openapi.json` and
+//! The OpenAPI 3 document, generated from the route table (`routes::endpoints`), the request
+//! DTOs' JSON schemas (`schemars`, field docs become descriptions) and what each route answers
+//! (`answers`). Served at `/openapi.json` and
 //! committed at `docs/openapi.json` (a test keeps the two equal; `mnemo openapi` regenerates it).
 
 use serde_json::{Map, Value, json};
@@ -17,7 +18,10 @@ pub fn document() -> Value {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": body}}},
                 "responses": {
                     "200": {"description": "Success: `code` 0 and the result in `data`.",
-                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}},
+                            "content": {"application/json": {"schema": {"allOf": [
+                                {"$ref": "#/components/schemas/Envelope"},
+                                {"type": "object", "required": ["data"], "properties": {"data": crate::answers::answer(e.path)}},
+                            ]}}}},
                     "400": {"$ref": "#/components/responses/Error"},
                     "401": {"$ref": "#/components/responses/Error"},
                     "403": {"$ref": "#/components/responses/Error"},
@@ -54,6 +58,8 @@ pub fn document() -> Value {
             "operationId": "mcp", "responses": {"200": {"description": "A JSON-RPC response."}}}}),
     );
     let mut schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    // What answers are made of (`answers`): after the request bodies' own fix-ups below.
+    let records = crate::answers::components();
     // Every body naming a collection may name it by `resource_id` instead (see `json.rs`).
     for schema in schemas.values_mut() {
         let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
@@ -72,6 +78,7 @@ pub fn document() -> Value {
             }
         }
     }
+    schemas.extend(records);
     schemas.insert(
         "Envelope".into(),
         json!({"type": "object", "required": ["code", "message", "request_id"], "properties": {

@@ -10,6 +10,8 @@ import tempfile
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
+# The mnemo servers the tests started (answers from the tests' own fake servers are not checked).
+REAL_SERVERS: set = set()
 KEY = "test-key-0123456789"
 
 
@@ -53,6 +55,7 @@ class Server:
             raise RuntimeError(f"mnemo did not start: {line!r} {self.proc.stderr.read()}")
         self.url = line[len(prefix):].split(" ")[0]
         self.key = KEY
+        REAL_SERVERS.add(self.url)
 
     def stop(self):
         self.proc.terminate()
@@ -76,3 +79,70 @@ def client(server):
     from mnemo_client import MemoryClient, APIKey
 
     return MemoryClient(host=server.url, auth=APIKey(api_key=server.key), max_retries=2, backoff=0.05)
+
+
+# --------------------------------------------------------------------- answers match the document
+
+DOC = REPO / "docs" / "openapi.json"
+# Paths whose answer is not the envelope's `data` (JSON lines).
+_NOT_ENVELOPED = {"user/export"}
+ANSWERS_CHECKED: set = set()
+
+
+def _answer_validator():
+    """Validates an answer's `data` against what docs/openapi.json says that path answers."""
+    import json
+
+    from openapi_schema_validator import OAS30Validator
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT4
+
+    doc = json.loads(DOC.read_text())
+    registry = Registry().with_resource("urn:mnemo", Resource.from_contents(doc, default_specification=DRAFT4))
+
+    def check(path: str, data):
+        if path in _NOT_ENVELOPED or f"/api/memory/{path}" not in doc["paths"]:
+            return
+        pointer = "/paths/" + f"/api/memory/{path}".replace("/", "~1") + "/post/responses/200/content/application~1json/schema/allOf/1/properties/data"
+        OAS30Validator({"$ref": f"urn:mnemo#{pointer}"}, registry=registry).validate(data)
+        ANSWERS_CHECKED.add(path)
+
+    return check
+
+
+@pytest.fixture(scope="session", autouse=True)
+def answers_match_the_document():
+    """Every answer any test receives through the SDK (sync or async) is checked against the
+    OpenAPI document's answer schema for its path: the document cannot drift from the server."""
+    sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+    from mnemo_client import client as sync_client
+
+    check = _answer_validator()
+    original = sync_client.MemoryClient.request
+
+    def request(self, path, body, headers=None, timeout=None):
+        data = original(self, path, body, headers=headers, timeout=timeout)
+        if self.base_url in REAL_SERVERS:
+            check(path.lstrip("/"), data)
+        return data
+
+    sync_client.MemoryClient.request = request
+    patched = [(sync_client.MemoryClient, original)]
+    try:
+        from mnemo_client import aio
+
+        original_async = aio.AsyncMemoryClient.request
+
+        async def arequest(self, path, body, headers=None, timeout=None):
+            data = await original_async(self, path, body, headers=headers, timeout=timeout)
+            if self.base_url in REAL_SERVERS:
+                check(path.lstrip("/"), data)
+            return data
+
+        aio.AsyncMemoryClient.request = arequest
+        patched.append((aio.AsyncMemoryClient, original_async))
+    except ImportError:  # httpx absent: the async client is not under test
+        pass
+    yield
+    for cls, fn in patched:
+        cls.request = fn

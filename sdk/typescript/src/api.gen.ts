@@ -715,6 +715,23 @@ export interface components {
             /** @default default */
             project_name?: string;
         };
+        Collection: {
+            collection_name: string;
+            created_at?: number;
+            description?: string;
+            event_ttl_secs?: number | null;
+            event_types: {
+                [key: string]: unknown;
+            }[];
+            extractor?: string | null;
+            profile_types: {
+                [key: string]: unknown;
+            }[];
+            project_name: string;
+            /** @description `<project_name>/<collection_name>` */
+            resource_id: string;
+            temporary_ttl_days?: number | null;
+        };
         CollectionCreate: {
             collection_name?: string;
             /** @default  */
@@ -761,6 +778,20 @@ export interface components {
             /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
             resource_id?: string;
         };
+        Delivery: {
+            attempts: number;
+            created_at?: number;
+            data?: unknown;
+            delivery_id: number;
+            finished_at?: number | null;
+            last_error?: string | null;
+            last_status?: number | null;
+            message_id?: string;
+            next_attempt_at?: number | null;
+            state: string;
+            type: string;
+            webhook_id: string;
+        };
         Envelope: {
             /** @description Errors only: Volcengine's envelope with the VikingDB memory API's error code (`Error.Code`, e.g. 1000003 invalid request), which the VikingDB SDKs map to their exception classes. */
             ResponseMetadata?: {
@@ -778,6 +809,35 @@ export interface components {
             message: string;
             /** @description Identifies the request in the server's log (also the x-request-id header). */
             request_id: string;
+        };
+        Event: {
+            assistant_id: string[];
+            class?: string | null;
+            conversation_id?: string | null;
+            created_at: number;
+            event_id: string;
+            event_type?: string;
+            expires_at?: number | null;
+            group_id?: string | null;
+            hit_count?: number;
+            id?: string;
+            labels?: string;
+            last_hit_at?: number | null;
+            /** @description The event type's fields (summary, original_messages, …). */
+            memory_info: {
+                [key: string]: unknown;
+            };
+            memory_type: string;
+            scope?: string | null;
+            session_id?: string | null;
+            source_message_ids?: number[];
+            /** @description active, archived or superseded. */
+            status: string;
+            superseded_by?: string | null;
+            /** @description When it happened (ms since the epoch). */
+            time: number;
+            updated_at?: number;
+            user_id: string[];
         };
         EventAddBody: {
             assistant_id?: components["schemas"]["StrOrList"] | (null);
@@ -983,6 +1043,14 @@ export interface components {
              */
             time?: number | null;
         };
+        Extraction: {
+            job_id?: string | null;
+            /** @description token_count, message_count, idle, flush, … */
+            reason?: string | null;
+            session_id?: string | null;
+            /** @description Whether this call closed a session for extraction. */
+            triggered: boolean;
+        };
         FieldDef: {
             /** @default  */
             description?: string;
@@ -1026,6 +1094,28 @@ export interface components {
             recap?: boolean;
             /** @default true */
             short_term?: boolean;
+        };
+        Job: {
+            attempts: number;
+            conversation_id: string;
+            created_at?: number;
+            duration_ms?: number | null;
+            finished_at?: number | null;
+            job_id: string;
+            kind?: string;
+            last_error?: string | null;
+            max_attempts?: number;
+            requeues?: number;
+            run_after?: number;
+            session_id: string;
+            started_at?: number | null;
+            /** @enum {string} */
+            state: "queued" | "running" | "done" | "failed";
+            token_usage: {
+                completion_tokens: number;
+                prompt_tokens: number;
+            };
+            updated_at?: number;
         };
         JobListBody: {
             collection_name?: string;
@@ -1104,6 +1194,15 @@ export interface components {
             /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
             resource_id?: string;
         };
+        Message: {
+            content: string;
+            message_id: number;
+            name?: string | null;
+            role: string;
+            session_id?: string | null;
+            time: number;
+            tokens?: number;
+        };
         MessageDto: {
             /**
              * @description A string, or (VikingDB's multimodal form) a list of parts `{type: "text", text}` /
@@ -1133,6 +1232,30 @@ export interface components {
              * @default null
              */
             time?: number | null;
+        };
+        Profile: {
+            assistant_id?: string | null;
+            attributes: {
+                [key: string]: unknown;
+            };
+            content?: string;
+            created_at: number;
+            history?: {
+                [key: string]: unknown;
+            }[];
+            id?: string;
+            memory_info?: {
+                [key: string]: unknown;
+            };
+            memory_type?: string;
+            primary_key?: string;
+            profile_id: string;
+            profile_type: string;
+            /** @description Closeness to the query, when one ranked it. */
+            score?: number;
+            source_session_ids?: string[];
+            updated_at: number;
+            user_id: string | null;
         };
         ProfileAddBody: {
             /** @default null */
@@ -1269,6 +1392,15 @@ export interface components {
         ProjectOnly: {
             /** @default default */
             project_name?: string;
+        };
+        ScoredEvent: components["schemas"]["Event"] & {
+            custom_weight_score: number;
+            layer?: string | null;
+            /** @description The query relevance in [0,1] (1 without a query). */
+            origin_score: number;
+            /** @description What the results are ordered by. */
+            score: number;
+            time_score: number;
         };
         SessionInfoBody: {
             collection_name?: string;
@@ -1421,6 +1553,22 @@ export interface components {
             PropertyName: string;
             /** @description `string`, `int64`, `float32`, `bool`. */
             PropertyValueType: string;
+        };
+        Webhook: {
+            created_at?: number;
+            deliveries?: {
+                dead?: number;
+                delivered?: number;
+                pending?: number;
+            };
+            description?: string;
+            events: string[];
+            project_name?: string;
+            /** @description webhook/create only: the signing secret, shown once. */
+            secret?: string;
+            source?: string;
+            url: string;
+            webhook_id: string;
         };
         /**
          * @description `webhook/create`: an endpoint of the project. Without `secret` one is generated; the answer
@@ -1579,7 +1727,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            now: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1610,7 +1762,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: components["schemas"]["Collection"];
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1641,7 +1795,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name: string;
+                            deleted: boolean;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1672,7 +1831,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: components["schemas"]["Collection"];
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1703,7 +1864,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collections: components["schemas"]["Collection"][];
+                            count: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1734,7 +1900,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            event: components["schemas"]["Event"];
+                            event_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1765,7 +1936,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            event_ids: string[];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1796,7 +1972,14 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            deleted?: number;
+                            dry_run?: boolean;
+                            event_ids?: string[];
+                            would_delete?: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1827,7 +2010,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            deleted: boolean;
+                            event_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1858,7 +2046,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name?: string;
+                            count: number;
+                            result_list: components["schemas"]["ScoredEvent"][];
+                            /** @description With a query: whether its semantic half ran (false: full text alone, the query could not be embedded). */
+                            semantic?: boolean;
+                            /** @description Why the semantic half did not run. */
+                            semantic_error?: string;
+                            token_usage?: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1889,7 +2088,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            event: components["schemas"]["Event"];
+                            event_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1920,7 +2124,33 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            context_parts: {
+                                cross_conversation_events: components["schemas"]["ScoredEvent"][];
+                                intra_conversation_events: components["schemas"]["ScoredEvent"][];
+                                profiles: components["schemas"]["Profile"][];
+                                recap?: components["schemas"]["ScoredEvent"] | (never | null);
+                                short_term_memory: {
+                                    content: string;
+                                    message_id: number;
+                                    name?: string | null;
+                                    role: string;
+                                    time: number;
+                                }[];
+                            };
+                            /** @description The prompt-ready memory, at most max_tokens tokens. */
+                            context_str: string;
+                            dropped_items?: number;
+                            /** @enum {string} */
+                            locale: "zh" | "en";
+                            /** @description With a query: whether its semantic half ran (false: full text alone, the query could not be embedded). */
+                            semantic?: boolean;
+                            /** @description Why the semantic half did not run. */
+                            semantic_error?: string;
+                            token_count: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1951,7 +2181,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            jobs: components["schemas"]["Job"][];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -1982,7 +2217,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            retried: string[];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2013,7 +2253,14 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            runs: {
+                                [key: string]: unknown;
+                            }[];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2044,7 +2291,14 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            runs: {
+                                [key: string]: unknown;
+                            }[];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2096,7 +2350,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            profile: components["schemas"]["Profile"];
+                            profile_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2127,7 +2386,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            deleted: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2158,7 +2421,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            deleted: boolean;
+                            profile_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2189,7 +2457,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name?: string;
+                            count: number;
+                            result_list: components["schemas"]["Profile"][];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2220,7 +2494,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            updated: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2251,7 +2529,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            profile: components["schemas"]["Profile"];
+                            profile_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2282,7 +2565,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name?: string;
+                            count: number;
+                            result_list: ({
+                                /** @enum {string} */
+                                memory_category: "profile" | "event";
+                            } & {
+                                [key: string]: unknown;
+                            })[];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2313,7 +2607,17 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            accepted: number;
+                            conversation_id: string;
+                            extraction: components["schemas"]["Extraction"];
+                            extraction_session_id?: string;
+                            job_id: string;
+                            replaced?: boolean;
+                            session_id: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2344,7 +2648,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            conversation_id: string;
+                            deleted: boolean;
+                            sessions?: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2375,7 +2685,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            conversation_id: string;
+                            extraction: components["schemas"]["Extraction"];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2406,7 +2721,33 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        /** @description By conversation_id: its short-term memory and sessions; by session_id: the session's messages, events, usage and jobs. */
+                        data: {
+                            conversation_id?: string | null;
+                            event_memory?: components["schemas"]["Event"][];
+                            idle_deadline?: number | null;
+                            jobs?: components["schemas"]["Job"][];
+                            messages?: components["schemas"]["Message"][];
+                            metadata?: {
+                                [key: string]: unknown;
+                            };
+                            pending_messages?: number;
+                            pending_tokens?: number;
+                            session_id?: string;
+                            sessions?: {
+                                [key: string]: unknown;
+                            }[];
+                            usage?: {
+                                embedding_tokens?: number;
+                                llm_input_tokens?: number;
+                                llm_input_tokens_details?: {
+                                    [key: string]: unknown;
+                                };
+                                llm_output_tokens?: number;
+                            };
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2437,7 +2778,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            accepted: number;
+                            conversation_id: string;
+                            duplicates?: number;
+                            extraction: components["schemas"]["Extraction"];
+                            pending_messages: number;
+                            pending_tokens?: number;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2468,7 +2818,42 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name: string;
+                            days?: number;
+                            hits_per_day?: {
+                                day: string;
+                                hits: number;
+                            }[];
+                            jobs_per_day?: {
+                                day: string;
+                                done?: number;
+                                failed?: number;
+                                jobs: number;
+                                token_usage?: {
+                                    completion_tokens: number;
+                                    prompt_tokens: number;
+                                };
+                            }[];
+                            never_hit?: number;
+                            new_memories_per_day?: {
+                                count: number;
+                                day: string;
+                            }[];
+                            token_usage?: {
+                                completion_tokens: number;
+                                prompt_tokens: number;
+                            };
+                            top_hit?: {
+                                event_id: string;
+                                hit_count: number;
+                                summary?: string;
+                            }[];
+                            total_events: number;
+                            user_id?: string | null;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2499,7 +2884,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        /** @description Not the envelope: JSON lines — a header, then {kind, collection_name, record} per record. */
+                        data: {
+                            [key: string]: unknown;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2530,7 +2920,22 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collections?: {
+                                [key: string]: unknown;
+                            };
+                            /** @description Rows deleted, by kind. */
+                            deleted?: {
+                                [key: string]: number;
+                            };
+                            dry_run?: boolean;
+                            user_id: string;
+                            would_delete?: {
+                                [key: string]: unknown;
+                            };
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2561,7 +2966,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: components["schemas"]["Webhook"];
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2592,7 +2999,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            deleted: string;
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2623,7 +3034,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            deliveries: components["schemas"]["Delivery"][];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2654,7 +3070,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            webhooks: components["schemas"]["Webhook"][];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];
@@ -2685,7 +3106,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Envelope"];
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            redelivered: number[];
+                        };
+                    };
                 };
             };
             400: components["responses"]["Error"];

@@ -3,12 +3,19 @@
  * Only `fetch`; request bodies are typed from mnemo's OpenAPI document (`api.gen.ts`, generated
  * by `npm run gen` and checked current by the tests).
  */
-import type { components } from "./api.gen.js";
+import type { components, paths } from "./api.gen.js";
 
 export type Schemas = components["schemas"];
+/** An endpoint, as its path under `/api/memory/` (e.g. `"event/search"`). */
+export type Endpoint = {
+  [K in keyof paths]: K extends `/api/memory/${infer P}` ? (paths[K] extends { post: object } ? P : never) : never;
+}[keyof paths];
+/** What an endpoint answers in `data` (the envelope unwrapped), typed from mnemo's OpenAPI document. */
+export type Answer<P extends Endpoint> =
+  paths[`/api/memory/${P}`]["post"]["responses"][200]["content"]["application/json"]["data"];
 /** A request body without the collection's names (the `Collection` fills them in). */
 export type Body<K extends keyof Schemas> = Omit<Schemas[K], "collection_name" | "project_name" | "resource_id">;
-/** What an endpoint answers in `data` (the envelope is unwrapped). */
+/** An untyped answer (`request` with a path of your own). */
 export type Data = Record<string, any>;
 
 /** An error answer (or a failure to get one): mnemo's `code` (HTTP status × 100), the message
@@ -83,14 +90,17 @@ export class MemoryClient {
     this.headers = options.headers ?? {};
   }
 
-  /** POSTs `body` to `/api/memory/<path>` and answers the envelope's `data`. */
-  async request<T = Data>(path: string, body: object, opts: CallOptions = {}): Promise<T> {
+  /** POSTs `body` to `/api/memory/<path>` and answers the envelope's `data`, typed for a known
+   *  endpoint. */
+  request<P extends Endpoint>(path: P, body: object, opts?: CallOptions): Promise<Answer<P>>;
+  request<T = Data>(path: string, body: object, opts?: CallOptions): Promise<T>;
+  async request(path: string, body: object, opts: CallOptions = {}): Promise<unknown> {
     const { res, text } = await this.send(path, body, opts);
     const env = this.envelope(path, res, text);
     if (!res.ok || env.code !== 0) {
       throw new MnemoError(env.message ?? `HTTP ${res.status}`, env.code ?? res.status * 100, env.request_id ?? "", res.status);
     }
-    return env.data as T;
+    return env.data;
   }
 
   /** POSTs to an endpoint that answers JSON lines (`user/export`) and answers the records. */
@@ -160,34 +170,37 @@ export class MemoryClient {
     return new Collection(this, collectionName, projectName);
   }
 
-  createCollection(body: Schemas["CollectionCreate"], opts?: CallOptions): Promise<Data> {
+  createCollection(body: Schemas["CollectionCreate"], opts?: CallOptions): Promise<Answer<"collection/create">> {
     return this.request("collection/create", body, opts);
   }
 
-  async listCollections(projectName = "default", opts?: CallOptions): Promise<Data[]> {
+  async listCollections(projectName = "default", opts?: CallOptions): Promise<Answer<"collection/list">["collections"]> {
     return (await this.request("collection/list", { project_name: projectName }, opts)).collections;
   }
 
-  deleteCollection(collectionName: string, projectName = "default", opts?: CallOptions): Promise<Data> {
+  deleteCollection(collectionName: string, projectName = "default", opts?: CallOptions): Promise<Answer<"collection/delete">> {
     return this.request("collection/delete", { collection_name: collectionName, project_name: projectName }, opts);
   }
 
   /** Registers a webhook endpoint (admin key); the answer's `secret` is shown only here.
    *  Deliveries are signed as Standard Webhooks (verify with the `standardwebhooks` package). */
-  createWebhook(body: Schemas["WebhookCreateBody"], opts?: CallOptions): Promise<Data> {
+  createWebhook(body: Schemas["WebhookCreateBody"], opts?: CallOptions): Promise<Answer<"webhook/create">> {
     return this.request("webhook/create", body, opts);
   }
 
-  async listWebhooks(projectName = "default", opts?: CallOptions): Promise<Data[]> {
+  async listWebhooks(projectName = "default", opts?: CallOptions): Promise<Answer<"webhook/list">["webhooks"]> {
     return (await this.request("webhook/list", { project_name: projectName }, opts)).webhooks;
   }
 
-  deleteWebhook(webhookId: string, projectName = "default", opts?: CallOptions): Promise<Data> {
+  deleteWebhook(webhookId: string, projectName = "default", opts?: CallOptions): Promise<Answer<"webhook/delete">> {
     return this.request("webhook/delete", { webhook_id: webhookId, project_name: projectName }, opts);
   }
 
   /** Deliveries, newest first (`state`: pending, delivered or dead). */
-  async listWebhookDeliveries(body: Schemas["WebhookDeliveriesBody"] = {}, opts?: CallOptions): Promise<Data[]> {
+  async listWebhookDeliveries(
+    body: Schemas["WebhookDeliveriesBody"] = {},
+    opts?: CallOptions,
+  ): Promise<Answer<"webhook/deliveries">["deliveries"]> {
     return (await this.request("webhook/deliveries", body, opts)).deliveries;
   }
 
@@ -204,10 +217,7 @@ export class MemoryClient {
 }
 
 /** The prompt-ready context `getContext` answers. */
-export interface Context extends Data {
-  context_str: string;
-  token_count: number;
-}
+export type Context = Answer<"get_context">;
 
 /** One collection's calls; every method fills in the collection's names. */
 export class Collection {
@@ -217,8 +227,8 @@ export class Collection {
     readonly projectName = "default",
   ) {}
 
-  private call<T = Data>(path: string, body: object, opts?: CallOptions): Promise<T> {
-    return this.client.request<T>(path, { collection_name: this.collectionName, project_name: this.projectName, ...body }, opts);
+  private call<P extends Endpoint>(path: P, body: object, opts?: CallOptions): Promise<Answer<P>> {
+    return this.client.request(path, { collection_name: this.collectionName, project_name: this.projectName, ...body }, opts);
   }
 
   info(opts?: CallOptions) { return this.call("collection/info", {}, opts); }
@@ -233,7 +243,7 @@ export class Collection {
   deleteConversation(conversationId: string, opts?: CallOptions) { return this.call("session/delete", { conversation_id: conversationId }, opts); }
 
   /** One prompt-ready string within `max_tokens`: profile, recent turns, this and other conversations' events. */
-  getContext(body: Body<"GetContextBody">, opts?: CallOptions) { return this.call<Context>("get_context", body, opts); }
+  getContext(body: Body<"GetContextBody">, opts?: CallOptions) { return this.call("get_context", body, opts); }
   searchEventMemory(body: Body<"EventSearchBody">, opts?: CallOptions) { return this.call("event/search", body, opts); }
   searchProfileMemory(body: Body<"ProfileSearchBody">, opts?: CallOptions) { return this.call("profile/search", body, opts); }
   /** Profiles and events of a user at once (VikingDB's SearchMemory). */
