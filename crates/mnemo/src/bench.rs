@@ -5,6 +5,7 @@
 //! benchmarks are the submodules; what they share (in-process target, Rng, words, percentiles) is here.
 
 pub mod crash;
+pub mod embed;
 pub mod extraction;
 pub mod load;
 pub mod locomo;

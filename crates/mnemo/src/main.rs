@@ -257,6 +257,12 @@ enum BenchCommand {
         #[command(flatten)]
         stores: bench::Stores,
     },
+    /// The embedding model's floor on this machine: single-text latency by length (query and
+    /// stored text) and throughput by batch size and concurrent callers.
+    Embed {
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Webhooks: what the outbox costs an event insert (no endpoint vs one, alternating rounds)
     /// and how fast it is delivered to a local receiver.
     Webhooks {
@@ -467,6 +473,7 @@ fn run() -> Result<()> {
             rt.block_on(bench::scale::run(&sizes, users.max(1), batch.clamp(1, 10_000), stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
+        Command::Bench { which: BenchCommand::Embed { runs } } => rt.block_on(bench::embed::run(cfg, runs.max(5))),
         Command::Bench { which: BenchCommand::Webhooks { events, stores } } => {
             rt.block_on(bench::webhooks::run(events.max(1), stores, cfg))
         }
