@@ -16,6 +16,7 @@ pub mod embed;
 pub mod faults;
 pub mod http;
 pub mod llm;
+mod llm_request;
 pub mod rules;
 pub mod webhook;
 

@@ -59,7 +59,7 @@ const GEMMA_MAX_TOKENS: usize = 510;
 /// dev the best turn of another conversation has relevance p50 0.26 and the best evidence turn
 /// p50 0.50; short unrelated memories score 0. End to end at 1,200 tokens, floors 0.20 / 0.25 /
 /// 0.30 read 0.858 / 0.859 / 0.855: a plateau, not a tuned point.
-const GEMMA_COSINE_FLOOR: f32 = 0.25;
+pub(super) const GEMMA_COSINE_FLOOR: f32 = 0.25;
 /// The hybrid relevance with EmbeddingGemma: `max(v, 0.4·t + 0.6·v)`, `t = bm25/(bm25 + 8)`.
 /// Measured on LoCoMo dev's first hop (raw per-turn all@5 / all@10): 0.625 / 0.703, against
 /// 0.557 / 0.649 with the pair's lexical-led rule and 0.580 / 0.658 for the vectors alone.
@@ -104,7 +104,7 @@ impl LocalModel {
         }
     }
 
-    fn spec(self) -> &'static Spec {
+    pub(super) fn spec(self) -> &'static Spec {
         match self {
             Self::Use => &USE_SPEC,
             Self::UseE5 => &PAIR_SPEC,
@@ -119,16 +119,16 @@ impl LocalModel {
 }
 
 /// A local model's constants, one row per model: what `Embedder` reports for it besides vectors.
-struct Spec {
-    id: &'static str,
-    dimension: usize,
-    files: &'static [&'static str],
+pub(super) struct Spec {
+    pub(super) id: &'static str,
+    pub(super) dimension: usize,
+    pub(super) files: &'static [&'static str],
     /// `Embedder::duplicate_similarity`.
-    duplicate_similarity: f32,
+    pub(super) duplicate_similarity: f32,
     /// `Embedder::relevance_floor`.
-    relevance_floor: f64,
+    pub(super) relevance_floor: f64,
     /// `Embedder::fusion`.
-    fusion: Fusion,
+    pub(super) fusion: Fusion,
 }
 
 /// Merge threshold 0.9 and MCP floor 0.2: measured on USE's short memories (docs/benchmarks.md,
@@ -177,49 +177,8 @@ const GEMMA_SPEC: Spec = Spec {
 };
 
 /// EmbeddingGemma's prompts, as it was trained with them.
-const GEMMA_QUERY_PROMPT: &str = "task: search result | query: ";
-const GEMMA_DOCUMENT_PROMPT: &str = "title: none | text: ";
-
-/// A local model computed elsewhere — a text-embeddings server running the same model behind
-/// the `openai` provider (`embedding.same_as: embeddinggemma-300m`): the prompts to send, and
-/// how the answer is read, so its vectors stand in for the local ones (same model id: no
-/// reindex either way).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ServedModel {
-    pub id: &'static str,
-    pub dimension: usize,
-    pub query_prompt: &'static str,
-    pub document_prompt: &'static str,
-    /// A query's unit vector is multiplied by this…
-    pub query_scale: f32,
-    /// …and this is its `Embedder::query_offset`.
-    pub query_offset: f32,
-    pub fusion: Fusion,
-    pub relevance_floor: f64,
-    pub duplicate_similarity: f32,
-}
-
-impl LocalModel {
-    /// How a server running this model is read; only EmbeddingGemma is served that way (USE and
-    /// the pair run graphs converted for mnemo alone).
-    pub fn served(self) -> Result<ServedModel, String> {
-        if self != Self::Gemma {
-            return Err("embedding.same_as: only embeddinggemma-300m can be served by an embeddings server".into());
-        }
-        let spec = self.spec();
-        Ok(ServedModel {
-            id: spec.id,
-            dimension: spec.dimension,
-            query_prompt: GEMMA_QUERY_PROMPT,
-            document_prompt: GEMMA_DOCUMENT_PROMPT,
-            query_scale: 1.0 / (1.0 - GEMMA_COSINE_FLOOR),
-            query_offset: -GEMMA_COSINE_FLOOR / (1.0 - GEMMA_COSINE_FLOOR),
-            fusion: spec.fusion,
-            relevance_floor: spec.relevance_floor,
-            duplicate_similarity: spec.duplicate_similarity,
-        })
-    }
-}
+pub(super) const GEMMA_QUERY_PROMPT: &str = "task: search result | query: ";
+pub(super) const GEMMA_DOCUMENT_PROMPT: &str = "title: none | text: ";
 
 /// How a query weighs the two models: `use_weight` + `e5_weight` = 1.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -3,6 +3,8 @@
 
 pub mod local;
 pub mod openai;
+pub mod served;
 
 pub use local::{LocalEmbedder, LocalModel, find_model_dir};
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use served::ServedModel;

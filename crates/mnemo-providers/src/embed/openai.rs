@@ -6,7 +6,7 @@
 //! embedding to another machine and back without reindexing.
 
 use crate::breaker::Breaker;
-use crate::embed::local::ServedModel;
+use crate::embed::served::ServedModel;
 use async_trait::async_trait;
 use mnemo_core::embed::{EmbedError, EmbedKind, Embedder, normalize};
 use serde_json::{Value, json};
