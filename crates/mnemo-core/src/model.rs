@@ -676,7 +676,7 @@ pub struct CandidateQuery {
 }
 
 /// A collection's BM25 statistics for a query: documents and tokens, and the document frequency
-/// of each of the query's full-text tokens ([`crate::store::Store::corpus`]).
+/// of each of the query's full-text tokens ([`crate::store::SearchStore::corpus`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Corpus {
     pub stats: crate::text::CorpusStats,

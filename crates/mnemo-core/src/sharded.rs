@@ -18,7 +18,7 @@
 //!   names a user besides its first one — a group chat's speakers — lives on its first user's
 //!   shard, so even a user-scoped search cannot skip shards; on the others its scope is an empty
 //!   index range), and core ranks the union as it ranks one store's. BM25 is exact: a search
-//!   with full text first sums every shard's statistics for its tokens ([`Store::corpus`]) and
+//!   with full text first sums every shard's statistics for its tokens ([`SearchStore::corpus`]) and
 //!   hands the sum to each shard ([`CandidateQuery::corpus`]), so candidates and scores are the
 //!   ones a single database would give (the conformance suite's reference computation holds).
 //!   Listings merge in the stores' order; look-ups by id ask every shard in parallel.
@@ -35,6 +35,7 @@
 use crate::StoreError;
 use crate::extract::ExtractionOutput;
 use crate::model::*;
+use crate::store::prelude::*;
 use crate::store::{NextHop, NextTerms, PendingVector, Store, StoreResult, TwoHops};
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
@@ -234,7 +235,7 @@ fn sum_by_key<K: Ord + Clone>(parts: impl IntoIterator<Item = Vec<(K, u64)>>) ->
 }
 
 #[async_trait]
-impl Store for ShardedStore {
+impl StoreEngine for ShardedStore {
     fn engine(&self) -> &'static str {
         "sharded"
     }
@@ -251,6 +252,17 @@ impl Store for ShardedStore {
         self.shards.iter().all(|s| s.reads_overlap())
     }
 
+    async fn begin_bulk_load(&self) -> StoreResult<()> {
+        each!(self, |s| s.begin_bulk_load()).map(drop)
+    }
+
+    async fn end_bulk_load(&self) -> StoreResult<()> {
+        each!(self, |s| s.end_bulk_load()).map(drop)
+    }
+}
+
+#[async_trait]
+impl CollectionStore for ShardedStore {
     // --- collections: shard 0 allocates and lists, every shard holds a copy
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
         let created = self.shards[0].create_collection(c).await?;
@@ -288,7 +300,10 @@ impl Store for ShardedStore {
         }
         self.shards[0].delete_collection(id).await
     }
+}
 
+#[async_trait]
+impl ConversationStore for ShardedStore {
     // --- write path: a conversation on its user's shard
     async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
         let i = self.conversation_shard(&req).await?;
@@ -344,7 +359,10 @@ impl Store for ShardedStore {
     async fn session_info(&self, collection_id: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
         Ok(first_some(each!(self, |s| s.session_info(collection_id, session_id))?).map(|(_, d)| d))
     }
+}
 
+#[async_trait]
+impl JobStore for ShardedStore {
     // --- jobs: claimed shard by shard, finished where claimed
     async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
         let n = self.shards.len();
@@ -413,7 +431,10 @@ impl Store for ShardedStore {
     async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
         Ok(each!(self, |s| s.next_job_due())?.into_iter().flatten().min())
     }
+}
 
+#[async_trait]
+impl EventStore for ShardedStore {
     // --- events: written on their first user's shard, read from all
     async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
         self.shards[self.event_shard(&e)].insert_event(e).await
@@ -449,14 +470,6 @@ impl Store for ShardedStore {
             }
         }
         Ok(out.into_iter().flatten().collect())
-    }
-
-    async fn begin_bulk_load(&self) -> StoreResult<()> {
-        each!(self, |s| s.begin_bulk_load()).map(drop)
-    }
-
-    async fn end_bulk_load(&self) -> StoreResult<()> {
-        each!(self, |s| s.end_bulk_load()).map(drop)
     }
 
     async fn get_event(&self, collection_id: CollectionId, id: &str) -> StoreResult<Option<Event>> {
@@ -507,6 +520,60 @@ impl Store for ShardedStore {
         Ok(firsts.into_iter().flatten().min_by(|a, b| (a.time, &a.id).cmp(&(b.time, &b.id))))
     }
 
+    async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
+        each!(self, |s| s.record_hits(collection_id, ids.clone(), now)).map(drop)
+    }
+
+    async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
+        let mut events = each!(self, |s| s.events_missing_vectors(collection_id, limit))?.concat();
+        events.truncate(limit as usize);
+        Ok(events)
+    }
+
+    async fn set_event_vector(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        vector: Vec<f32>,
+        turns: Option<Vec<Vec<f32>>>,
+    ) -> StoreResult<()> {
+        let Some(i) = self.event_shard_of_id(collection_id, id).await? else { return Ok(()) };
+        self.shards[i].set_event_vector(collection_id, id, vector, turns).await
+    }
+
+    async fn events_without_turns(
+        &self,
+        before: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
+        let parts = each!(self, |s| s.events_without_turns(before.clone(), limit))?;
+        if parts.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let mut events = parts.into_iter().flatten().flatten().collect::<Vec<_>>();
+        events.sort_by(|a, b| b.1.id.cmp(&a.1.id));
+        events.truncate(limit as usize);
+        Ok(Some(events))
+    }
+
+    async fn add_event_turns(
+        &self,
+        collection_id: CollectionId,
+        id: &str,
+        seen: Millis,
+        turns: Vec<Vec<f32>>,
+    ) -> StoreResult<bool> {
+        let Some(i) = self.event_shard_of_id(collection_id, id).await? else { return Ok(false) };
+        self.shards[i].add_event_turns(collection_id, id, seen, turns).await
+    }
+
+    async fn turns_backfilled(&self) -> StoreResult<()> {
+        each!(self, |s| s.turns_backfilled()).map(drop)
+    }
+}
+
+#[async_trait]
+impl SearchStore for ShardedStore {
     async fn search_candidates(
         &self,
         collection_id: CollectionId,
@@ -600,58 +667,10 @@ impl Store for ShardedStore {
         }
         Ok(sum)
     }
+}
 
-    async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
-        each!(self, |s| s.record_hits(collection_id, ids.clone(), now)).map(drop)
-    }
-
-    async fn events_missing_vectors(&self, collection_id: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
-        let mut events = each!(self, |s| s.events_missing_vectors(collection_id, limit))?.concat();
-        events.truncate(limit as usize);
-        Ok(events)
-    }
-
-    async fn set_event_vector(
-        &self,
-        collection_id: CollectionId,
-        id: &str,
-        vector: Vec<f32>,
-        turns: Option<Vec<Vec<f32>>>,
-    ) -> StoreResult<()> {
-        let Some(i) = self.event_shard_of_id(collection_id, id).await? else { return Ok(()) };
-        self.shards[i].set_event_vector(collection_id, id, vector, turns).await
-    }
-
-    async fn events_without_turns(
-        &self,
-        before: Option<String>,
-        limit: u32,
-    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
-        let parts = each!(self, |s| s.events_without_turns(before.clone(), limit))?;
-        if parts.iter().all(Option::is_none) {
-            return Ok(None);
-        }
-        let mut events = parts.into_iter().flatten().flatten().collect::<Vec<_>>();
-        events.sort_by(|a, b| b.1.id.cmp(&a.1.id));
-        events.truncate(limit as usize);
-        Ok(Some(events))
-    }
-
-    async fn add_event_turns(
-        &self,
-        collection_id: CollectionId,
-        id: &str,
-        seen: Millis,
-        turns: Vec<Vec<f32>>,
-    ) -> StoreResult<bool> {
-        let Some(i) = self.event_shard_of_id(collection_id, id).await? else { return Ok(false) };
-        self.shards[i].add_event_turns(collection_id, id, seen, turns).await
-    }
-
-    async fn turns_backfilled(&self) -> StoreResult<()> {
-        each!(self, |s| s.turns_backfilled()).map(drop)
-    }
-
+#[async_trait]
+impl StatsStore for ShardedStore {
     async fn memory_stats(
         &self,
         collection_id: CollectionId,
@@ -681,6 +700,21 @@ impl Store for ShardedStore {
         })
     }
 
+    async fn stats(&self) -> StoreResult<StoreStats> {
+        let parts = each!(self, |s| s.stats())?;
+        Ok(StoreStats {
+            jobs: sum_by_key(parts.iter().map(|p| p.jobs.clone())),
+            conversations: parts.iter().map(|p| p.conversations).sum(),
+            messages: parts.iter().map(|p| p.messages).sum(),
+            events: parts.iter().map(|p| p.events).sum(),
+            profiles: parts.iter().map(|p| p.profiles).sum(),
+            bytes: parts.iter().map(|p| p.bytes).sum(),
+        })
+    }
+}
+
+#[async_trait]
+impl MaintenanceStore for ShardedStore {
     /// Every shard runs (and records) its part; the answer adds them up.
     async fn run_maintenance(
         &self,
@@ -735,19 +769,10 @@ impl Store for ShardedStore {
         }
         Ok(runs.into_values().rev().take(limit as usize).collect())
     }
+}
 
-    async fn stats(&self) -> StoreResult<StoreStats> {
-        let parts = each!(self, |s| s.stats())?;
-        Ok(StoreStats {
-            jobs: sum_by_key(parts.iter().map(|p| p.jobs.clone())),
-            conversations: parts.iter().map(|p| p.conversations).sum(),
-            messages: parts.iter().map(|p| p.messages).sum(),
-            events: parts.iter().map(|p| p.events).sum(),
-            profiles: parts.iter().map(|p| p.profiles).sum(),
-            bytes: parts.iter().map(|p| p.bytes).sum(),
-        })
-    }
-
+#[async_trait]
+impl PrivacyStore for ShardedStore {
     // --- privacy: a user's data may sit on several shards (a group chat's speakers)
     async fn export_user(&self, collection_id: CollectionId, user_id: &str) -> StoreResult<UserData> {
         let mut out = UserData::default();
@@ -769,7 +794,10 @@ impl Store for ShardedStore {
         }
         Ok(out)
     }
+}
 
+#[async_trait]
+impl ProfileStore for ShardedStore {
     // --- profiles: on their user's shard
     async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
         self.shards[self.user_shard(&p.user_id)].insert_profile(p).await
@@ -810,7 +838,10 @@ impl Store for ShardedStore {
         profiles.truncate(limit as usize);
         Ok(profiles)
     }
+}
 
+#[async_trait]
+impl WebhookStore for ShardedStore {
     // --- webhooks: endpoints on every shard, each shard's outbox delivered from it
     async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
         let mut out = each!(self, |s| s.upsert_webhook(w.clone()))?;

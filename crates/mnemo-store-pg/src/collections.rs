@@ -3,9 +3,11 @@
 use crate::PgStore;
 use crate::rows::{COLLECTION_COLS, collection_from_row, from_rows, json};
 use crate::sql::{Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 
 pub(crate) async fn collection_by_name(tx: &Tx<'_>, project: &str, name: &str) -> StoreResult<Option<Collection>> {
     query_opt(
@@ -41,8 +43,9 @@ pub(crate) async fn insert_collection(tx: &Tx<'_>, c: &NewCollection) -> StoreRe
     row.map(|r| collection_from_row(&r)).transpose()
 }
 
-impl PgStore {
-    pub(crate) async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
+#[async_trait]
+impl CollectionStore for PgStore {
+    async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let Some(created) = insert_collection(&tx, &c).await? else {
@@ -56,13 +59,13 @@ impl PgStore {
         Ok(created)
     }
 
-    pub(crate) async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
+    async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         collection_by_name(&tx, project, name).await
     }
 
-    pub(crate) async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection> {
+    async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection> {
         if let Some(found) = self.get_collection(&c.project_name, &c.collection_name).await? {
             return Ok(found);
         }
@@ -79,7 +82,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn all_collections(&self) -> StoreResult<Vec<Collection>> {
+    async fn all_collections(&self) -> StoreResult<Vec<Collection>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         from_rows(
@@ -88,7 +91,7 @@ impl PgStore {
         )
     }
 
-    pub(crate) async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
+    async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         // Vectors of another model recorded before are not comparable: they go.
@@ -108,7 +111,7 @@ impl PgStore {
         self.vector_index(&conn, dim as i64).await
     }
 
-    pub(crate) async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>> {
+    async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let rows = query_all(
@@ -120,7 +123,7 @@ impl PgStore {
         from_rows(rows, collection_from_row)
     }
 
-    pub(crate) async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
+    async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         for t in [

@@ -9,10 +9,12 @@ use crate::rows::{
 use crate::sql::{
     Pipelined, SqlParam, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt,
 };
+use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use mnemo_core::TriggerReason;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use tokio_postgres::Statement;
 
 pub(crate) struct ConversationRow {
@@ -289,10 +291,11 @@ pub(crate) async fn session_summary(
         .transpose()
 }
 
-impl PgStore {
+#[async_trait]
+impl ConversationStore for PgStore {
     /// Two round trips when no session closes: `BEGIN` + the upsert + the messages, then the
     /// row written back + `COMMIT` ([`Pipelined`]).
-    pub(crate) async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
+    async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
         let tx = Pipelined::new(self.client().await?);
         let c = tx.client();
         let ((), (mut row, MessageTally { stored, duplicates: dup, tokens, largest }, store)) =
@@ -330,7 +333,7 @@ impl PgStore {
         Ok(AppendOutcome { accepted: stored, duplicates: dup, pending_messages, pending_tokens, closed })
     }
 
-    pub(crate) async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed> {
+    async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let placeholder = format!("pending-{}", new_id("ses"));
@@ -356,7 +359,7 @@ impl PgStore {
         Ok(closed)
     }
 
-    pub(crate) async fn delete_conversation(&self, cid: CollectionId, conv: &str) -> StoreResult<Vec<String>> {
+    async fn delete_conversation(&self, cid: CollectionId, conv: &str) -> StoreResult<Vec<String>> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         if lock_conversation(&tx, cid, conv).await?.is_none() {
@@ -377,7 +380,7 @@ impl PgStore {
         Ok(sessions)
     }
 
-    pub(crate) async fn flush_conversation(
+    async fn flush_conversation(
         &self,
         cid: CollectionId,
         conversation_id: &str,
@@ -391,7 +394,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn close_idle_conversations(
+    async fn close_idle_conversations(
         &self,
         now: Millis,
         limit: u32,
@@ -427,7 +430,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
+    async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         Ok(query_one(&tx, "SELECT MIN(idle_deadline) FROM conversations WHERE idle_deadline IS NOT NULL", &[])
@@ -435,7 +438,7 @@ impl PgStore {
             .get(0))
     }
 
-    pub(crate) async fn conversation_info(
+    async fn conversation_info(
         &self,
         cid: CollectionId,
         conversation_id: &str,
@@ -483,7 +486,7 @@ impl PgStore {
         }))
     }
 
-    pub(crate) async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
+    async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let Some((scid, session, _)) = session_summary(&tx, session_id).await? else { return Ok(None) };

@@ -6,148 +6,13 @@ use crate::rows::{EVENT_COLS, event_from_row, from_rows, json};
 use crate::sql::{
     SqlParam, Tx, backend, begin, begin_read, event_filter_sql, execute, no_nul, query_all, query_one, query_opt,
 };
-use deadpool_postgres::Pool;
+use crate::terms::TermStats;
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
-use std::collections::{BTreeMap, BTreeSet};
-
-#[derive(Default)]
-pub(crate) struct TermStats {
-    df: BTreeMap<(CollectionId, String), i64>,
-    docs: BTreeMap<CollectionId, (i64, i64)>,
-}
-
-impl TermStats {
-    pub(crate) fn change(&mut self, cid: CollectionId, old: Option<&str>, new: Option<&str>) {
-        use mnemo_core::text::fts_tokens;
-        let count = |t: Option<&str>| -> (i64, BTreeSet<String>) {
-            match t {
-                Some(t) => {
-                    let toks: Vec<String> = fts_tokens(t).collect();
-                    (toks.len() as i64, toks.into_iter().collect())
-                }
-                None => (0, BTreeSet::new()),
-            }
-        };
-        let (old_len, old_set) = count(old);
-        let (new_len, new_set) = count(new);
-        for t in old_set.difference(&new_set) {
-            *self.df.entry((cid, t.clone())).or_default() -= 1;
-        }
-        for t in new_set.difference(&old_set) {
-            *self.df.entry((cid, t.clone())).or_default() += 1;
-        }
-        let d = self.docs.entry(cid).or_default();
-        d.0 += i64::from(new.is_some()) - i64::from(old.is_some());
-        d.1 += new_len - old_len;
-    }
-
-    pub(crate) async fn flush(self, tx: &Tx<'_>) -> StoreResult<()> {
-        let (mut cids, mut terms, mut deltas) = (vec![], vec![], vec![]);
-        for ((cid, term), d) in self.df.into_iter().filter(|(_, d)| *d != 0) {
-            cids.push(cid);
-            terms.push(term);
-            deltas.push(d);
-        }
-        let (mut doc_cids, mut docs, mut tokens) = (vec![], vec![], vec![]);
-        for (cid, (d, t)) in self.docs.into_iter().filter(|(_, d)| *d != (0, 0)) {
-            doc_cids.push(cid);
-            docs.push(d);
-            tokens.push(t);
-        }
-        // Both go out together (pipelined): one round trip.
-        let terms_delta = async {
-            if cids.is_empty() {
-                return Ok(0);
-            }
-            execute(
-                tx,
-                "INSERT INTO term_stats_delta(collection_id, term, df) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
-                &[&cids, &terms, &deltas],
-            )
-            .await
-        };
-        let docs_delta = async {
-            if doc_cids.is_empty() {
-                return Ok(0);
-            }
-            execute(
-                tx,
-                "INSERT INTO collection_stats_delta(collection_id, docs, tokens) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])",
-                &[&doc_cids, &docs, &tokens],
-            )
-            .await
-        };
-        tokio::try_join!(terms_delta, docs_delta)?;
-        Ok(())
-    }
-}
-
-/// Key of the advisory lock one compactor at a time holds (across replicas).
-pub(crate) const COMPACT_LOCK: i64 = 0x6d6e_656d_6f02;
-
-/// Folds the appended statistics changes into `term_stats` / `collection_stats`, in one
-/// transaction; a no-op when another replica is compacting.
-pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
-    let mut conn = pool.get().await.map_err(crate::sql::pool_error)?;
-    let tx = begin(&mut conn).await?;
-    let locked: bool = query_one(&tx, "SELECT pg_try_advisory_xact_lock($1)", &[&COMPACT_LOCK]).await?.get(0);
-    if !locked {
-        return Ok(0);
-    }
-    let folded = query_one(
-        &tx,
-        "WITH d AS (DELETE FROM term_stats_delta RETURNING collection_id, term, df),
-              f AS (INSERT INTO term_stats(collection_id, term, df)
-                    SELECT collection_id, term, SUM(df)::bigint FROM d GROUP BY collection_id, term ORDER BY collection_id, term
-                    ON CONFLICT(collection_id, term) DO UPDATE SET df = term_stats.df + excluded.df RETURNING 1)
-         SELECT (SELECT count(*) FROM f), (SELECT count(*) FROM d)",
-        &[],
-    )
-    .await?;
-    let (n, deleted) = (folded.get::<_, i64>(0) as u64, folded.get::<_, i64>(1));
-    execute(
-        &tx,
-        "WITH d AS (DELETE FROM collection_stats_delta RETURNING collection_id, docs, tokens)
-         INSERT INTO collection_stats(collection_id, docs, tokens)
-         SELECT collection_id, SUM(docs)::bigint, SUM(tokens)::bigint FROM d GROUP BY collection_id ORDER BY collection_id
-         ON CONFLICT(collection_id) DO UPDATE SET docs = collection_stats.docs + excluded.docs,
-             tokens = collection_stats.tokens + excluded.tokens",
-        &[],
-    )
-    .await?;
-    tx.commit().await.map_err(backend)?;
-    if deleted >= BIG_FOLD {
-        // After a bulk load the delta table is mostly dead rows (514 MB after 1M events), which
-        // every reader's index look-up into it still visits until autovacuum comes: reclaim now.
-        conn.batch_execute("VACUUM term_stats_delta").await.map_err(backend)?;
-    }
-    Ok(n)
-}
-
-/// A fold of at least this many appended rows vacuums the delta table at once.
-const BIG_FOLD: i64 = 100_000;
-
-/// Gives up to `batch` subject rows written before schema v5 their search copies (the
-/// `subject_doc` trigger fills a row on any update); returns how many it filled. Rows another
-/// replica is filling are skipped, not waited for.
-pub(crate) async fn fill_subject_docs(pool: &Pool, batch: i64) -> StoreResult<u64> {
-    let conn = pool.get().await.map_err(crate::sql::pool_error)?;
-    let n = execute(
-        &conn,
-        "UPDATE event_subjects SET d_state = 0 WHERE ctid IN (
-             SELECT ctid FROM event_subjects WHERE kind = 'u' AND d_state = 0 LIMIT $1 FOR UPDATE SKIP LOCKED)",
-        &[&batch],
-    )
-    .await?;
-    if n > 0 && n < batch as u64 {
-        // The last batch: every row was rewritten, so no page is all-visible and index-only
-        // scans would read the heap for each entry until autovacuum came by. Vacuum now.
-        conn.batch_execute("VACUUM (ANALYZE) event_subjects").await.map_err(backend)?;
-    }
-    Ok(n)
-}
+use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
+use std::collections::BTreeSet;
 
 pub(crate) async fn event_by_id(tx: &Tx<'_>, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
     query_opt(tx, &format!("SELECT {EVENT_COLS} FROM events WHERE collection_id=$1 AND id=$2"), &[&cid, &id])
@@ -427,12 +292,13 @@ pub(crate) async fn merge_event_row(
     Ok(true)
 }
 
-impl PgStore {
-    pub(crate) async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
+#[async_trait]
+impl EventStore for PgStore {
+    async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
         Ok(self.insert_events(vec![e]).await?.pop().expect("one event in, one out"))
     }
 
-    pub(crate) async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
         if events.is_empty() {
             return Ok(vec![]);
         }
@@ -445,19 +311,13 @@ impl PgStore {
         Ok(events.into_iter().zip(ids).map(|(e, id)| e.stored_as(id)).collect())
     }
 
-    pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+    async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         event_by_id(&tx, cid, id).await
     }
 
-    pub(crate) async fn update_event(
-        &self,
-        cid: CollectionId,
-        id: &str,
-        patch: EventPatch,
-        now: Millis,
-    ) -> StoreResult<Event> {
+    async fn update_event(&self, cid: CollectionId, id: &str, patch: EventPatch, now: Millis) -> StoreResult<Event> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let mut e = lock_event(&tx, cid, id)
@@ -481,7 +341,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
+    async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let n = delete_events(&tx, cid, &[id.to_string()]).await?;
@@ -489,7 +349,7 @@ impl PgStore {
         Ok(n > 0)
     }
 
-    pub(crate) async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
+    async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
         let (where_sql, a) = event_filter_sql(cid, &filter);
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
@@ -499,12 +359,7 @@ impl PgStore {
         Ok(n)
     }
 
-    pub(crate) async fn list_events(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        limit: u32,
-    ) -> StoreResult<Vec<Event>> {
+    async fn list_events(&self, cid: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>> {
         let (sql, a) = if filter.user_id.len() == 1 && crate::search::user_docs_serve(&filter, None) {
             // One user's newest: ordered in the user-document index, only the rows kept are read.
             let (scope_where, mut a) = crate::search::user_docs_where(cid, &filter);
@@ -528,7 +383,7 @@ impl PgStore {
         from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)
     }
 
-    pub(crate) async fn event_after(
+    async fn event_after(
         &self,
         cid: CollectionId,
         filter: EventFilter,
@@ -545,68 +400,9 @@ impl PgStore {
         Ok(from_rows(query_all(&tx, &sql, &a.refs()).await?, event_from_row)?.pop())
     }
 
-    pub(crate) async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
-        let mut conn = self.client().await?;
-        let tx = begin_read(&mut conn).await?;
-        crate::search::corpus(&tx, cid, tokens).await
-    }
-
-    pub(crate) async fn search_candidates(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        q: CandidateQuery,
-    ) -> StoreResult<Vec<Candidate>> {
-        let mut no_second = crate::search::Then::Known(None);
-        Ok(self.search_twice(cid, &filter, &q, &mut no_second).await?.0)
-    }
-
-    pub(crate) async fn search_candidates_then(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        vector: PendingVector<'_>,
-        then: NextTerms<'_>,
-    ) -> StoreResult<TwoHops> {
-        let first = CandidateQuery { vector: vector.await, ..first };
-        let (found, second) = self.search_twice(cid, &filter, &first, &mut crate::search::Then::Ask(then)).await?;
-        Ok(TwoHops { vector: first.vector, first: found, second })
-    }
-
-    /// Searches on the read replica when there is one, else (or when it fails) on the primary.
-    async fn search_twice(
-        &self,
-        cid: CollectionId,
-        filter: &EventFilter,
-        first: &CandidateQuery,
-        then: &mut crate::search::Then<'_>,
-    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        use crate::search::two_hops;
-        if let Some(read) = self.replica() {
-            let on_replica = async {
-                let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
-                two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
-            };
-            match on_replica.await {
-                Ok(found) => return Ok(found),
-                // Down, lagging past a recovery conflict, not yet holding the schema: the
-                // primary answers this search and the next ones for a few seconds.
-                Err(e) => {
-                    self.rest_replica();
-                    crate::sql::warn_muted(&format!(
-                        "postgres read replica: {e}; searching on the primary for the next 5 s"
-                    ))
-                }
-            }
-        }
-        let mut conn = self.client().await?;
-        two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
-    }
-
     /// Counts one hit per id given (an id given twice counts twice), in three statements
     /// whatever the number of ids.
-    pub(crate) async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
+    async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
         let day = now.div_euclid(86_400_000);
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
@@ -637,7 +433,7 @@ impl PgStore {
         tx.commit().await.map_err(backend)
     }
 
-    pub(crate) async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
+    async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         // Every vector belongs to its event (deleted with it): equal counts, from two indexes,
@@ -665,7 +461,7 @@ impl PgStore {
         from_rows(rows, event_from_row)
     }
 
-    pub(crate) async fn events_without_turns(
+    async fn events_without_turns(
         &self,
         before: Option<String>,
         limit: u32,
@@ -691,7 +487,7 @@ impl PgStore {
         rows.iter().map(|r| Ok((r.get("collection_id"), event_from_row(r)?))).collect::<StoreResult<Vec<_>>>().map(Some)
     }
 
-    pub(crate) async fn add_event_turns(
+    async fn add_event_turns(
         &self,
         cid: CollectionId,
         id: &str,
@@ -717,12 +513,12 @@ impl PgStore {
         Ok(added == 1)
     }
 
-    pub(crate) async fn turns_backfilled(&self) -> StoreResult<()> {
+    async fn turns_backfilled(&self) -> StoreResult<()> {
         let conn = self.client().await?;
         execute(&conn, "DELETE FROM event_turns_backfill", &[]).await.map(drop)
     }
 
-    pub(crate) async fn set_event_vector(
+    async fn set_event_vector(
         &self,
         cid: CollectionId,
         id: &str,

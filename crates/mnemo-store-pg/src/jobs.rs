@@ -4,14 +4,17 @@
 use crate::PgStore;
 use crate::collections::collection_by_id;
 use crate::conversations::{session_messages, session_summary};
-use crate::events::{TermStats, insert_event_row, merge_event_row};
+use crate::events::{insert_event_row, merge_event_row};
 use crate::profiles::{apply_profile_changes, profiles_where};
 use crate::rows::{JOB_COLS, from_rows, job_from_row};
 use crate::sql::{Args, SqlParam, Tx, backend, begin, begin_read, execute, no_nul, query_all, query_one, query_opt};
+use crate::terms::TermStats;
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 
 pub(crate) async fn job_by_id(tx: &Tx<'_>, job_id: &str, lock: bool) -> StoreResult<Option<(CollectionId, Job)>> {
     let lock = if lock { " FOR UPDATE" } else { "" };
@@ -83,8 +86,9 @@ async fn requeue(tx: &Tx<'_>, filter: &str, params: &[SqlParam<'_>], automatic: 
     Ok(ids)
 }
 
-impl PgStore {
-    pub(crate) async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
+#[async_trait]
+impl JobStore for PgStore {
+    async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         // One due job, skipping those another replica is claiming right now; a running job whose
@@ -126,12 +130,7 @@ impl PgStore {
         Ok(Some(ClaimedJob { job, collection, session, meta, messages, profiles }))
     }
 
-    pub(crate) async fn complete_job(
-        &self,
-        lease: &JobLease,
-        output: ExtractionOutput,
-        now: Millis,
-    ) -> StoreResult<Vec<String>> {
+    async fn complete_job(&self, lease: &JobLease, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let job_id = &lease.job_id;
@@ -193,13 +192,7 @@ impl PgStore {
         Ok(ids)
     }
 
-    pub(crate) async fn fail_job(
-        &self,
-        lease: &JobLease,
-        error: &str,
-        retry_at: Option<Millis>,
-        now: Millis,
-    ) -> StoreResult<()> {
+    async fn fail_job(&self, lease: &JobLease, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
         let error: String = no_nul(error).chars().take(2000).collect();
         let (state, run_after) = match retry_at {
             Some(t) => ("queued", t),
@@ -226,12 +219,7 @@ impl PgStore {
         tx.commit().await.map_err(backend)
     }
 
-    pub(crate) async fn retry_jobs(
-        &self,
-        cid: CollectionId,
-        job_id: Option<&str>,
-        now: Millis,
-    ) -> StoreResult<Vec<String>> {
+    async fn retry_jobs(&self, cid: CollectionId, job_id: Option<&str>, now: Millis) -> StoreResult<Vec<String>> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let ids =
@@ -240,7 +228,7 @@ impl PgStore {
         Ok(ids)
     }
 
-    pub(crate) async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
+    async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let ids = requeue(
@@ -254,7 +242,7 @@ impl PgStore {
         Ok(ids)
     }
 
-    pub(crate) async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
+    async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let n = execute(
@@ -267,13 +255,7 @@ impl PgStore {
         Ok(n == 1)
     }
 
-    pub(crate) async fn defer_job(
-        &self,
-        lease: &JobLease,
-        run_after: Millis,
-        note: &str,
-        now: Millis,
-    ) -> StoreResult<()> {
+    async fn defer_job(&self, lease: &JobLease, run_after: Millis, note: &str, now: Millis) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         execute(
@@ -286,7 +268,7 @@ impl PgStore {
         tx.commit().await.map_err(backend)
     }
 
-    pub(crate) async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
+    async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let n: i64 = query_one(
@@ -300,7 +282,7 @@ impl PgStore {
         Ok(n as u64)
     }
 
-    pub(crate) async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
+    async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
         let mut a = Args::default();
         let mut sql = format!("SELECT {JOB_COLS} FROM jobs WHERE collection_id={}", a.push(cid));
         if let Some(s) = f.state {
@@ -318,7 +300,7 @@ impl PgStore {
         Ok(from_rows(query_all(&tx, &sql, &a.refs()).await?, job_from_row)?.into_iter().map(|(_, j)| j).collect())
     }
 
-    pub(crate) async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
+    async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         Ok(query_one(

@@ -26,6 +26,7 @@ mod schema;
 mod search;
 mod sql;
 mod stats;
+mod terms;
 mod tls;
 mod webhooks;
 
@@ -33,9 +34,9 @@ use crate::sql::backend;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use mnemo_core::StoreError;
-use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
-use mnemo_core::store::{Store, StoreResult};
+use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 
 pub use schema::SCHEMA_VERSION;
 pub use stats::ESTIMATE_FROM as STATS_ESTIMATE_FROM;
@@ -122,6 +123,92 @@ fn bad_schema_name(s: &str) -> bool {
     s.is_empty() || s.len() > 63 || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+#[async_trait]
+impl StoreEngine for PgStore {
+    /// Drops the HNSW indexes before a bulk load (pgvector builds an index from existing rows
+    /// many times faster than it maintains one row by row); large-scope searches run exact
+    /// meanwhile, on every replica. A connection of this store holds the schema's bulk-load lock
+    /// until [`Self::end_bulk_load`]: no replica (re)started meanwhile — nor a collection created
+    /// by the load — builds an index in the middle of it, and a second bulk load is refused. If
+    /// the loading process dies, its connection closes and the lock with it: the next `connect`
+    /// (or a collection's creation) builds the missing index.
+    async fn begin_bulk_load(&self) -> StoreResult<()> {
+        let mut held = self.bulk.lock().await;
+        if held.is_some() {
+            return Ok(());
+        }
+        let c = self.client().await?;
+        let got: bool = c
+            .query_one(&format!("SELECT pg_try_advisory_lock({})", schema::BULK_LOAD_LOCK), &[])
+            .await
+            .map_err(backend)?
+            .get(0);
+        if !got {
+            return Err(StoreError::Conflict(
+                "another bulk load into this schema is in progress (mnemo import --bulk); wait for it to end".into(),
+            ));
+        }
+        let dropped = async {
+            let names = c
+                .query(
+                    "SELECT relname::text FROM pg_class WHERE relkind = 'i'
+                     AND (relname LIKE 'event_vectors_hnsw_%' OR relname LIKE 'event_vectors_bits_%')
+                     AND relnamespace = current_schema()::regnamespace",
+                    &[],
+                )
+                .await?;
+            for r in names {
+                let name: String = r.get(0);
+                tracing::info!(index = %name, "bulk load: dropping the vector index until the load ends");
+                c.batch_execute(&format!("DROP INDEX IF EXISTS {name}")).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }
+        .await;
+        if let Err(e) = dropped {
+            let _ = c.batch_execute("SELECT pg_advisory_unlock_all()").await;
+            return Err(backend(e));
+        }
+        *held = Some(c);
+        Ok(())
+    }
+
+    /// Builds the HNSW indexes of the dimensions in use, with at least `index_build_mib` of
+    /// `maintenance_work_mem` (pgvector builds far faster while its graph fits in it), then
+    /// releases the bulk-load lock.
+    async fn end_bulk_load(&self) -> StoreResult<()> {
+        let held = self.bulk.lock().await.take();
+        let c = match held {
+            Some(c) => c,
+            None => self.client().await?,
+        };
+        let built = self.build_indexes(&c).await;
+        // A pooled connection keeps its session settings, and the lock until it is released.
+        let _ = c.batch_execute("RESET maintenance_work_mem").await;
+        let _ = c.batch_execute("SELECT pg_advisory_unlock_all()").await;
+        built
+    }
+
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn housekeeping_interval(&self) -> Option<std::time::Duration> {
+        Some(COMPACT_EVERY)
+    }
+
+    fn reads_overlap(&self) -> bool {
+        true
+    }
+
+    async fn housekeeping(&self) -> StoreResult<bool> {
+        self.compact_stats().await?;
+        // Rows written before schema v5 get their search copies, a batch a call.
+        let filled = terms::fill_subject_docs(&self.pool, SUBJECT_DOCS_BATCH).await?;
+        Ok(filled >= SUBJECT_DOCS_BATCH as u64)
+    }
+}
+
 impl PgStore {
     /// Connects, creates the schema if asked, migrates, and makes sure the vector indexes of the
     /// dimensions in use exist.
@@ -190,71 +277,7 @@ impl PgStore {
     /// Folds the appended BM25 statistics now (the service's housekeeping loop does it every
     /// 2 s); returns how many term rows were folded, 0 if another replica is compacting.
     pub async fn compact_stats(&self) -> StoreResult<u64> {
-        events::compact_stats(&self.pool).await
-    }
-
-    /// Drops the HNSW indexes before a bulk load (pgvector builds an index from existing rows
-    /// many times faster than it maintains one row by row); large-scope searches run exact
-    /// meanwhile, on every replica. A connection of this store holds the schema's bulk-load lock
-    /// until [`Self::end_bulk_load`]: no replica (re)started meanwhile — nor a collection created
-    /// by the load — builds an index in the middle of it, and a second bulk load is refused. If
-    /// the loading process dies, its connection closes and the lock with it: the next `connect`
-    /// (or a collection's creation) builds the missing index.
-    pub async fn begin_bulk_load(&self) -> StoreResult<()> {
-        let mut held = self.bulk.lock().await;
-        if held.is_some() {
-            return Ok(());
-        }
-        let c = self.client().await?;
-        let got: bool = c
-            .query_one(&format!("SELECT pg_try_advisory_lock({})", schema::BULK_LOAD_LOCK), &[])
-            .await
-            .map_err(backend)?
-            .get(0);
-        if !got {
-            return Err(StoreError::Conflict(
-                "another bulk load into this schema is in progress (mnemo import --bulk); wait for it to end".into(),
-            ));
-        }
-        let dropped = async {
-            let names = c
-                .query(
-                    "SELECT relname::text FROM pg_class WHERE relkind = 'i'
-                     AND (relname LIKE 'event_vectors_hnsw_%' OR relname LIKE 'event_vectors_bits_%')
-                     AND relnamespace = current_schema()::regnamespace",
-                    &[],
-                )
-                .await?;
-            for r in names {
-                let name: String = r.get(0);
-                tracing::info!(index = %name, "bulk load: dropping the vector index until the load ends");
-                c.batch_execute(&format!("DROP INDEX IF EXISTS {name}")).await?;
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        }
-        .await;
-        if let Err(e) = dropped {
-            let _ = c.batch_execute("SELECT pg_advisory_unlock_all()").await;
-            return Err(backend(e));
-        }
-        *held = Some(c);
-        Ok(())
-    }
-
-    /// Builds the HNSW indexes of the dimensions in use, with at least `index_build_mib` of
-    /// `maintenance_work_mem` (pgvector builds far faster while its graph fits in it), then
-    /// releases the bulk-load lock.
-    pub async fn end_bulk_load(&self) -> StoreResult<()> {
-        let held = self.bulk.lock().await.take();
-        let c = match held {
-            Some(c) => c,
-            None => self.client().await?,
-        };
-        let built = self.build_indexes(&c).await;
-        // A pooled connection keeps its session settings, and the lock until it is released.
-        let _ = c.batch_execute("RESET maintenance_work_mem").await;
-        let _ = c.batch_execute("SELECT pg_advisory_unlock_all()").await;
-        built
+        terms::compact_stats(&self.pool).await
     }
 
     async fn build_indexes(&self, c: &Object) -> StoreResult<()> {
@@ -477,364 +500,6 @@ fn connect_error(url: &str, e: impl std::error::Error) -> StoreError {
         cause = c.source();
     }
     StoreError::backend(format!("cannot connect to PostgreSQL at {at}: {why}"))
-}
-
-/// Each method delegates to the aggregate module that owns it.
-#[async_trait]
-impl Store for PgStore {
-    fn engine(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn housekeeping_interval(&self) -> Option<std::time::Duration> {
-        Some(COMPACT_EVERY)
-    }
-
-    fn reads_overlap(&self) -> bool {
-        true
-    }
-
-    async fn housekeeping(&self) -> StoreResult<bool> {
-        self.compact_stats().await?;
-        // Rows written before schema v5 get their search copies, a batch a call.
-        let filled = events::fill_subject_docs(&self.pool, SUBJECT_DOCS_BATCH).await?;
-        Ok(filled >= SUBJECT_DOCS_BATCH as u64)
-    }
-
-    async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
-        PgStore::create_collection(self, c).await
-    }
-
-    async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
-        PgStore::get_collection(self, project, name).await
-    }
-
-    async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection> {
-        PgStore::ensure_collection(self, c).await
-    }
-
-    async fn all_collections(&self) -> StoreResult<Vec<Collection>> {
-        PgStore::all_collections(self).await
-    }
-
-    async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
-        PgStore::set_collection_embedding(self, id, model, dim).await
-    }
-
-    async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>> {
-        PgStore::list_collections(self, project).await
-    }
-
-    async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
-        PgStore::delete_collection(self, id).await
-    }
-
-    async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
-        PgStore::append_messages(self, req).await
-    }
-
-    async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed> {
-        PgStore::add_session(self, req).await
-    }
-
-    async fn delete_conversation(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
-        PgStore::delete_conversation(self, cid, conversation_id).await
-    }
-
-    async fn flush_conversation(
-        &self,
-        cid: CollectionId,
-        conversation_id: &str,
-        now: Millis,
-        max_job_attempts: u32,
-    ) -> StoreResult<Option<SessionClosed>> {
-        PgStore::flush_conversation(self, cid, conversation_id, now, max_job_attempts).await
-    }
-
-    async fn close_idle_conversations(
-        &self,
-        now: Millis,
-        limit: u32,
-        max_job_attempts: u32,
-    ) -> StoreResult<Vec<SessionClosed>> {
-        PgStore::close_idle_conversations(self, now, limit, max_job_attempts).await
-    }
-
-    async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
-        PgStore::next_idle_deadline(self).await
-    }
-
-    async fn conversation_info(
-        &self,
-        cid: CollectionId,
-        conversation_id: &str,
-    ) -> StoreResult<Option<ConversationInfo>> {
-        PgStore::conversation_info(self, cid, conversation_id).await
-    }
-
-    async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
-        PgStore::session_info(self, cid, session_id).await
-    }
-
-    async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
-        PgStore::claim_job(self, now, lease_ms).await
-    }
-
-    async fn complete_job(&self, lease: &JobLease, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
-        PgStore::complete_job(self, lease, output, now).await
-    }
-
-    async fn fail_job(&self, lease: &JobLease, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
-        PgStore::fail_job(self, lease, error, retry_at, now).await
-    }
-
-    async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
-        PgStore::renew_lease(self, lease, until).await
-    }
-
-    async fn defer_job(&self, lease: &JobLease, run_after: Millis, note: &str, now: Millis) -> StoreResult<()> {
-        PgStore::defer_job(self, lease, run_after, note, now).await
-    }
-
-    async fn retry_jobs(&self, cid: CollectionId, job_id: Option<&str>, now: Millis) -> StoreResult<Vec<String>> {
-        PgStore::retry_jobs(self, cid, job_id, now).await
-    }
-
-    async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
-        PgStore::requeue_transient_failures(self, max_requeues, now).await
-    }
-
-    async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
-        PgStore::tokens_used_since(self, project, since).await
-    }
-
-    async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
-        PgStore::list_jobs(self, cid, f).await
-    }
-
-    async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
-        PgStore::next_job_due(self).await
-    }
-
-    async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
-        PgStore::insert_event(self, e).await
-    }
-    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
-        PgStore::insert_events(self, events).await
-    }
-    async fn begin_bulk_load(&self) -> StoreResult<()> {
-        PgStore::begin_bulk_load(self).await
-    }
-    async fn end_bulk_load(&self) -> StoreResult<()> {
-        PgStore::end_bulk_load(self).await
-    }
-
-    async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
-        PgStore::get_event(self, cid, id).await
-    }
-
-    async fn update_event(&self, cid: CollectionId, id: &str, patch: EventPatch, now: Millis) -> StoreResult<Event> {
-        PgStore::update_event(self, cid, id, patch, now).await
-    }
-
-    async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
-        PgStore::delete_event(self, cid, id).await
-    }
-
-    async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
-        PgStore::batch_delete_events(self, cid, filter).await
-    }
-
-    async fn list_events(&self, cid: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>> {
-        PgStore::list_events(self, cid, filter, limit).await
-    }
-
-    async fn event_after(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        time: Millis,
-        id: &str,
-    ) -> StoreResult<Option<Event>> {
-        PgStore::event_after(self, cid, filter, time, id).await
-    }
-
-    async fn search_candidates(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        q: CandidateQuery,
-    ) -> StoreResult<Vec<Candidate>> {
-        PgStore::search_candidates(self, cid, filter, q).await
-    }
-
-    async fn search_candidates_then(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        vector: mnemo_core::store::PendingVector<'_>,
-        then: mnemo_core::store::NextTerms<'_>,
-    ) -> StoreResult<mnemo_core::store::TwoHops> {
-        PgStore::search_candidates_then(self, cid, filter, first, vector, then).await
-    }
-
-    async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
-        PgStore::corpus(self, cid, tokens).await
-    }
-
-    async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
-        PgStore::record_hits(self, cid, ids, now).await
-    }
-
-    async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
-        PgStore::events_missing_vectors(self, cid, limit).await
-    }
-
-    async fn set_event_vector(
-        &self,
-        cid: CollectionId,
-        id: &str,
-        vector: Vec<f32>,
-        turns: Option<Vec<Vec<f32>>>,
-    ) -> StoreResult<()> {
-        PgStore::set_event_vector(self, cid, id, vector, turns).await
-    }
-
-    async fn events_without_turns(
-        &self,
-        before: Option<String>,
-        limit: u32,
-    ) -> StoreResult<Option<Vec<(CollectionId, Event)>>> {
-        PgStore::events_without_turns(self, before, limit).await
-    }
-
-    async fn add_event_turns(
-        &self,
-        cid: CollectionId,
-        id: &str,
-        seen: Millis,
-        turns: Vec<Vec<f32>>,
-    ) -> StoreResult<bool> {
-        PgStore::add_event_turns(self, cid, id, seen, turns).await
-    }
-
-    async fn turns_backfilled(&self) -> StoreResult<()> {
-        PgStore::turns_backfilled(self).await
-    }
-
-    async fn memory_stats(
-        &self,
-        cid: CollectionId,
-        user: Option<String>,
-        days: u32,
-        now: Millis,
-    ) -> StoreResult<MemoryStats> {
-        PgStore::memory_stats(self, cid, user, days, now).await
-    }
-
-    async fn run_maintenance(
-        &self,
-        cid: CollectionId,
-        now: Millis,
-        archive_before: Millis,
-        trigger: &str,
-    ) -> StoreResult<MaintenanceRun> {
-        PgStore::run_maintenance(self, cid, now, archive_before, trigger).await
-    }
-
-    async fn replace_events(&self, cid: CollectionId, delete: Vec<String>, new: NewEvent) -> StoreResult<Event> {
-        PgStore::replace_events(self, cid, delete, new).await
-    }
-
-    async fn note_maintenance(&self, cid: CollectionId, folded: u64, digests: u64) -> StoreResult<()> {
-        PgStore::note_maintenance(self, cid, folded, digests).await
-    }
-
-    async fn list_maintenance_runs(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<MaintenanceRun>> {
-        PgStore::list_maintenance_runs(self, cid, limit).await
-    }
-
-    async fn stats(&self) -> StoreResult<StoreStats> {
-        PgStore::stats(self).await
-    }
-
-    async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
-        PgStore::export_user(self, cid, user_id).await
-    }
-
-    async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
-        PgStore::forget_user(self, cid, user_id).await
-    }
-
-    async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
-        PgStore::insert_profile(self, p).await
-    }
-
-    async fn update_profile(
-        &self,
-        cid: CollectionId,
-        id: &str,
-        patch: ProfilePatch,
-        now: Millis,
-    ) -> StoreResult<Profile> {
-        PgStore::update_profile(self, cid, id, patch, now).await
-    }
-
-    async fn delete_profile(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
-        PgStore::delete_profile(self, cid, id).await
-    }
-
-    async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
-        PgStore::list_profiles(self, cid, f, limit).await
-    }
-
-    async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
-        PgStore::upsert_webhook(self, w).await
-    }
-
-    async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
-        PgStore::sync_config_webhooks(self, hooks).await
-    }
-
-    async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
-        PgStore::list_webhooks(self, project).await
-    }
-
-    async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
-        PgStore::delete_webhook(self, project, id).await
-    }
-
-    async fn claim_deliveries(
-        &self,
-        now: Millis,
-        lease_until: Millis,
-        limit: u32,
-    ) -> StoreResult<Vec<ClaimedDelivery>> {
-        PgStore::claim_deliveries(self, now, lease_until, limit).await
-    }
-
-    async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
-        PgStore::finish_delivery(self, id, outcome, now).await
-    }
-
-    async fn list_deliveries(&self, project: &str, filter: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
-        PgStore::list_deliveries(self, project, filter).await
-    }
-
-    async fn redeliver(
-        &self,
-        project: &str,
-        webhook_id: &str,
-        ids: Option<Vec<i64>>,
-        now: Millis,
-    ) -> StoreResult<Vec<i64>> {
-        PgStore::redeliver(self, project, webhook_id, ids, now).await
-    }
-
-    async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
-        PgStore::prune_deliveries(self, before).await
-    }
 }
 
 /// `maintenance_work_mem` of this session raised to at least `mib` for an index build: pgvector

@@ -1,14 +1,18 @@
 //! Lifecycle: expiry and archiving runs, folding (replace events), their records.
 
 use crate::PgStore;
-use crate::events::{TermStats, delete_event_row, delete_events, event_by_id, ids_of, insert_event_row};
+use crate::events::{delete_event_row, delete_events, event_by_id, ids_of, insert_event_row};
 use crate::sql::{backend, begin, begin_read, execute, query_all, query_one};
+use crate::terms::TermStats;
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 
-impl PgStore {
-    pub(crate) async fn run_maintenance(
+#[async_trait]
+impl MaintenanceStore for PgStore {
+    async fn run_maintenance(
         &self,
         cid: CollectionId,
         now: Millis,
@@ -53,12 +57,7 @@ impl PgStore {
         })
     }
 
-    pub(crate) async fn replace_events(
-        &self,
-        cid: CollectionId,
-        delete: Vec<String>,
-        new: NewEvent,
-    ) -> StoreResult<Event> {
+    async fn replace_events(&self, cid: CollectionId, delete: Vec<String>, new: NewEvent) -> StoreResult<Event> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let mut stats = TermStats::default();
@@ -72,7 +71,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn note_maintenance(&self, cid: CollectionId, folded: u64, digests: u64) -> StoreResult<()> {
+    async fn note_maintenance(&self, cid: CollectionId, folded: u64, digests: u64) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         execute(
@@ -85,11 +84,7 @@ impl PgStore {
         tx.commit().await.map_err(backend)
     }
 
-    pub(crate) async fn list_maintenance_runs(
-        &self,
-        cid: CollectionId,
-        limit: u32,
-    ) -> StoreResult<Vec<MaintenanceRun>> {
+    async fn list_maintenance_runs(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<MaintenanceRun>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let rows = query_all(

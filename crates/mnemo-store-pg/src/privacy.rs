@@ -2,15 +2,18 @@
 //! same selection rules as the embedded store.
 
 use crate::PgStore;
-use crate::events::{TermStats, delete_event_row, ids_of};
+use crate::events::{delete_event_row, ids_of};
 use crate::profiles::profiles_where;
 use crate::rows::{
     EVENT_COLS, JOB_COLS, MESSAGE_COLS, SESSION_COLS, event_from_row, from_rows, job_from_row, json, message_from_row,
     parse, session_from_row,
 };
 use crate::sql::{SqlParam, Tx, backend, begin, begin_read, execute, query_all, query_one, query_opt};
+use crate::terms::TermStats;
+use async_trait::async_trait;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 
 /// Conversations whose metadata names the user.
 async fn user_conversations(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<Vec<String>> {
@@ -121,14 +124,15 @@ pub async fn forget(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<F
     Ok(n)
 }
 
-impl PgStore {
-    pub(crate) async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
+#[async_trait]
+impl PrivacyStore for PgStore {
+    async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         export(&tx, cid, user_id).await
     }
 
-    pub(crate) async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
+    async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let counts = forget(&tx, cid, user_id).await?;

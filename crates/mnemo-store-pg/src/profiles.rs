@@ -8,8 +8,10 @@ use crate::sql::Args;
 use crate::sql::{
     SqlParam, Tx, backend, begin, begin_read, execute, is_unique_violation, no_nul, query_all, query_opt,
 };
+use async_trait::async_trait;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use mnemo_core::{StoreError, profile};
 
 pub(crate) async fn with_history(tx: &Tx<'_>, mut profiles: Vec<Profile>) -> StoreResult<Vec<Profile>> {
@@ -127,8 +129,9 @@ pub(crate) async fn apply_profile_changes(
     Ok(())
 }
 
-impl PgStore {
-    pub(crate) async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
+#[async_trait]
+impl ProfileStore for PgStore {
+    async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let assistant = p.assistant_id.clone().unwrap_or_default();
@@ -178,7 +181,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn update_profile(
+    async fn update_profile(
         &self,
         cid: CollectionId,
         id: &str,
@@ -207,7 +210,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub(crate) async fn delete_profile(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
+    async fn delete_profile(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let n = execute(&tx, "DELETE FROM profiles WHERE collection_id=$1 AND id=$2", &[&cid, &id]).await?;
@@ -215,12 +218,7 @@ impl PgStore {
         Ok(n > 0)
     }
 
-    pub(crate) async fn list_profiles(
-        &self,
-        cid: CollectionId,
-        f: ProfileFilter,
-        limit: u32,
-    ) -> StoreResult<Vec<Profile>> {
+    async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
         let mut a = Args::default();
         let mut sql = format!("collection_id={}", a.push(cid));
         for (col, values) in

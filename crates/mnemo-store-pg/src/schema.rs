@@ -352,7 +352,7 @@ const MIGRATIONS: &[&str] = &[
     //
     // `d_state` says what the copy holds: 4 = filter columns, | 2 = the vector (or the event has
     // none), | 1 = the terms; 0 = not filled yet (rows written before v5, which the housekeeping
-    // step fills in batches: `events::fill_subject_docs`). What is missing is read from the
+    // step fills in batches: `terms::fill_subject_docs`). What is missing is read from the
     // event's own rows, so every row is searchable at every moment. The triggers keep the copy
     // in step with `events` and `event_vectors` whichever statement changes them. A btree entry
     // holds at most 2,704 bytes: a vector or terms that would not fit stay out (read from their

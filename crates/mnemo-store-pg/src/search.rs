@@ -14,13 +14,16 @@
 //!   [`VectorIndex::rerank`] are ranked by the exact inner product —, and
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
+use crate::PgStore;
 use crate::rows::{EVENT_COLS, event_from_row};
 use crate::schema::VectorIndex;
 use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
+use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextHop, NextTerms};
+use mnemo_core::store::prelude::*;
+use mnemo_core::store::{NextHop, NextTerms, PendingVector, StoreResult, TwoHops};
 use mnemo_core::text::{CorpusStats, fts_tokens};
 use std::collections::HashMap;
 
@@ -61,7 +64,7 @@ impl Then<'_> {
     }
 }
 
-/// `Store::search_candidates_then` on one connection: a small scope's second search is scored
+/// `SearchStore::search_candidates_then` on one connection: a small scope's second search is scored
 /// from the terms the first one read (one statement for the new terms' statistics, then the
 /// candidates' rows not loaded yet) instead of scanning the scope again.
 pub(crate) async fn two_hops(
@@ -626,4 +629,68 @@ async fn load_candidates(
             Candidate { event, cosine: c, bm25: b, turn_cosine }
         })
         .collect())
+}
+
+#[async_trait]
+impl SearchStore for PgStore {
+    async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        crate::search::corpus(&tx, cid, tokens).await
+    }
+
+    async fn search_candidates(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        q: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>> {
+        let mut no_second = crate::search::Then::Known(None);
+        Ok(self.search_twice(cid, &filter, &q, &mut no_second).await?.0)
+    }
+
+    async fn search_candidates_then(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        vector: PendingVector<'_>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<TwoHops> {
+        let first = CandidateQuery { vector: vector.await, ..first };
+        let (found, second) = self.search_twice(cid, &filter, &first, &mut crate::search::Then::Ask(then)).await?;
+        Ok(TwoHops { vector: first.vector, first: found, second })
+    }
+}
+
+impl PgStore {
+    /// Searches on the read replica when there is one, else (or when it fails) on the primary.
+    async fn search_twice(
+        &self,
+        cid: CollectionId,
+        filter: &EventFilter,
+        first: &CandidateQuery,
+        then: &mut crate::search::Then<'_>,
+    ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
+        use crate::search::two_hops;
+        if let Some(read) = self.replica() {
+            let on_replica = async {
+                let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
+                two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
+            };
+            match on_replica.await {
+                Ok(found) => return Ok(found),
+                // Down, lagging past a recovery conflict, not yet holding the schema: the
+                // primary answers this search and the next ones for a few seconds.
+                Err(e) => {
+                    self.rest_replica();
+                    crate::sql::warn_muted(&format!(
+                        "postgres read replica: {e}; searching on the primary for the next 5 s"
+                    ))
+                }
+            }
+        }
+        let mut conn = self.client().await?;
+        two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
+    }
 }

@@ -3,8 +3,10 @@
 use crate::PgStore;
 use crate::rows::{EVENT_COLS, event_from_row, from_rows};
 use crate::sql::{Tx, begin_read, query_all, query_one};
+use async_trait::async_trait;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 
 /// `YYYY-MM-DD` of a day number (days since the Unix epoch, UTC).
 fn day_name(day: i64) -> String {
@@ -83,8 +85,9 @@ pub async fn memory_stats(
     Ok(out)
 }
 
-impl PgStore {
-    pub(crate) async fn memory_stats(
+#[async_trait]
+impl StatsStore for PgStore {
+    async fn memory_stats(
         &self,
         cid: CollectionId,
         user: Option<String>,
@@ -101,7 +104,7 @@ impl PgStore {
     /// [`ESTIMATE_FROM`] rows, an exact `COUNT(*)` below that (cheap, and exact where tests and
     /// small deployments look). Jobs: the few queued / running / failed are counted through
     /// their partial indexes; `done` is the rest.
-    pub(crate) async fn stats(&self) -> StoreResult<StoreStats> {
+    async fn stats(&self) -> StoreResult<StoreStats> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let estimates: std::collections::HashMap<String, i64> = query_all(

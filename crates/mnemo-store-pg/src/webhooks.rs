@@ -5,9 +5,11 @@
 
 use crate::PgStore;
 use crate::sql::{Args, Tx, backend, begin, begin_read, execute, query_all, query_opt};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use tokio_postgres::Row;
 
 const WEBHOOK_COLS: &str = "w.id, w.project_name, w.url, w.secret, w.events, w.description, w.source, w.created_at,
@@ -117,8 +119,9 @@ pub(crate) async fn announce_forgotten(
     Ok(())
 }
 
-impl PgStore {
-    pub(crate) async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
+#[async_trait]
+impl WebhookStore for PgStore {
+    async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         upsert(&tx, &w).await?;
@@ -127,7 +130,7 @@ impl PgStore {
         row.map(|r| webhook_from_row(&r)).ok_or_else(|| StoreError::backend("webhook vanished after its insert"))
     }
 
-    pub(crate) async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
+    async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         // Replicas starting together sync the same list: one at a time.
@@ -146,7 +149,7 @@ impl PgStore {
         tx.commit().await.map_err(backend)
     }
 
-    pub(crate) async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
+    async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let rows = query_all(
@@ -160,7 +163,7 @@ impl PgStore {
         Ok(rows.iter().map(webhook_from_row).collect())
     }
 
-    pub(crate) async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
+    async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let found =
@@ -175,7 +178,7 @@ impl PgStore {
         Ok(found)
     }
 
-    pub(crate) async fn claim_deliveries(
+    async fn claim_deliveries(
         &self,
         now: Millis,
         lease_until: Millis,
@@ -209,7 +212,7 @@ impl PgStore {
             .collect())
     }
 
-    pub(crate) async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
+    async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         match outcome {
@@ -244,7 +247,7 @@ impl PgStore {
         tx.commit().await.map_err(backend)
     }
 
-    pub(crate) async fn list_deliveries(&self, project: &str, f: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+    async fn list_deliveries(&self, project: &str, f: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let mut a = Args::default();
@@ -263,7 +266,7 @@ impl PgStore {
         Ok(rows.iter().map(delivery_from_row).collect())
     }
 
-    pub(crate) async fn redeliver(
+    async fn redeliver(
         &self,
         project: &str,
         webhook_id: &str,
@@ -287,7 +290,7 @@ impl PgStore {
         Ok(ids)
     }
 
-    pub(crate) async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
+    async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
         let mut conn = self.client().await?;
         let tx = begin(&mut conn).await?;
         let n =

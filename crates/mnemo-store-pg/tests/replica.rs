@@ -3,7 +3,7 @@
 //! and a replica that cannot answer hands the search to the primary.
 
 use mnemo_core::model::*;
-use mnemo_core::store::Store;
+use mnemo_core::store::prelude::*;
 use mnemo_store_pg::{PgOptions, PgStore};
 mod common;
 use serde_json::json;

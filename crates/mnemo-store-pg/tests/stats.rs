@@ -2,7 +2,7 @@
 //! (`pg_class.reltuples`) for big ones, so `/metrics` never scans a million rows. A big table is
 //! made here by setting the estimate (superuser) rather than by writing 100,000 rows.
 
-use mnemo_core::store::Store;
+use mnemo_core::store::prelude::*;
 mod common;
 
 #[tokio::test]

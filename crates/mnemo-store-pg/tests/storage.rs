@@ -3,7 +3,7 @@
 //! chunk reads.
 
 use mnemo_core::model::*;
-use mnemo_core::store::Store;
+use mnemo_core::store::prelude::*;
 use mnemo_store_pg::{PgOptions, PgStore};
 mod common;
 

@@ -2,9 +2,11 @@
 
 use crate::rows::{COLLECTION_COLS, collection_from_row};
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub(crate) fn collection_by_name(conn: &Connection, project: &str, name: &str) -> StoreResult<Option<Collection>> {
@@ -33,8 +35,9 @@ pub(crate) fn insert_collection(conn: &Connection, c: &NewCollection) -> StoreRe
     collection_by_id(conn, conn.last_insert_rowid())
 }
 
-impl SqliteStore {
-    pub(crate) async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
+#[async_trait]
+impl CollectionStore for SqliteStore {
+    async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
         self.writer
             .write(move |conn| {
                 if collection_by_name(conn, &c.project_name, &c.collection_name)?.is_some() {
@@ -48,12 +51,12 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
+    async fn get_collection(&self, project: &str, name: &str) -> StoreResult<Option<Collection>> {
         let (p, n) = (project.to_string(), name.to_string());
         self.read(move |conn| collection_by_name(conn, &p, &n)).await
     }
 
-    pub(crate) async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection> {
+    async fn ensure_collection(&self, c: NewCollection) -> StoreResult<Collection> {
         if let Some(found) = self.get_collection(&c.project_name, &c.collection_name).await? {
             return Ok(found);
         }
@@ -65,7 +68,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn all_collections(&self) -> StoreResult<Vec<Collection>> {
+    async fn all_collections(&self) -> StoreResult<Vec<Collection>> {
         self.read(|conn| {
             let mut stmt =
                 conn.prepare(&format!("SELECT {COLLECTION_COLS} FROM collections ORDER BY id")).map_err(backend)?;
@@ -75,12 +78,12 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
+    async fn set_collection_embedding(&self, id: CollectionId, model: &str, dim: u32) -> StoreResult<()> {
         let model = model.to_string();
         self.writer
             .write(move |conn| {
                 // Vectors of another model recorded before are not comparable: they go.
-                for table in crate::events::vector_tables(conn)? {
+                for table in crate::upgrade::vector_tables(conn)? {
                     conn.execute(
                         &format!("DELETE FROM {table} WHERE collection_id=?1 AND EXISTS (SELECT 1 FROM collections WHERE id=?1 AND embedding_model IS NOT NULL AND (embedding_model<>?2 OR embedding_dim IS NOT ?3))"),
                         params![id, model, dim],
@@ -97,7 +100,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>> {
+    async fn list_collections(&self, project: &str) -> StoreResult<Vec<Collection>> {
         let p = project.to_string();
         self.read(move |conn| {
             let mut stmt = conn
@@ -111,7 +114,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
+    async fn delete_collection(&self, id: CollectionId) -> StoreResult<bool> {
         self.writer
             .write_alone(move |conn| {
                 // Children first (explicitly, so it does not depend on foreign-key enforcement).
@@ -123,7 +126,7 @@ impl SqliteStore {
                 conn.execute("DELETE FROM term_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 conn.execute("DELETE FROM collection_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 let rest = ["event_subjects", "events", "profiles", "jobs", "sessions", "messages", "conversations"];
-                for t in crate::events::vector_tables(conn)?.iter().chain(&rest) {
+                for t in crate::upgrade::vector_tables(conn)?.iter().chain(&rest) {
                     conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id]).map_err(backend)?;
                 }
                 Ok(conn.execute("DELETE FROM collections WHERE id=?1", [id]).map_err(backend)? > 0)

@@ -6,9 +6,11 @@ use crate::rows::{
     parse_meta, session_from_row,
 };
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::TriggerReason;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
@@ -178,8 +180,9 @@ pub(crate) fn session_summary(
         .map_err(backend)
 }
 
-impl SqliteStore {
-    pub(crate) async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
+#[async_trait]
+impl ConversationStore for SqliteStore {
+    async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
         self.writer
             .write(move |conn| {
                 let row = upsert_conversation(conn, &req)?;
@@ -205,7 +208,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed> {
+    async fn add_session(&self, req: AppendRequest) -> StoreResult<SessionClosed> {
         self.writer
             .write(move |conn| {
                 let row = upsert_conversation(conn, &req)?;
@@ -233,11 +236,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn delete_conversation(
-        &self,
-        cid: CollectionId,
-        conversation_id: &str,
-    ) -> StoreResult<Vec<String>> {
+    async fn delete_conversation(&self, cid: CollectionId, conversation_id: &str) -> StoreResult<Vec<String>> {
         let conv = conversation_id.to_string();
         self.writer
             .write(move |conn| {
@@ -265,7 +264,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn flush_conversation(
+    async fn flush_conversation(
         &self,
         collection_id: CollectionId,
         conversation_id: &str,
@@ -280,7 +279,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn close_idle_conversations(
+    async fn close_idle_conversations(
         &self,
         now: Millis,
         limit: u32,
@@ -316,7 +315,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
+    async fn next_idle_deadline(&self) -> StoreResult<Option<Millis>> {
         self.read(|conn| {
             conn.query_row("SELECT MIN(idle_deadline) FROM conversations WHERE idle_deadline IS NOT NULL", [], |r| {
                 r.get(0)
@@ -326,7 +325,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn conversation_info(
+    async fn conversation_info(
         &self,
         cid: CollectionId,
         conversation_id: &str,
@@ -369,7 +368,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
+    async fn session_info(&self, cid: CollectionId, session_id: &str) -> StoreResult<Option<SessionDetail>> {
         let sid = session_id.to_string();
         self.read(move |conn| {
             let Some((scid, session, _)) = session_summary(conn, &sid)? else { return Ok(None) };

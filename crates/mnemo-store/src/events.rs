@@ -1,16 +1,17 @@
 //! Events: rows, vectors and terms (the BM25 statistics kept in the same transaction), CRUD, hits,
 //! re-index; candidates for search are in `search`.
 
+use crate::filter::event_filter_sql;
 use crate::rows::{EVENT_COLS, event_from_row, json, vec_to_blob};
+use crate::upgrade::{forget_legacy_vector, has_legacy_vectors};
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
-use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
+use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 pub(crate) fn event_by_id(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
     conn.query_row(
@@ -29,35 +30,9 @@ const BUCKETS: u64 = (1 << 22) - 1;
 /// The first rowid of bucket 1: rows below it were written before schema v11 and are moved into
 /// their subject's bucket in the background ([`relocate_legacy`]).
 pub(crate) const FIRST_CLUSTERED: i64 = 1 << BUCKET_SHIFT;
-/// Vectors of events written before schema v11, keyed by event id, until [`relocate_legacy`]
-/// has moved them all into `event_vectors` (then the table is dropped).
-pub(crate) const LEGACY_VECTORS: &str = "event_vectors_legacy";
-
-/// Whether `event_vectors_legacy` still exists (a data directory upgraded from schema v10 whose
-/// relocation has not finished). A look at the schema table: microseconds.
-pub(crate) fn has_legacy_vectors(conn: &Connection) -> StoreResult<bool> {
-    table_exists(conn, LEGACY_VECTORS)
-}
-
-/// The tables vectors are in: `event_vectors`, and the legacy one while it exists.
-pub(crate) fn vector_tables(conn: &Connection) -> StoreResult<&'static [&'static str]> {
-    Ok(if has_legacy_vectors(conn)? { &["event_vectors", LEGACY_VECTORS] } else { &["event_vectors"] })
-}
-
-/// Removes an event's vector from the legacy table, if that table is still there: the event's
-/// vector is being written to `event_vectors` or the event is going.
-fn forget_legacy_vector(conn: &Connection, id: &str) -> StoreResult<()> {
-    if has_legacy_vectors(conn)? {
-        conn.prepare_cached("DELETE FROM event_vectors_legacy WHERE event_id=?1")
-            .map_err(backend)?
-            .execute([id])
-            .map_err(backend)?;
-    }
-    Ok(())
-}
 
 /// The subject an event is clustered by: its first user, else its first assistant.
-fn cluster_subject<'a>(user_ids: &'a [String], assistant_ids: &'a [String]) -> &'a str {
+pub(crate) fn cluster_subject<'a>(user_ids: &'a [String], assistant_ids: &'a [String]) -> &'a str {
     user_ids.first().or(assistant_ids.first()).map(String::as_str).unwrap_or("")
 }
 
@@ -84,180 +59,6 @@ pub(crate) fn clustered_rowid(conn: &Connection, cid: CollectionId, subject: &st
         Some(r) if r < hi => Ok(r + 1),
         // 2^40 events of one bucket: SQLite picks a free rowid itself.
         Some(_) => conn.query_row("SELECT max(rowid) + 1 FROM events", [], |r| r.get(0)).map_err(backend),
-    }
-}
-
-/// Moves up to `limit` events written before schema v11 (rowids below [`FIRST_CLUSTERED`], in
-/// write order) to the end of their subject's bucket, with everything keyed by their rowid: the
-/// full-text row, the vector (out of the legacy table if it is still there), the subject rows'
-/// `event_rowid`. Ids, contents and BM25 statistics do not change and no webhook fires. Returns how
-/// many moved; 0 means none is left, and the legacy vector table has been dropped.
-pub(crate) fn relocate_legacy(conn: &Connection, limit: usize) -> StoreResult<usize> {
-    type Row = (i64, String, CollectionId, String, String, Option<String>);
-    let rows: Vec<Row> = conn
-        .prepare_cached(
-            "SELECT rowid, id, collection_id, user_ids, assistant_ids, terms FROM events WHERE rowid < ?1 ORDER BY rowid LIMIT ?2",
-        )
-        .map_err(backend)?
-        .query_map(params![FIRST_CLUSTERED, limit as i64], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-        })
-        .map_err(backend)?
-        .collect::<Result<_, _>>()
-        .map_err(backend)?;
-    let legacy = has_legacy_vectors(conn)?;
-    if rows.is_empty() {
-        if legacy {
-            conn.execute_batch("DROP TABLE event_vectors_legacy").map_err(backend)?;
-        }
-        return Ok(0);
-    }
-    let ids = |j: &str| serde_json::from_str::<Vec<String>>(j).unwrap_or_default();
-    for (old, id, cid, user_ids, assistant_ids, terms) in &rows {
-        let new = clustered_rowid(conn, *cid, cluster_subject(&ids(user_ids), &ids(assistant_ids)))?;
-        let run = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> StoreResult<usize> {
-            conn.prepare_cached(sql).map_err(backend)?.execute(p).map_err(backend)
-        };
-        run("UPDATE events SET rowid=?2 WHERE rowid=?1", &[old, &new])?;
-        run("DELETE FROM event_fts WHERE rowid=?1", &[old])?;
-        if let Some(t) = terms {
-            run("INSERT INTO event_fts(rowid, terms) VALUES (?1, ?2)", &[&new, t])?;
-        }
-        // A vector already re-keyed (an upgrade by the first v11 release, or written since) moves
-        // with its event; one in the legacy table moves over, unless a newer one exists.
-        run("UPDATE event_vectors SET rowid=?2 WHERE rowid=?1 AND event_id=?3", &[old, &new, id])?;
-        if legacy {
-            run(
-                "INSERT OR IGNORE INTO event_vectors(rowid, event_id, collection_id, vec)
-                 SELECT ?2, event_id, collection_id, vec FROM event_vectors_legacy WHERE event_id=?1",
-                &[id, &new],
-            )?;
-            run("DELETE FROM event_vectors_legacy WHERE event_id=?1", &[id])?;
-        }
-        run("UPDATE event_subjects SET event_rowid=?2 WHERE event_id=?1", &[id, &new])?;
-    }
-    Ok(rows.len())
-}
-
-/// The background relocation of a data directory upgraded from schema v10: whether it is still
-/// pending, its adaptive batch size, and its progress for the log.
-pub(crate) struct Relocation {
-    pending: AtomicBool,
-    batch: AtomicUsize,
-    moved: AtomicU64,
-    started: Mutex<Option<Instant>>,
-}
-
-/// A relocation batch aims at this much of the writer's time (it shares a group commit with
-/// foreground writes, which wait for it).
-const RELOCATE_BATCH_TARGET: Duration = Duration::from_millis(10);
-
-impl Relocation {
-    pub(crate) fn new(conn: &Connection) -> StoreResult<Self> {
-        let old_rows: bool = conn
-            .query_row("SELECT EXISTS (SELECT 1 FROM events WHERE rowid < ?1)", [FIRST_CLUSTERED], |r| r.get(0))
-            .map_err(backend)?;
-        let pending = old_rows || has_legacy_vectors(conn)?;
-        if pending {
-            tracing::info!(
-                "events written before schema v11 are moved next to their users' in the background; reads find them meanwhile"
-            );
-        }
-        Ok(Self {
-            pending: AtomicBool::new(pending),
-            batch: AtomicUsize::new(64),
-            moved: AtomicU64::new(0),
-            started: Mutex::new(None),
-        })
-    }
-
-    pub(crate) fn pending(&self) -> bool {
-        self.pending.load(Ordering::Relaxed)
-    }
-}
-
-/// The background copy of vectors written before schema v12 into `event_vectors_f16`: whether it
-/// is still pending, and its progress for the log.
-pub(crate) struct F16Fill {
-    pending: AtomicBool,
-    copied: AtomicU64,
-}
-
-/// Vectors copied per batch: ~5 MB read, ~2 MB written, a few milliseconds of the writer.
-const F16_FILL_BATCH: usize = 1_000;
-
-impl F16Fill {
-    pub(crate) fn new(conn: &Connection) -> StoreResult<Self> {
-        let pending = table_exists(conn, F16_FILL)?;
-        if pending {
-            tracing::info!(
-                "vectors written before schema v12 get their half-precision copy in the background; searches read their f32 rows meanwhile"
-            );
-        }
-        Ok(Self { pending: AtomicBool::new(pending), copied: AtomicU64::new(0) })
-    }
-
-    pub(crate) fn pending(&self) -> bool {
-        self.pending.load(Ordering::Relaxed)
-    }
-}
-
-impl SqliteStore {
-    /// One batch of the f16 copy's fill (after the relocation: it moves vectors); `Ok(true)` while
-    /// more is left.
-    pub(crate) async fn fill_f16_step(&self) -> StoreResult<bool> {
-        let f = &self.f16_fill;
-        if !f.pending() {
-            return Ok(false);
-        }
-        let n = self.writer.write(|conn| fill_f16(conn, F16_FILL_BATCH)).await?;
-        let before = f.copied.fetch_add(n as u64, Ordering::Relaxed);
-        if n == 0 {
-            f.pending.store(false, Ordering::Relaxed);
-            tracing::info!(vectors = before, "vectors written before schema v12 have their half-precision copy");
-            return Ok(false);
-        }
-        if (before + n as u64) / 100_000 > before / 100_000 {
-            tracing::info!(vectors = before + n as u64, "copying vectors written before schema v12 to half precision");
-        }
-        Ok(true)
-    }
-
-    /// One batch of the relocation; `Ok(true)` while more is left.
-    pub(crate) async fn relocate_step(&self) -> StoreResult<bool> {
-        let r = &self.relocation;
-        if !r.pending() {
-            return Ok(false);
-        }
-        let started = *r.started.lock().expect("relocation clock").get_or_insert_with(Instant::now);
-        let limit = r.batch.load(Ordering::Relaxed);
-        let t = Instant::now();
-        let moved = self.writer.write(move |conn| relocate_legacy(conn, limit)).await?;
-        let took = t.elapsed();
-        // Batches of about RELOCATE_BATCH_TARGET: halve when slower, double when much faster.
-        let next = if took > RELOCATE_BATCH_TARGET * 2 {
-            limit / 2
-        } else if took < RELOCATE_BATCH_TARGET / 2 {
-            limit * 2
-        } else {
-            limit
-        };
-        r.batch.store(next.clamp(16, 8192), Ordering::Relaxed);
-        let before = r.moved.fetch_add(moved as u64, Ordering::Relaxed);
-        let total = before + moved as u64;
-        if moved == 0 {
-            r.pending.store(false, Ordering::Relaxed);
-            tracing::info!(
-                events = total,
-                seconds = started.elapsed().as_secs(),
-                "events written before schema v11 are in place"
-            );
-            return Ok(false);
-        }
-        if total / 100_000 > before / 100_000 {
-            tracing::info!(events = total, "moving events written before schema v11 next to their users'");
-        }
-        Ok(true)
     }
 }
 
@@ -378,46 +179,6 @@ pub(crate) fn f16_blob(v: &[f32]) -> Vec<u8> {
     h.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// The table holding the f16 copy's background fill cursor, while vectors written before schema
-/// v12 still lack their copy.
-pub(crate) const F16_FILL: &str = "event_vectors_f16_fill";
-
-fn table_exists(conn: &Connection, name: &str) -> StoreResult<bool> {
-    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?1)")
-        .map_err(backend)?
-        .query_row([name], |r| r.get(0))
-        .map_err(backend)
-}
-
-/// Gives up to `limit` vectors written before schema v12 their f16 copy, in rowid order from the
-/// cursor. Returns how many it read; 0 means none is left, and the cursor's table is dropped.
-pub(crate) fn fill_f16(conn: &Connection, limit: usize) -> StoreResult<usize> {
-    if !table_exists(conn, F16_FILL)? {
-        return Ok(0);
-    }
-    let next: i64 =
-        conn.query_row("SELECT next_rowid FROM event_vectors_f16_fill", [], |r| r.get(0)).map_err(backend)?;
-    let rows: Vec<(i64, Vec<u8>)> = conn
-        .prepare_cached("SELECT rowid, vec FROM event_vectors WHERE rowid >= ?1 ORDER BY rowid LIMIT ?2")
-        .map_err(backend)?
-        .query_map(params![next, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-        .map_err(backend)?
-        .collect::<Result<_, _>>()
-        .map_err(backend)?;
-    let Some(last) = rows.last().map(|(r, _)| *r) else {
-        conn.execute_batch("DROP TABLE event_vectors_f16_fill").map_err(backend)?;
-        return Ok(0);
-    };
-    // A copy written since the upgrade is the same vector's: kept.
-    let mut put =
-        conn.prepare_cached("INSERT OR IGNORE INTO event_vectors_f16(rowid, h) VALUES (?1, ?2)").map_err(backend)?;
-    for (rowid, vec) in &rows {
-        put.execute(params![rowid, f16_blob(&crate::rows::blob_to_vec(vec))]).map_err(backend)?;
-    }
-    conn.execute("UPDATE event_vectors_f16_fill SET next_rowid=?1", [last + 1]).map_err(backend)?;
-    Ok(rows.len())
-}
-
 /// Replaces an event's analysed terms (None: removes them) and keeps the collection's BM25
 /// statistics — documents, tokens, and per-token document counts — exact.
 pub(crate) fn set_terms(conn: &Connection, cid: CollectionId, rowid: i64, terms: Option<&str>) -> StoreResult<()> {
@@ -470,21 +231,6 @@ pub(crate) fn set_terms(conn: &Connection, cid: CollectionId, rowid: i64, terms:
     Ok(())
 }
 
-/// Indexes the terms of events written before v7 (inside the v7 migration's transaction).
-pub(crate) fn backfill_terms(conn: &Connection) -> rusqlite::Result<usize> {
-    let rows: Vec<(i64, CollectionId, String)> = conn
-        .prepare("SELECT rowid, collection_id, memory_info FROM events WHERE terms IS NULL")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<Result<_, _>>()?;
-    for (rowid, cid, info) in &rows {
-        let info: serde_json::Map<String, serde_json::Value> = serde_json::from_str(info).unwrap_or_default();
-        let terms = mnemo_core::text::search_tokens(&event_search_text(&info)).join(" ");
-        set_terms(conn, *cid, *rowid, Some(&terms))
-            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-    }
-    Ok(rows.len())
-}
-
 /// Removes an event and everything indexed about it.
 pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -> StoreResult<bool> {
     let rowid: Option<i64> = conn
@@ -507,70 +253,6 @@ pub(crate) fn delete_event_row(conn: &Connection, cid: CollectionId, id: &str) -
         .map_err(backend)?;
     conn.prepare_cached("DELETE FROM events WHERE rowid=?1").map_err(backend)?.execute([rowid]).map_err(backend)?;
     Ok(true)
-}
-
-/// A subject row's event rowid: `event_rowid`, or — for a row written before schema v11 whose
-/// event the background relocation has not reached yet — a look-up by event id (`coalesce`
-/// evaluates it only then).
-const SUBJECT_ROWID: &str =
-    "coalesce(event_rowid, (SELECT l.rowid FROM events l WHERE l.id = event_subjects.event_id))";
-
-/// Builds `WHERE` conditions for an event filter; `?1` is always the collection id.
-pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue>) {
-    // With a user or assistant filter, the subject index must drive the query (a user's events are
-    // few); `+` keeps the planner from scanning the whole collection by `collection_id` instead
-    // (measured: 43 ms → under 1 ms at 100k events, see docs/benchmarks.md).
-    let mut sql = String::from(if f.user_id.is_empty() && f.assistant_id.is_empty() {
-        "collection_id = ?1"
-    } else {
-        "+collection_id = ?1"
-    });
-    let mut args: Vec<SqlValue> = vec![SqlValue::Integer(cid)];
-    let list = |sql: &mut String, args: &mut Vec<SqlValue>, template: &str, values: &[String]| {
-        if values.is_empty() {
-            return;
-        }
-        let mut marks = Vec::with_capacity(values.len());
-        for v in values {
-            args.push(SqlValue::Text(v.clone()));
-            marks.push(format!("?{}", args.len()));
-        }
-        sql.push_str(" AND ");
-        sql.push_str(&template.replace("{}", &marks.join(",")));
-    };
-    list(
-        &mut sql,
-        &mut args,
-        &format!(
-            "rowid IN (SELECT {SUBJECT_ROWID} FROM event_subjects WHERE collection_id=?1 AND kind='u' AND subject_id IN ({{}}))"
-        ),
-        &f.user_id,
-    );
-    list(
-        &mut sql,
-        &mut args,
-        &format!(
-            "rowid IN (SELECT {SUBJECT_ROWID} FROM event_subjects WHERE collection_id=?1 AND kind='a' AND subject_id IN ({{}}))"
-        ),
-        &f.assistant_id,
-    );
-    list(&mut sql, &mut args, "memory_type IN ({})", &f.memory_type);
-    list(&mut sql, &mut args, "group_id IN ({})", &f.group_id);
-    list(&mut sql, &mut args, "session_id IN ({})", &f.session_id);
-    list(&mut sql, &mut args, "conversation_id IN ({})", &f.conversation_id);
-    list(&mut sql, &mut args, "scope IN ({})", &f.scope);
-    if let Some(t) = f.start_time {
-        args.push(SqlValue::Integer(t));
-        sql.push_str(&format!(" AND time >= ?{}", args.len()));
-    }
-    if let Some(t) = f.end_time {
-        args.push(SqlValue::Integer(t));
-        sql.push_str(&format!(" AND time <= ?{}", args.len()));
-    }
-    if f.active_only {
-        sql.push_str(" AND status = 'active'");
-    }
-    (sql, args)
 }
 
 /// Refreshes an existing event with a near-duplicate's content: text, time (the later one),
@@ -600,8 +282,9 @@ pub(crate) fn merge_event_row(
     Ok(true)
 }
 
-impl SqliteStore {
-    pub(crate) async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
         self.writer
             .write(move |conn| {
                 let id = insert_event_row(conn, &e)?;
@@ -610,7 +293,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
+    async fn insert_events(&self, events: Vec<NewEvent>) -> StoreResult<Vec<Event>> {
         // A batch is one request of hundreds of inserts: alone in its transaction (no SAVEPOINT).
         self.writer
             .write_alone(move |conn| {
@@ -620,18 +303,12 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
+    async fn get_event(&self, cid: CollectionId, id: &str) -> StoreResult<Option<Event>> {
         let id = id.to_string();
         self.read(move |conn| event_by_id(conn, cid, &id)).await
     }
 
-    pub(crate) async fn update_event(
-        &self,
-        cid: CollectionId,
-        id: &str,
-        patch: EventPatch,
-        now: Millis,
-    ) -> StoreResult<Event> {
+    async fn update_event(&self, cid: CollectionId, id: &str, patch: EventPatch, now: Millis) -> StoreResult<Event> {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
@@ -651,12 +328,12 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
+    async fn delete_event(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
         self.writer.write(move |conn| delete_event_row(conn, cid, &id)).await
     }
 
-    pub(crate) async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
+    async fn batch_delete_events(&self, cid: CollectionId, filter: EventFilter) -> StoreResult<u64> {
         self.writer
             .write_alone(move |conn| {
                 let (where_sql, args) = event_filter_sql(cid, &filter);
@@ -676,7 +353,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn event_after(
+    async fn event_after(
         &self,
         cid: CollectionId,
         filter: EventFilter,
@@ -699,12 +376,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn list_events(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        limit: u32,
-    ) -> StoreResult<Vec<Event>> {
+    async fn list_events(&self, cid: CollectionId, filter: EventFilter, limit: u32) -> StoreResult<Vec<Event>> {
         self.read(move |conn| {
             let (where_sql, mut args) = event_filter_sql(cid, &filter);
             args.push(SqlValue::Integer(limit as i64));
@@ -719,66 +391,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn search_candidates(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        q: CandidateQuery,
-    ) -> StoreResult<Vec<Candidate>> {
-        self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
-    }
-
-    /// Both hops of a search. The first reads the scope's terms and a small scope's vector
-    /// copies on a read connection while the vector is computed on the async side, handed over
-    /// through a channel; the second, decided by `then` from the first's candidates, is scored
-    /// from the scope the first read (not read again) when it was small enough to keep.
-    pub(crate) async fn search_candidates_then(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        first: CandidateQuery,
-        vector: PendingVector<'_>,
-        then: NextTerms<'_>,
-    ) -> StoreResult<TwoHops> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<f32>>>(1);
-        let (f, q) = (filter.clone(), first.clone());
-        // A dropped sender (the request cancelled) ends the wait as "no vector".
-        let read = self.read(move |conn| crate::search::first_hop(conn, cid, &f, &q, move || rx.recv().ok().flatten()));
-        let send = async move {
-            let _ = tx.send(vector.await);
-        };
-        let (read, ()) = tokio::join!(read, send);
-        let crate::search::FirstHop { vector, found, kept } = read?;
-        let first = CandidateQuery { vector: vector.clone(), ..first };
-        let second = self.second_hop(cid, filter, &first, &found, kept, then).await?;
-        Ok(TwoHops { vector, first: found, second })
-    }
-
-    /// A search's second hop, if `then` asks for one: scored from the first hop's kept scope
-    /// when it was small, else searched again.
-    async fn second_hop(
-        &self,
-        cid: CollectionId,
-        filter: EventFilter,
-        first: &CandidateQuery,
-        found: &[Candidate],
-        kept: Option<crate::search::Kept>,
-        then: NextTerms<'_>,
-    ) -> StoreResult<Option<Vec<Candidate>>> {
-        let Some(next) = then(found).await else { return Ok(None) };
-        let second = first.second_hop(found, next);
-        let Some(kept) = kept else {
-            return Ok(Some(self.search_candidates(cid, filter, second).await?));
-        };
-        let known = found.to_vec();
-        Ok(Some(self.read(move |conn| kept.search_again(conn, cid, &second, &known)).await?))
-    }
-
-    pub(crate) async fn corpus(&self, cid: CollectionId, tokens: Vec<String>) -> StoreResult<Corpus> {
-        self.read(move |conn| crate::search::corpus(conn, cid, &tokens)).await
-    }
-
-    pub(crate) async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
+    async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
         self.writer
             .write(move |conn| {
                 let mut stmt = conn
@@ -803,7 +416,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
+    async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {
         self.read(move |conn| {
             // Every vector belongs to its event (deleted with it): equal counts, read from two
             // small indexes (~80 ms at 1M), mean none is missing — the pass below over every
@@ -836,7 +449,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn events_without_turns(
+    async fn events_without_turns(
         &self,
         before: Option<String>,
         limit: u32,
@@ -859,7 +472,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn add_event_turns(
+    async fn add_event_turns(
         &self,
         cid: CollectionId,
         id: &str,
@@ -885,11 +498,11 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn turns_backfilled(&self) -> StoreResult<()> {
+    async fn turns_backfilled(&self) -> StoreResult<()> {
         self.writer.write(|conn| conn.execute("DELETE FROM event_turns_backfill", []).map(drop).map_err(backend)).await
     }
 
-    pub(crate) async fn set_event_vector(
+    async fn set_event_vector(
         &self,
         cid: CollectionId,
         id: &str,

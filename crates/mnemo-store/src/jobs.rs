@@ -7,10 +7,12 @@ use crate::events::{insert_event_row, merge_event_row};
 use crate::profiles::{apply_profile_changes, with_history};
 use crate::rows::{JOB_COLS, PROFILE_COLS, job_from_row, profile_from_row};
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
@@ -36,8 +38,9 @@ fn requeue(conn: &Connection, job_id: &str, now: Millis, automatic: bool) -> Sto
     Ok(())
 }
 
-impl SqliteStore {
-    pub(crate) async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
+#[async_trait]
+impl JobStore for SqliteStore {
+    async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
         self.writer
             .write(move |conn| {
                 let id: Option<String> = conn
@@ -78,12 +81,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn complete_job(
-        &self,
-        lease: &JobLease,
-        output: ExtractionOutput,
-        now: Millis,
-    ) -> StoreResult<Vec<String>> {
+    async fn complete_job(&self, lease: &JobLease, output: ExtractionOutput, now: Millis) -> StoreResult<Vec<String>> {
         let lease = lease.clone();
         self.writer
             .write(move |conn| {
@@ -136,13 +134,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn fail_job(
-        &self,
-        lease: &JobLease,
-        error: &str,
-        retry_at: Option<Millis>,
-        now: Millis,
-    ) -> StoreResult<()> {
+    async fn fail_job(&self, lease: &JobLease, error: &str, retry_at: Option<Millis>, now: Millis) -> StoreResult<()> {
         let (job_id, attempt, error) =
             (lease.job_id.clone(), lease.attempt, error.chars().take(2000).collect::<String>());
         self.writer
@@ -168,7 +160,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
+    async fn renew_lease(&self, lease: &JobLease, until: Millis) -> StoreResult<bool> {
         let (job_id, attempt) = (lease.job_id.clone(), lease.attempt);
         self.writer
             .write(move |conn| {
@@ -183,13 +175,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn defer_job(
-        &self,
-        lease: &JobLease,
-        run_after: Millis,
-        note: &str,
-        now: Millis,
-    ) -> StoreResult<()> {
+    async fn defer_job(&self, lease: &JobLease, run_after: Millis, note: &str, now: Millis) -> StoreResult<()> {
         let (job_id, attempt, note) = (lease.job_id.clone(), lease.attempt, note.to_string());
         self.writer
             .write(move |conn| {
@@ -204,12 +190,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn retry_jobs(
-        &self,
-        cid: CollectionId,
-        job_id: Option<&str>,
-        now: Millis,
-    ) -> StoreResult<Vec<String>> {
+    async fn retry_jobs(&self, cid: CollectionId, job_id: Option<&str>, now: Millis) -> StoreResult<Vec<String>> {
         let job_id = job_id.map(String::from);
         self.writer
             .write(move |conn| {
@@ -231,7 +212,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
+    async fn requeue_transient_failures(&self, max_requeues: u32, now: Millis) -> StoreResult<Vec<String>> {
         self.writer
             .write(move |conn| {
                 let ids: Vec<String> = {
@@ -255,7 +236,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
+    async fn tokens_used_since(&self, project: &str, since: Millis) -> StoreResult<u64> {
         let project = project.to_string();
         self.read(move |conn| {
             conn.query_row(
@@ -270,7 +251,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
+    async fn list_jobs(&self, cid: CollectionId, f: JobFilter) -> StoreResult<Vec<Job>> {
         self.read(move |conn| {
             let mut sql = format!("SELECT {JOB_COLS} FROM jobs WHERE collection_id=?1");
             let mut args = vec![SqlValue::Integer(cid)];
@@ -295,7 +276,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
+    async fn next_job_due(&self) -> StoreResult<Option<Millis>> {
         self.read(|conn| {
             conn.query_row(
                 "SELECT MIN(t) FROM (SELECT MIN(run_after) t FROM jobs WHERE state='queued' UNION ALL SELECT MIN(lease_until) FROM jobs WHERE state='running')",

@@ -2,13 +2,16 @@
 
 use crate::events::{delete_event_row, event_by_id, insert_event_row};
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::params;
 
-impl SqliteStore {
-    pub(crate) async fn run_maintenance(
+#[async_trait]
+impl MaintenanceStore for SqliteStore {
+    async fn run_maintenance(
         &self,
         cid: CollectionId,
         now: Millis,
@@ -51,12 +54,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn replace_events(
-        &self,
-        cid: CollectionId,
-        delete: Vec<String>,
-        new: NewEvent,
-    ) -> StoreResult<Event> {
+    async fn replace_events(&self, cid: CollectionId, delete: Vec<String>, new: NewEvent) -> StoreResult<Event> {
         self.writer
             .write(move |conn| {
                 for id in &delete {
@@ -68,7 +66,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn note_maintenance(&self, cid: CollectionId, folded: u64, digests: u64) -> StoreResult<()> {
+    async fn note_maintenance(&self, cid: CollectionId, folded: u64, digests: u64) -> StoreResult<()> {
         self.writer
             .write(move |conn| {
                 conn.execute(
@@ -82,11 +80,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn list_maintenance_runs(
-        &self,
-        cid: CollectionId,
-        limit: u32,
-    ) -> StoreResult<Vec<MaintenanceRun>> {
+    async fn list_maintenance_runs(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<MaintenanceRun>> {
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare(

@@ -10,9 +10,11 @@ use crate::rows::{
     message_from_row, parse_meta, profile_from_row, session_from_row,
 };
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Conversations whose metadata names the user.
@@ -157,13 +159,14 @@ pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<Forget
     Ok(n)
 }
 
-impl SqliteStore {
-    pub(crate) async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
+#[async_trait]
+impl PrivacyStore for SqliteStore {
+    async fn export_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<UserData> {
         let user = user_id.to_string();
         self.read(move |conn| export(conn, cid, &user)).await
     }
 
-    pub(crate) async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
+    async fn forget_user(&self, cid: CollectionId, user_id: &str) -> StoreResult<ForgetCounts> {
         let user = user_id.to_string();
         let counts = self.writer.write_alone(move |conn| forget(conn, cid, &user)).await?;
         // After the commit: move the WAL into the main file (where secure_delete zeroed the freed

@@ -4,8 +4,10 @@
 use crate::collections::collection_by_id;
 use crate::rows::{PROFILE_COLS, json, profile_from_row};
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use mnemo_core::{StoreError, profile};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
@@ -154,8 +156,9 @@ pub(crate) fn apply_profile_changes(
     Ok(())
 }
 
-impl SqliteStore {
-    pub(crate) async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
+#[async_trait]
+impl ProfileStore for SqliteStore {
+    async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {
         self.writer
             .write(move |conn| {
                 let assistant = p.assistant_id.clone().unwrap_or_default();
@@ -177,7 +180,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn update_profile(
+    async fn update_profile(
         &self,
         cid: CollectionId,
         id: &str,
@@ -211,7 +214,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn delete_profile(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
+    async fn delete_profile(&self, cid: CollectionId, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
         self.writer
             .write(move |conn| {
@@ -223,12 +226,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn list_profiles(
-        &self,
-        cid: CollectionId,
-        f: ProfileFilter,
-        limit: u32,
-    ) -> StoreResult<Vec<Profile>> {
+    async fn list_profiles(&self, cid: CollectionId, f: ProfileFilter, limit: u32) -> StoreResult<Vec<Profile>> {
         self.read(move |conn| {
             let mut sql = format!("SELECT {PROFILE_COLS} FROM profiles WHERE collection_id=?1");
             let mut args = vec![SqlValue::Integer(cid)];

@@ -3,13 +3,16 @@
 //! where an ANN index would start to pay) and BM25 over the FTS5 index of jieba-segmented terms,
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
-use crate::backend;
 use crate::copies::Score;
-use crate::events::event_filter_sql;
+use crate::filter::event_filter_sql;
 use crate::rows::{EVENT_COLS, blob_to_vec, event_from_row};
+use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::embed::dot;
 use mnemo_core::model::*;
+use mnemo_core::store::prelude::*;
+use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
 use mnemo_core::text::{CorpusStats, fts_tokens};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
@@ -21,7 +24,7 @@ fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
     q.iter().zip(blob.chunks_exact(4)).map(|(a, b)| a * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).sum()
 }
 
-/// The collection's BM25 statistics for `tokens` (see `Store::corpus`).
+/// The collection's BM25 statistics for `tokens` (see `SearchStore::corpus`).
 pub fn corpus(conn: &Connection, cid: CollectionId, tokens: &[String]) -> Result<Corpus, StoreError> {
     let stats: CorpusStats = conn
         .prepare_cached("SELECT docs, tokens FROM collection_stats WHERE collection_id=?1")
@@ -110,7 +113,7 @@ pub fn first_hop(
     let (where_sql, args) = event_filter_sql(cid, f);
     let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
-    let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::events::has_legacy_vectors(conn)? {
+    let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::upgrade::has_legacy_vectors(conn)? {
         true => Some(Copies::read(conn, &where_sql, &args)?),
         false => None,
     };
@@ -163,7 +166,7 @@ fn vector_part(
 ) -> Result<HashMap<String, f32>, StoreError> {
     Ok(match (&q.vector, &q.vector_hits) {
         (Some(_), Some(hits)) => hits.iter().cloned().collect(),
-        (Some(qv), None) if crate::events::has_legacy_vectors(conn)? => scan_f32(conn, where_sql, args, qv, q.k)?,
+        (Some(qv), None) if crate::upgrade::has_legacy_vectors(conn)? => scan_f32(conn, where_sql, args, qv, q.k)?,
         (Some(qv), None) => {
             let mut ranker = CopyRanker::new(qv, q.k);
             for_each_copy(conn, where_sql, args, |rowid, h| ranker.offer(rowid, h))?;
@@ -404,7 +407,7 @@ fn load_candidates(
     let mut out = Vec::with_capacity(ids.len());
     let mut load = conn.prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1")).map_err(backend)?;
     let mut vec_of = conn
-        .prepare_cached(if crate::events::has_legacy_vectors(conn)? {
+        .prepare_cached(if crate::upgrade::has_legacy_vectors(conn)? {
             "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
         } else {
             "SELECT vec FROM event_vectors WHERE event_id=?1"
@@ -444,4 +447,69 @@ fn load_candidates(
         out.push(Candidate { event, cosine: cos, bm25: b, turn_cosine });
     }
     Ok(out)
+}
+
+#[async_trait]
+impl SearchStore for SqliteStore {
+    async fn search_candidates(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        q: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>> {
+        self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
+    }
+
+    /// Both hops of a search. The first reads the scope's terms and a small scope's vector
+    /// copies on a read connection while the vector is computed on the async side, handed over
+    /// through a channel; the second, decided by `then` from the first's candidates, is scored
+    /// from the scope the first read (not read again) when it was small enough to keep.
+    async fn search_candidates_then(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: CandidateQuery,
+        vector: PendingVector<'_>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<TwoHops> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<f32>>>(1);
+        let (f, q) = (filter.clone(), first.clone());
+        // A dropped sender (the request cancelled) ends the wait as "no vector".
+        let read = self.read(move |conn| crate::search::first_hop(conn, cid, &f, &q, move || rx.recv().ok().flatten()));
+        let send = async move {
+            let _ = tx.send(vector.await);
+        };
+        let (read, ()) = tokio::join!(read, send);
+        let crate::search::FirstHop { vector, found, kept } = read?;
+        let first = CandidateQuery { vector: vector.clone(), ..first };
+        let second = self.second_hop(cid, filter, &first, &found, kept, then).await?;
+        Ok(TwoHops { vector, first: found, second })
+    }
+
+    async fn corpus(&self, cid: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        let tokens = tokens.to_vec();
+        self.read(move |conn| crate::search::corpus(conn, cid, &tokens)).await
+    }
+}
+
+impl SqliteStore {
+    /// A search's second hop, if `then` asks for one: scored from the first hop's kept scope
+    /// when it was small, else searched again.
+    async fn second_hop(
+        &self,
+        cid: CollectionId,
+        filter: EventFilter,
+        first: &CandidateQuery,
+        found: &[Candidate],
+        kept: Option<crate::search::Kept>,
+        then: NextTerms<'_>,
+    ) -> StoreResult<Option<Vec<Candidate>>> {
+        let Some(next) = then(found).await else { return Ok(None) };
+        let second = first.second_hop(found, next);
+        let Some(kept) = kept else {
+            return Ok(Some(self.search_candidates(cid, filter, second).await?));
+        };
+        let known = found.to_vec();
+        Ok(Some(self.read(move |conn| kept.search_again(conn, cid, &second, &known)).await?))
+    }
 }

@@ -2,9 +2,11 @@
 
 use crate::rows::{EVENT_COLS, event_from_row};
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::{Connection, params};
 use std::path::Path;
 
@@ -97,8 +99,9 @@ pub fn memory_stats(
     Ok(out)
 }
 
-impl SqliteStore {
-    pub(crate) async fn memory_stats(
+#[async_trait]
+impl StatsStore for SqliteStore {
+    async fn memory_stats(
         &self,
         cid: CollectionId,
         user: Option<String>,
@@ -108,7 +111,7 @@ impl SqliteStore {
         self.read(move |conn| memory_stats(conn, cid, user.as_deref(), days, now)).await
     }
 
-    pub(crate) async fn stats(&self) -> StoreResult<StoreStats> {
+    async fn stats(&self) -> StoreResult<StoreStats> {
         let path = self.path.clone();
         self.read(move |conn| {
             let count = |sql: &str| -> StoreResult<u64> {

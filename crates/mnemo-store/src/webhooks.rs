@@ -3,9 +3,11 @@
 //! purges the rows that carry the user's content and announces `user.forgotten` (privacy.rs).
 
 use crate::{SqliteStore, backend};
+use async_trait::async_trait;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
@@ -133,8 +135,9 @@ pub(crate) fn announce_forgotten(
     Ok(())
 }
 
-impl SqliteStore {
-    pub(crate) async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
+#[async_trait]
+impl WebhookStore for SqliteStore {
+    async fn upsert_webhook(&self, w: NewWebhook) -> StoreResult<Webhook> {
         self.writer
             .write(move |conn| {
                 upsert(conn, &w)?;
@@ -143,7 +146,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
+    async fn sync_config_webhooks(&self, hooks: Vec<NewWebhook>) -> StoreResult<()> {
         self.writer
             .write(move |conn| {
                 let keep: Vec<&str> = hooks.iter().map(|h| h.id.as_str()).collect();
@@ -164,7 +167,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
+    async fn list_webhooks(&self, project: Option<&str>) -> StoreResult<Vec<Webhook>> {
         let project = project.map(String::from);
         self.read(move |conn| {
             let mut stmt = conn
@@ -178,7 +181,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
+    async fn delete_webhook(&self, project: &str, id: &str) -> StoreResult<bool> {
         let (project, id) = (project.to_string(), id.to_string());
         self.writer
             .write(move |conn| {
@@ -198,7 +201,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn claim_deliveries(
+    async fn claim_deliveries(
         &self,
         now: Millis,
         lease_until: Millis,
@@ -230,7 +233,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
+    async fn finish_delivery(&self, id: i64, outcome: DeliveryOutcome, now: Millis) -> StoreResult<()> {
         self.writer
             .write(move |conn| {
                 match outcome {
@@ -256,7 +259,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn list_deliveries(&self, project: &str, f: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+    async fn list_deliveries(&self, project: &str, f: DeliveryFilter) -> StoreResult<Vec<Delivery>> {
         let project = project.to_string();
         self.read(move |conn| {
             let mut sql = format!(
@@ -280,7 +283,7 @@ impl SqliteStore {
         .await
     }
 
-    pub(crate) async fn redeliver(
+    async fn redeliver(
         &self,
         project: &str,
         webhook_id: &str,
@@ -317,7 +320,7 @@ impl SqliteStore {
             .await
     }
 
-    pub(crate) async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
+    async fn prune_deliveries(&self, before: Millis) -> StoreResult<u64> {
         self.writer
             .write(move |conn| {
                 conn.execute("DELETE FROM webhook_outbox WHERE state='delivered' AND finished_at < ?1", [before])

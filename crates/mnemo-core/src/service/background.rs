@@ -121,7 +121,7 @@ impl Service {
                 while !*stop.borrow() {
                     let started = std::time::Instant::now();
                     let wait = match svc.store.housekeeping().await {
-                        // A quarter of the store's time at most (see `Store::housekeeping`).
+                        // A quarter of the store's time at most (see `StoreEngine::housekeeping`).
                         Ok(true) => started.elapsed() * 3,
                         Ok(false) => period,
                         Err(e) => {

@@ -112,7 +112,7 @@ impl Service {
         // A store whose reads overlap (a database across a socket) searches this conversation's
         // events as soon as its lookup finds it, beside the other conversations' search, when
         // the request names whose memories (the filter is then known before the lookup). The
-        // embedded store searches them after (`Store::reads_overlap`).
+        // embedded store searches them after (`StoreEngine::reads_overlap`).
         let overlap = self.store.reads_overlap() && req.include.intra_events;
         // This conversation's events: `base` narrowed to it.
         let intra_search = |base: &EventFilter| {

@@ -7,6 +7,7 @@ use super::*;
 use crate::embed::HashingEmbedder;
 use crate::extract::{ExtractedEvent, Extractor, ProfileChange};
 use crate::ranking;
+use crate::store::prelude::*;
 use crate::testing::MemoryStore;
 use async_trait::async_trait;
 use serde_json::{Map, json};

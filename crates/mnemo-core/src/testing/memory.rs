@@ -9,7 +9,8 @@
 
 use crate::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
 use crate::model::*;
-use crate::store::{Store, StoreResult};
+use crate::store::StoreResult;
+use crate::store::prelude::*;
 use crate::text::{fts_tokens, search_tokens};
 use crate::{StoreError, TriggerReason, profile};
 use async_trait::async_trait;
@@ -43,7 +44,7 @@ impl MemoryStore {
     }
 
     /// The store as an older release left it: no event has turn vectors, and the backfill of
-    /// [`Store::events_without_turns`] is pending (what a SQLite or PostgreSQL upgrade gives).
+    /// [`EventStore::events_without_turns`] is pending (what a SQLite or PostgreSQL upgrade gives).
     pub fn as_written_before_turns(&self) {
         let mut s = self.lock();
         s.events.values_mut().for_each(|r| r.turns = None);
@@ -524,12 +525,19 @@ impl State {
     }
 }
 
+/// No webhooks: the trait's defaults (endpoints refused, nothing to deliver).
 #[async_trait]
-impl Store for MemoryStore {
+impl WebhookStore for MemoryStore {}
+
+#[async_trait]
+impl StoreEngine for MemoryStore {
     fn engine(&self) -> &'static str {
         "memory"
     }
+}
 
+#[async_trait]
+impl CollectionStore for MemoryStore {
     // ------------------------------------------------------------------ collections
 
     async fn create_collection(&self, c: NewCollection) -> StoreResult<Collection> {
@@ -591,7 +599,10 @@ impl Store for MemoryStore {
         s.maintenance.retain(|(c, _)| *c != id);
         Ok(existed)
     }
+}
 
+#[async_trait]
+impl ConversationStore for MemoryStore {
     // ------------------------------------------------------------------ write path
 
     async fn append_messages(&self, req: AppendRequest) -> StoreResult<AppendOutcome> {
@@ -759,7 +770,10 @@ impl Store for MemoryStore {
             .map(|j| j.job.clone());
         Ok(Some(SessionDetail { session: sess.summary.clone(), messages: s.session_messages(session_id), events, job }))
     }
+}
 
+#[async_trait]
+impl JobStore for MemoryStore {
     // ------------------------------------------------------------------ jobs
 
     async fn claim_job(&self, now: Millis, lease_ms: i64) -> StoreResult<Option<ClaimedJob>> {
@@ -981,7 +995,10 @@ impl Store for MemoryStore {
             })
             .min())
     }
+}
 
+#[async_trait]
+impl EventStore for MemoryStore {
     // ------------------------------------------------------------------ events
 
     async fn insert_event(&self, e: NewEvent) -> StoreResult<Event> {
@@ -1065,55 +1082,6 @@ impl Store for MemoryStore {
         Ok(after.min_by(|a, b| (a.event.time, &a.event.id).cmp(&(b.event.time, &b.event.id))).map(|r| r.event.clone()))
     }
 
-    async fn search_candidates(
-        &self,
-        collection_id: CollectionId,
-        filter: EventFilter,
-        q: CandidateQuery,
-    ) -> StoreResult<Vec<Candidate>> {
-        let s = self.lock();
-        let scope = s.events_where(collection_id, &filter);
-        let mut cosine: HashMap<String, f32> = HashMap::new();
-        if let Some(qv) = &q.vector {
-            let mut scored: Vec<(f32, &str)> = scope
-                .iter()
-                .filter_map(|r| {
-                    r.vector.as_ref().filter(|v| v.len() == qv.len()).map(|v| (dot(qv, v), r.event.id.as_str()))
-                })
-                .collect();
-            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-            cosine = scored.into_iter().take(q.k).map(|(c, id)| (id.to_string(), c)).collect();
-        }
-        let mut bm25: HashMap<String, f64> = HashMap::new();
-        if !q.terms.is_empty() {
-            let Corpus { stats, df } = s.corpus(collection_id);
-            let query = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0));
-            bm25 = query.top_k(scope.iter().map(|r| (&r.event.id, Some(&r.terms))), q.k);
-        }
-        let ids = crate::store::candidate_ids(&cosine, &bm25);
-        let scored = crate::turns::scored(&cosine, &bm25);
-        Ok(ids
-            .into_iter()
-            .map(|id| {
-                let r = &s.events[&id];
-                let cos = cosine.get(&id).copied().or_else(|| {
-                    let qv = q.vector.as_ref()?;
-                    r.vector.as_ref().filter(|v| v.len() == qv.len()).map(|v| dot(qv, v))
-                });
-                let turn_cosine = (q.vector.as_ref().zip(r.turns.as_ref()))
-                    .filter(|_| scored.contains(id.as_str()))
-                    .and_then(|(qv, t)| crate::turns::best_cosine(t, qv));
-                Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied(), turn_cosine }
-            })
-            .collect())
-    }
-
-    async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
-        let Corpus { stats, mut df } = self.lock().corpus(collection_id);
-        df.retain(|t, _| tokens.contains(t));
-        Ok(Corpus { stats, df })
-    }
-
     async fn record_hits(&self, collection_id: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
         let mut s = self.lock();
         let day = now.div_euclid(DAY);
@@ -1193,7 +1161,62 @@ impl Store for MemoryStore {
         self.lock().turns_backfill = false;
         Ok(())
     }
+}
 
+#[async_trait]
+impl SearchStore for MemoryStore {
+    async fn search_candidates(
+        &self,
+        collection_id: CollectionId,
+        filter: EventFilter,
+        q: CandidateQuery,
+    ) -> StoreResult<Vec<Candidate>> {
+        let s = self.lock();
+        let scope = s.events_where(collection_id, &filter);
+        let mut cosine: HashMap<String, f32> = HashMap::new();
+        if let Some(qv) = &q.vector {
+            let mut scored: Vec<(f32, &str)> = scope
+                .iter()
+                .filter_map(|r| {
+                    r.vector.as_ref().filter(|v| v.len() == qv.len()).map(|v| (dot(qv, v), r.event.id.as_str()))
+                })
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+            cosine = scored.into_iter().take(q.k).map(|(c, id)| (id.to_string(), c)).collect();
+        }
+        let mut bm25: HashMap<String, f64> = HashMap::new();
+        if !q.terms.is_empty() {
+            let Corpus { stats, df } = s.corpus(collection_id);
+            let query = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0));
+            bm25 = query.top_k(scope.iter().map(|r| (&r.event.id, Some(&r.terms))), q.k);
+        }
+        let ids = crate::store::candidate_ids(&cosine, &bm25);
+        let scored = crate::turns::scored(&cosine, &bm25);
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let r = &s.events[&id];
+                let cos = cosine.get(&id).copied().or_else(|| {
+                    let qv = q.vector.as_ref()?;
+                    r.vector.as_ref().filter(|v| v.len() == qv.len()).map(|v| dot(qv, v))
+                });
+                let turn_cosine = (q.vector.as_ref().zip(r.turns.as_ref()))
+                    .filter(|_| scored.contains(id.as_str()))
+                    .and_then(|(qv, t)| crate::turns::best_cosine(t, qv));
+                Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied(), turn_cosine }
+            })
+            .collect())
+    }
+
+    async fn corpus(&self, collection_id: CollectionId, tokens: &[String]) -> StoreResult<Corpus> {
+        let Corpus { stats, mut df } = self.lock().corpus(collection_id);
+        df.retain(|t, _| tokens.contains(t));
+        Ok(Corpus { stats, df })
+    }
+}
+
+#[async_trait]
+impl StatsStore for MemoryStore {
     // ------------------------------------------------------------------ lifecycle and numbers
 
     async fn memory_stats(
@@ -1260,6 +1283,25 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn stats(&self) -> StoreResult<StoreStats> {
+        let s = self.lock();
+        let mut jobs: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for j in s.jobs.values() {
+            *jobs.entry(j.job.state.as_str()).or_default() += 1;
+        }
+        Ok(StoreStats {
+            jobs: jobs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            conversations: s.conversations.len() as u64,
+            messages: s.messages.len() as u64,
+            events: s.events.len() as u64,
+            profiles: s.profiles.len() as u64,
+            bytes: 0,
+        })
+    }
+}
+
+#[async_trait]
+impl MaintenanceStore for MemoryStore {
     async fn run_maintenance(
         &self,
         collection_id: CollectionId,
@@ -1336,23 +1378,10 @@ impl Store for MemoryStore {
         runs.sort_by(|a, b| b.1.started_at.cmp(&a.1.started_at).then_with(|| b.0.cmp(&a.0)));
         Ok(runs.into_iter().take(limit as usize).map(|(_, r)| r.clone()).collect())
     }
+}
 
-    async fn stats(&self) -> StoreResult<StoreStats> {
-        let s = self.lock();
-        let mut jobs: BTreeMap<&'static str, u64> = BTreeMap::new();
-        for j in s.jobs.values() {
-            *jobs.entry(j.job.state.as_str()).or_default() += 1;
-        }
-        Ok(StoreStats {
-            jobs: jobs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            conversations: s.conversations.len() as u64,
-            messages: s.messages.len() as u64,
-            events: s.events.len() as u64,
-            profiles: s.profiles.len() as u64,
-            bytes: 0,
-        })
-    }
-
+#[async_trait]
+impl PrivacyStore for MemoryStore {
     // ------------------------------------------------------------------ privacy
 
     async fn export_user(&self, collection_id: CollectionId, user_id: &str) -> StoreResult<UserData> {
@@ -1437,7 +1466,10 @@ impl Store for MemoryStore {
         s.hits_daily.retain(|(c, _, u), _| !(*c == collection_id && u == user_id));
         Ok(n)
     }
+}
 
+#[async_trait]
+impl ProfileStore for MemoryStore {
     // ------------------------------------------------------------------ profiles
 
     async fn insert_profile(&self, p: NewProfile) -> StoreResult<Profile> {

@@ -1,7 +1,7 @@
 //! Shared by the PostgreSQL integration tests that work in one named schema.
 
 use mnemo_core::model::{Collection, CollectionSchema, NewCollection};
-use mnemo_core::store::Store;
+use mnemo_core::store::prelude::*;
 use mnemo_store_pg::{PgOptions, PgStore};
 
 /// `MNEMO_TEST_DATABASE_URL` and a store on a fresh, empty `schema` (2 connections), or `None`

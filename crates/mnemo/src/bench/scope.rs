@@ -7,9 +7,9 @@
 
 use crate::bench::{Rng, WORDS, percentile, synthetic_event};
 use anyhow::Result;
-use mnemo_core::Store;
 use mnemo_core::embed::{dot, normalize};
 use mnemo_core::model::*;
+use mnemo_core::store::prelude::*;
 use mnemo_store::{SqliteOptions, SqliteStore};
 use std::time::Instant;
 
