@@ -20,10 +20,7 @@ pub mod profile;
 pub mod ranking;
 pub mod redact;
 pub mod service;
-pub mod sharded;
 pub mod store;
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;
 pub mod text;
 pub mod tokens;
 pub mod trigger;

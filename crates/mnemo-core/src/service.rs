@@ -256,5 +256,3 @@ impl Service {
     }
 }
 
-#[cfg(test)]
-mod tests;

@@ -1,9 +1,9 @@
-//! The store conformance suite (`mnemo_core::testing`) on PostgreSQL, a fresh schema per
+//! The store conformance suite (`mnemo_testing`) on PostgreSQL, a fresh schema per
 //! scenario. Runs when `MNEMO_TEST_DATABASE_URL` is set (`eval "$(./scripts/setup-postgres)"`);
 //! otherwise it says it was skipped. `./scripts/test` always sets it.
 
 use mnemo_core::store::Store;
-use mnemo_core::testing::{StoreHarness, run_all};
+use mnemo_testing::{StoreHarness, run_all};
 use mnemo_store_pg::{PgOptions, PgStore};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -45,7 +45,7 @@ impl StoreHarness for ShardedPgHarness {
         for h in &self.0 {
             shards.push(h.open().await);
         }
-        Arc::new(mnemo_core::sharded::ShardedStore::open(shards).await.unwrap())
+        Arc::new(mnemo_sharded::ShardedStore::open(shards).await.unwrap())
     }
 
     async fn settle(&self) {

@@ -24,11 +24,11 @@ async fn setup() -> (tempfile::TempDir, SqliteStore, Collection) {
     (dir, store, c)
 }
 
-/// The store conformance suite (`mnemo_core::testing`), on a fresh SQLite file per scenario.
+/// The store conformance suite (`mnemo_testing`), on a fresh SQLite file per scenario.
 struct SqliteHarness(tempfile::TempDir);
 
 #[async_trait::async_trait]
-impl mnemo_core::testing::StoreHarness for SqliteHarness {
+impl mnemo_testing::StoreHarness for SqliteHarness {
     async fn open(&self) -> Arc<dyn Store> {
         Arc::new(SqliteStore::open(self.0.path(), SqliteOptions::default()).unwrap())
     }
@@ -36,7 +36,7 @@ impl mnemo_core::testing::StoreHarness for SqliteHarness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance() {
-    mnemo_core::testing::run_all(async || SqliteHarness(tempfile::tempdir().unwrap())).await;
+    mnemo_testing::run_all(async || SqliteHarness(tempfile::tempdir().unwrap())).await;
 }
 
 /// The conformance suite on a sharded store over three SQLite files (webhook outboxes included:
@@ -44,14 +44,14 @@ async fn conformance() {
 struct ShardedSqliteHarness(Vec<tempfile::TempDir>);
 
 #[async_trait::async_trait]
-impl mnemo_core::testing::StoreHarness for ShardedSqliteHarness {
+impl mnemo_testing::StoreHarness for ShardedSqliteHarness {
     async fn open(&self) -> Arc<dyn Store> {
         let shards = self
             .0
             .iter()
             .map(|d| Arc::new(SqliteStore::open(d.path(), SqliteOptions::default()).unwrap()) as _)
             .collect();
-        Arc::new(mnemo_core::sharded::ShardedStore::open(shards).await.unwrap())
+        Arc::new(mnemo_sharded::ShardedStore::open(shards).await.unwrap())
     }
     fn sharded(&self) -> bool {
         true
@@ -61,7 +61,7 @@ impl mnemo_core::testing::StoreHarness for ShardedSqliteHarness {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_over_three_shards() {
     let fresh = async || ShardedSqliteHarness((0..3).map(|_| tempfile::tempdir().unwrap()).collect());
-    mnemo_core::testing::run_all(fresh).await;
+    mnemo_testing::run_all(fresh).await;
 }
 
 #[tokio::test]

@@ -189,7 +189,7 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
 
 /// `store.shards`: one PostgreSQL store per database, routed by user ([`ShardedStore`]).
 async fn open_shards(cfg: &Config, opts: impl Fn(String) -> mnemo_store_pg::PgOptions) -> Result<Arc<dyn Store>> {
-    use mnemo_core::sharded::{MAX_SHARDS, ShardedStore};
+    use mnemo_sharded::{MAX_SHARDS, ShardedStore};
     let shards = &cfg.store.shards;
     if cfg.store.url.is_some() {
         bail!("store.url: give either url (one database) or shards (several), not both");

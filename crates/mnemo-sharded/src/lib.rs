@@ -32,11 +32,11 @@
 //! count is fixed once data is written (no rebalancing; the PostgreSQL composition root checks
 //! each database's recorded place, `PgStore::place_in_shards`).
 
-use crate::StoreError;
-use crate::extract::ExtractionOutput;
-use crate::model::*;
-use crate::store::prelude::*;
-use crate::store::{NextHop, NextTerms, PendingVector, Store, StoreResult, TwoHops};
+use mnemo_core::StoreError;
+use mnemo_core::extract::ExtractionOutput;
+use mnemo_core::model::*;
+use mnemo_core::store::prelude::*;
+use mnemo_core::store::{NextHop, NextTerms, PendingVector, Store, StoreResult, TwoHops};
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
 use std::collections::{BTreeMap, HashMap};
@@ -181,7 +181,7 @@ impl ShardedStore {
             return Ok(given);
         }
         let mut tokens: Vec<String> =
-            terms.iter().flat_map(|t| crate::text::fts_tokens(t).collect::<Vec<_>>()).collect();
+            terms.iter().flat_map(|t| mnemo_core::text::fts_tokens(t).collect::<Vec<_>>()).collect();
         tokens.sort();
         tokens.dedup();
         Ok(Some(Arc::new(self.corpus(collection_id, &tokens).await?)))
@@ -949,7 +949,7 @@ impl WebhookStore for ShardedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{MemoryStore, StoreHarness, run_all};
+    use mnemo_testing::{MemoryStore, StoreHarness, run_all};
 
     /// Collection `p/c` of a model with `dim` dimensions.
     fn collection(dim: u32) -> NewCollection {

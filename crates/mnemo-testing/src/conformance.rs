@@ -6,12 +6,12 @@
 //! The integration suite (`crates/mnemo/tests/integration`) is the other half: the whole HTTP
 //! product against the real binary, run once per store by `./scripts/test`.
 
-use crate::embed::{EmbedKind, Embedder, HashingEmbedder};
-use crate::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
-use crate::model::*;
-use crate::store::Store;
-use crate::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
-use crate::{ExtractTrigger, StoreError, TriggerReason};
+use mnemo_core::embed::{EmbedKind, Embedder, HashingEmbedder};
+use mnemo_core::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
+use mnemo_core::model::*;
+use mnemo_core::store::Store;
+use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
+use mnemo_core::{ExtractTrigger, StoreError, TriggerReason};
 use async_trait::async_trait;
 use serde_json::json;
 use std::collections::HashMap;
@@ -785,7 +785,7 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
         let want_bm25 = reference.score(&analysed[id]);
         let got_bm25 = cand.bm25.unwrap_or(0.0);
         assert!((got_bm25 - want_bm25).abs() < 1e-9, "{id}: bm25 {got_bm25} vs reference {want_bm25}");
-        let want_cos = crate::embed::dot(&qv, &embed(&docs[id].1, EmbedKind::Document).await);
+        let want_cos = mnemo_core::embed::dot(&qv, &embed(&docs[id].1, EmbedKind::Document).await);
         let got_cos = cand.cosine.expect("every candidate has a vector");
         assert!((got_cos - want_cos).abs() < 1e-5, "{id}: cosine {got_cos} vs reference {want_cos}");
     }
@@ -807,12 +807,12 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     assert_eq!(reused, scanned, "a reused vector part changes no candidate and no score");
     // Both searches in one call (a store may keep what the first read) answer as the two calls.
     let mut asked = None;
-    let then: crate::store::NextTerms<'_> = Box::new(|found| {
+    let then: mnemo_core::store::NextTerms<'_> = Box::new(|found| {
         asked = Some(found.len());
-        Box::pin(std::future::ready(Some(crate::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
+        Box::pin(std::future::ready(Some(mnemo_core::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
     });
     let unset = CandidateQuery { vector: None, ..first.clone() };
-    let known = crate::store::known_vector(Some(qv.clone()));
+    let known = mnemo_core::store::known_vector(Some(qv.clone()));
     let hops = s.search_candidates_then(c.id, f.clone(), unset.clone(), known, then).await.unwrap();
     assert_eq!(asked, Some(hops.first.len()), "the second search is decided from the first's candidates");
     assert_eq!(hops.vector.as_deref(), Some(&qv[..]), "the vector is handed back");
@@ -820,20 +820,20 @@ pub async fn both_signals_equal_the_reference_computation(h: &impl StoreHarness)
     assert_eq!(key(hops.second.expect("a second search")), scanned);
     // The same with the vector still being computed when the search starts (the store may read
     // the scope meanwhile): the same answers.
-    let slow_vector: crate::store::PendingVector<'_> = Box::pin(async {
+    let slow_vector: mnemo_core::store::PendingVector<'_> = Box::pin(async {
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         Some(qv.clone())
     });
-    let then: crate::store::NextTerms<'_> = Box::new(|_| {
-        Box::pin(std::future::ready(Some(crate::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
+    let then: mnemo_core::store::NextTerms<'_> = Box::new(|_| {
+        Box::pin(std::future::ready(Some(mnemo_core::store::NextHop::terms(vec!["咖啡".into(), "coffee".into()]))))
     });
     let hops = s.search_candidates_then(c.id, f.clone(), unset.clone(), slow_vector, then).await.unwrap();
     assert_eq!(hops.vector.as_deref(), Some(&qv[..]), "the vector is handed back");
     assert_eq!(key(hops.first), key(s.search_candidates(c.id, f.clone(), first.clone()).await.unwrap()));
     assert_eq!(key(hops.second.expect("a second search")), scanned);
     // No vector after all (the embedder failed): full text only, as a search without one.
-    let none = crate::store::known_vector(None);
-    let no_hop: crate::store::NextTerms<'_> = Box::new(|_| Box::pin(std::future::ready(None)));
+    let none = mnemo_core::store::known_vector(None);
+    let no_hop: mnemo_core::store::NextTerms<'_> = Box::new(|_| Box::pin(std::future::ready(None)));
     let hops = s.search_candidates_then(c.id, f.clone(), unset.clone(), none, no_hop).await.unwrap();
     assert!(hops.vector.is_none() && hops.second.is_none(), "no terms asked, no second search");
     assert_eq!(key(hops.first), key(s.search_candidates(c.id, f.clone(), unset).await.unwrap()));
@@ -934,7 +934,7 @@ pub async fn scores_closer_than_half_precision_rank_exactly(h: &impl StoreHarnes
         let want: Vec<&String> = (40 - k..40).rev().map(|i| &id_of[&i]).collect();
         assert_eq!(got.iter().map(|g| &g.0).collect::<Vec<_>>(), want, "k = {k}: the k largest scores, in order");
         for (rank, (_, cos)) in got.iter().enumerate() {
-            let want_cos = crate::embed::dot(&base, &scaled(39 - rank));
+            let want_cos = mnemo_core::embed::dot(&base, &scaled(39 - rank));
             assert!((cos - want_cos).abs() < 2e-6, "k = {k}, rank {rank}: cosine {cos} vs {want_cos}");
         }
     }
@@ -1041,7 +1041,7 @@ pub async fn a_deleted_conversation_leaves_nothing_and_spares_the_others(h: &imp
     assert_eq!(jobs.iter().map(|j| j.session_id.clone()).collect::<Vec<_>>(), vec![Some(sessions[1].clone())]);
     let q = CandidateQuery {
         vector: Some(vec![1.0; 64]),
-        terms: crate::text::search_tokens("hiking"),
+        terms: mnemo_core::text::search_tokens("hiking"),
         k: 10,
         vector_hits: None,
         corpus: None,

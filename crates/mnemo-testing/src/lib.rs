@@ -1,4 +1,4 @@
-//! Test support shared by the crates: the store conformance suite every [`crate::Store`] backend
+//! Test support shared by the crates: the store conformance suite every [`mnemo_core::Store`] backend
 //! runs ([`conformance`], re-exported here), and [`MemoryStore`], an in-memory store that passes
 //! it — so the `Service` can be tested at its own boundary without a database.
 
@@ -11,7 +11,7 @@ pub use memory::MemoryStore;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use mnemo_core::store::Store;
     use std::sync::Arc;
 
     /// Every open is a reopen of the same data (what survives a restart is checked).

@@ -7,12 +7,12 @@
 //! BM25 statistics are computed from the collection's events at query time (exact by
 //! construction); vectors are compared by exact scan — the reference computations themselves.
 
-use crate::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
-use crate::model::*;
-use crate::store::StoreResult;
-use crate::store::prelude::*;
-use crate::text::{fts_tokens, search_tokens};
-use crate::{StoreError, TriggerReason, profile};
+use mnemo_core::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
+use mnemo_core::model::*;
+use mnemo_core::store::StoreResult;
+use mnemo_core::store::prelude::*;
+use mnemo_core::text::{fts_tokens, search_tokens};
+use mnemo_core::{StoreError, TriggerReason, profile};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -110,7 +110,7 @@ struct EventRow {
     collection_id: CollectionId,
     event: Event,
     vector: Option<Vec<f32>>,
-    /// Its turns' vectors as stored ([`crate::turns::encode`]); only beside `vector`.
+    /// Its turns' vectors as stored ([`mnemo_core::turns::encode`]); only beside `vector`.
     turns: Option<Vec<u8>>,
     terms: String,
 }
@@ -378,7 +378,7 @@ impl State {
             superseded_by: None,
         };
         let terms = terms_of(&event.memory_info);
-        let turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(crate::turns::encode);
+        let turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(mnemo_core::turns::encode);
         self.events.insert(
             id.clone(),
             EventRow { collection_id: e.collection_id, event, vector: e.embedding.clone(), turns, terms },
@@ -408,9 +408,9 @@ impl State {
         if row.event.status != "active" {
             return false;
         }
-        let (info, sources) = crate::extract::merged_content(&row.event, e);
+        let (info, sources) = mnemo_core::extract::merged_content(&row.event, e);
         row.terms = terms_of(&info);
-        row.turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(crate::turns::encode);
+        row.turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(mnemo_core::turns::encode);
         if let Some(v) = &e.embedding {
             row.vector = Some(v.clone());
         }
@@ -1034,7 +1034,7 @@ impl EventStore for MemoryStore {
             .ok_or_else(|| StoreError::NotFound(format!("event_id: no event \"{id}\"")))?;
         if let Some(TextVectors { vector, turns }) = patch.apply(&mut row.event) {
             row.terms = terms_of(&row.event.memory_info);
-            row.turns = vector.as_ref().and(turns.as_deref()).and_then(crate::turns::encode);
+            row.turns = vector.as_ref().and(turns.as_deref()).and_then(mnemo_core::turns::encode);
             if vector.is_some() {
                 row.vector = vector;
             }
@@ -1114,7 +1114,7 @@ impl EventStore for MemoryStore {
     ) -> StoreResult<()> {
         if let Some(r) = self.lock().event_mut(collection_id, id) {
             r.vector = Some(vector);
-            r.turns = turns.as_deref().and_then(crate::turns::encode);
+            r.turns = turns.as_deref().and_then(mnemo_core::turns::encode);
         }
         Ok(())
     }
@@ -1153,7 +1153,7 @@ impl EventStore for MemoryStore {
         if r.event.updated_at != seen || r.vector.is_none() || r.turns.is_some() {
             return Ok(false);
         }
-        r.turns = crate::turns::encode(&turns);
+        r.turns = mnemo_core::turns::encode(&turns);
         Ok(r.turns.is_some())
     }
 
@@ -1190,8 +1190,8 @@ impl SearchStore for MemoryStore {
             let query = q.bm25(stats, |t| df.get(t).copied().unwrap_or(0));
             bm25 = query.top_k(scope.iter().map(|r| (&r.event.id, Some(&r.terms))), q.k);
         }
-        let ids = crate::store::candidate_ids(&cosine, &bm25);
-        let scored = crate::turns::scored(&cosine, &bm25);
+        let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
+        let scored = mnemo_core::turns::scored(&cosine, &bm25);
         Ok(ids
             .into_iter()
             .map(|id| {
@@ -1202,7 +1202,7 @@ impl SearchStore for MemoryStore {
                 });
                 let turn_cosine = (q.vector.as_ref().zip(r.turns.as_ref()))
                     .filter(|_| scored.contains(id.as_str()))
-                    .and_then(|(qv, t)| crate::turns::best_cosine(t, qv));
+                    .and_then(|(qv, t)| mnemo_core::turns::best_cosine(t, qv));
                 Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied(), turn_cosine }
             })
             .collect())
