@@ -11,15 +11,11 @@
 
 use crate::excerpt::{Excerpter, Focus};
 use crate::model::{Millis, Profile, StoredMessage};
-use crate::service::ScoredEvent;
+use crate::ranking::ScoredEvent;
 use crate::tokens::TokenCounter;
 use serde_json::Value;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Locale {
-    Zh,
-    En,
-}
+pub use crate::text::Locale;
 
 #[derive(Clone, Debug, Default)]
 pub struct Candidates {

@@ -14,9 +14,9 @@
 //! `source_message_ids` are the shown turns', and `memory_info.excerpt` is `true`; the stored
 //! event is unchanged.
 
-use crate::context::Locale;
 use crate::model::{Event, Role, original_message_turns};
-use crate::service::ScoredEvent;
+use crate::ranking::ScoredEvent;
+use crate::text::Locale;
 use serde_json::Value;
 use std::collections::HashMap;
 

@@ -694,6 +694,21 @@ impl Corpus {
     }
 }
 
+/// What a search's second hop asks: its terms and, from a sharded store, the BM25 statistics to
+/// score them with ([`CandidateQuery::corpus`]).
+#[derive(Clone, Debug)]
+pub struct NextHop {
+    pub terms: Vec<String>,
+    pub corpus: Option<std::sync::Arc<Corpus>>,
+}
+
+impl NextHop {
+    /// A second hop with these terms, scored with the store's own statistics.
+    pub fn terms(terms: Vec<String>) -> Self {
+        Self { terms, corpus: None }
+    }
+}
+
 impl CandidateQuery {
     /// The BM25 scorer of this query's terms: over [`CandidateQuery::corpus`] when given, else
     /// over the store's own statistics (`stats`, `df`).
@@ -706,7 +721,7 @@ impl CandidateQuery {
 
     /// A search's second hop after this query found `found`: `next`'s terms (and statistics)
     /// with the vector part as found ([`Self::vector_hits_of`]), the rest unchanged.
-    pub fn second_hop(&self, found: &[Candidate], next: crate::store::NextHop) -> CandidateQuery {
+    pub fn second_hop(&self, found: &[Candidate], next: NextHop) -> CandidateQuery {
         CandidateQuery {
             terms: next.terms,
             vector_hits: self.vector_hits_of(found),

@@ -57,6 +57,16 @@ pub struct Scores {
     pub custom_weight_score: f64,
 }
 
+/// An event with how it scored against a search: what search answers and context assembly
+/// lays out.
+#[derive(Clone, Debug)]
+pub struct ScoredEvent {
+    pub event: Event,
+    pub scores: Scores,
+    /// The scope layer the result came from (`global` when found by the fallback).
+    pub layer: Option<String>,
+}
+
 /// How a search fuses a candidate's two signals into its relevance in [0,1]:
 ///
 /// `mixed = text_weight · t + (1 − text_weight) · v`, with `t = bm25 / (bm25 + bm25_half)`

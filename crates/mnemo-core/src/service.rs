@@ -31,13 +31,14 @@ mod validate;
 mod webhooks;
 mod write;
 
+pub use crate::ranking::ScoredEvent;
 pub use collections::CollectionOptions;
 pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE};
 pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES, MAX_BATCH_EVENTS};
 pub use jobs::ExtractionPolicy;
 pub use lifecycle::LifecycleConfig;
 pub use query_cache::QueryCache;
-pub use search::{EventSearch, GLOBAL_SCOPE, MAX_QUERY_CHARS, RetrievalConfig, ScoredEvent};
+pub use search::{EventSearch, GLOBAL_SCOPE, MAX_QUERY_CHARS, RetrievalConfig};
 use validate::*;
 pub use validate::{
     LIMIT_RANGE, MAX_CONTENT_CHARS, MAX_CONVERSATION_ID_CHARS, MAX_ID_CHARS, MAX_MESSAGES_PER_WRITE, MAX_NAME_CHARS,
@@ -255,4 +256,3 @@ impl Service {
         &self.extractors
     }
 }
-

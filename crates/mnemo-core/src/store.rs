@@ -44,20 +44,7 @@ pub struct TwoHops {
     pub second: Option<Vec<Candidate>>,
 }
 
-/// What a search's second hop asks: its terms and, from a sharded store, the BM25 statistics to
-/// score them with ([`CandidateQuery::corpus`]).
-#[derive(Clone, Debug)]
-pub struct NextHop {
-    pub terms: Vec<String>,
-    pub corpus: Option<std::sync::Arc<Corpus>>,
-}
-
-impl NextHop {
-    /// A second hop with these terms, scored with the store's own statistics.
-    pub fn terms(terms: Vec<String>) -> Self {
-        Self { terms, corpus: None }
-    }
-}
+pub use crate::model::NextHop;
 
 /// The ids either search signal found, sorted, each once: the candidates a store loads.
 pub fn candidate_ids<A, B>(

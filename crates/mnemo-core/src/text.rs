@@ -6,6 +6,13 @@ use jieba_rs::Jieba;
 use rust_stemmers::{Algorithm, Stemmer};
 use std::sync::LazyLock;
 
+/// The language a context is written in (its headers and labels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Locale {
+    Zh,
+    En,
+}
+
 static JIEBA: LazyLock<Jieba> = LazyLock::new(Jieba::new);
 static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 

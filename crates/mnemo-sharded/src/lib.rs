@@ -32,13 +32,13 @@
 //! count is fixed once data is written (no rebalancing; the PostgreSQL composition root checks
 //! each database's recorded place, `PgStore::place_in_shards`).
 
+use async_trait::async_trait;
+use futures_util::future::try_join_all;
 use mnemo_core::StoreError;
 use mnemo_core::extract::ExtractionOutput;
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
 use mnemo_core::store::{NextHop, NextTerms, PendingVector, Store, StoreResult, TwoHops};
-use async_trait::async_trait;
-use futures_util::future::try_join_all;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -3,8 +3,8 @@
 //! otherwise it says it was skipped. `./scripts/test` always sets it.
 
 use mnemo_core::store::Store;
-use mnemo_testing::{StoreHarness, run_all};
 use mnemo_store_pg::{PgOptions, PgStore};
+use mnemo_testing::{StoreHarness, run_all};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 

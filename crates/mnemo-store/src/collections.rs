@@ -83,7 +83,7 @@ impl CollectionStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 // Vectors of another model recorded before are not comparable: they go.
-                for table in crate::upgrade::vector_tables(conn)? {
+                for table in crate::schema::vector_tables(conn)? {
                     conn.execute(
                         &format!("DELETE FROM {table} WHERE collection_id=?1 AND EXISTS (SELECT 1 FROM collections WHERE id=?1 AND embedding_model IS NOT NULL AND (embedding_model<>?2 OR embedding_dim IS NOT ?3))"),
                         params![id, model, dim],
@@ -126,7 +126,7 @@ impl CollectionStore for SqliteStore {
                 conn.execute("DELETE FROM term_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 conn.execute("DELETE FROM collection_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 let rest = ["event_subjects", "events", "profiles", "jobs", "sessions", "messages", "conversations"];
-                for t in crate::upgrade::vector_tables(conn)?.iter().chain(&rest) {
+                for t in crate::schema::vector_tables(conn)?.iter().chain(&rest) {
                     conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id]).map_err(backend)?;
                 }
                 Ok(conn.execute("DELETE FROM collections WHERE id=?1", [id]).map_err(backend)? > 0)

@@ -3,7 +3,7 @@
 
 use crate::filter::event_filter_sql;
 use crate::rows::{EVENT_COLS, event_from_row, json, vec_to_blob};
-use crate::upgrade::{forget_legacy_vector, has_legacy_vectors};
+use crate::schema::{forget_legacy_vector, has_legacy_vectors};
 use crate::{SqliteStore, backend};
 use async_trait::async_trait;
 use mnemo_core::StoreError;

@@ -1,6 +1,8 @@
 //! The on-disk schema and its migrations. `PRAGMA user_version` records the version; each
 //! migration runs once, in order, in one transaction, so old data directories keep opening.
 
+use crate::backend;
+use mnemo_core::store::StoreResult;
 use rusqlite::Connection;
 
 /// Each entry upgrades the schema from version `i` to `i + 1`.
@@ -410,4 +412,38 @@ pub(crate) fn migrate_to(
         tracing::info!(version = i + 1, "applied store migration");
     }
     Ok(Ok(()))
+}
+
+/// Vectors of events written before schema v11, keyed by event id, until [`relocate_legacy`]
+/// has moved them all into `event_vectors` (then the table is dropped).
+pub(crate) const LEGACY_VECTORS: &str = "event_vectors_legacy";
+
+/// Whether `event_vectors_legacy` still exists (a data directory upgraded from schema v10 whose
+/// relocation has not finished). A look at the schema table: microseconds.
+pub(crate) fn has_legacy_vectors(conn: &Connection) -> StoreResult<bool> {
+    table_exists(conn, LEGACY_VECTORS)
+}
+
+/// The tables vectors are in: `event_vectors`, and the legacy one while it exists.
+pub(crate) fn vector_tables(conn: &Connection) -> StoreResult<&'static [&'static str]> {
+    Ok(if has_legacy_vectors(conn)? { &["event_vectors", LEGACY_VECTORS] } else { &["event_vectors"] })
+}
+
+/// Removes an event's vector from the legacy table, if that table is still there: the event's
+/// vector is being written to `event_vectors` or the event is going.
+pub(crate) fn forget_legacy_vector(conn: &Connection, id: &str) -> StoreResult<()> {
+    if has_legacy_vectors(conn)? {
+        conn.prepare_cached("DELETE FROM event_vectors_legacy WHERE event_id=?1")
+            .map_err(backend)?
+            .execute([id])
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn table_exists(conn: &Connection, name: &str) -> StoreResult<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?1)")
+        .map_err(backend)?
+        .query_row([name], |r| r.get(0))
+        .map_err(backend)
 }

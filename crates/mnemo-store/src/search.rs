@@ -113,7 +113,7 @@ pub fn first_hop(
     let (where_sql, args) = event_filter_sql(cid, f);
     let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
-    let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::upgrade::has_legacy_vectors(conn)? {
+    let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::schema::has_legacy_vectors(conn)? {
         true => Some(Copies::read(conn, &where_sql, &args)?),
         false => None,
     };
@@ -166,7 +166,7 @@ fn vector_part(
 ) -> Result<HashMap<String, f32>, StoreError> {
     Ok(match (&q.vector, &q.vector_hits) {
         (Some(_), Some(hits)) => hits.iter().cloned().collect(),
-        (Some(qv), None) if crate::upgrade::has_legacy_vectors(conn)? => scan_f32(conn, where_sql, args, qv, q.k)?,
+        (Some(qv), None) if crate::schema::has_legacy_vectors(conn)? => scan_f32(conn, where_sql, args, qv, q.k)?,
         (Some(qv), None) => {
             let mut ranker = CopyRanker::new(qv, q.k);
             for_each_copy(conn, where_sql, args, |rowid, h| ranker.offer(rowid, h))?;
@@ -407,7 +407,7 @@ fn load_candidates(
     let mut out = Vec::with_capacity(ids.len());
     let mut load = conn.prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1")).map_err(backend)?;
     let mut vec_of = conn
-        .prepare_cached(if crate::upgrade::has_legacy_vectors(conn)? {
+        .prepare_cached(if crate::schema::has_legacy_vectors(conn)? {
             "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
         } else {
             "SELECT vec FROM event_vectors WHERE event_id=?1"

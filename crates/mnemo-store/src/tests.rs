@@ -260,7 +260,7 @@ async fn assert_term_search(s: &SqliteStore, cid: CollectionId, user: &str, word
 /// Rows of the legacy vector table (None: the table is gone).
 async fn legacy_vectors(s: &SqliteStore) -> Option<i64> {
     s.read(|conn| {
-        Ok(crate::upgrade::has_legacy_vectors(conn)?
+        Ok(crate::schema::has_legacy_vectors(conn)?
             .then(|| conn.query_row("SELECT count(*) FROM event_vectors_legacy", [], |r| r.get(0)).unwrap()))
     })
     .await

@@ -4,6 +4,7 @@
 //! (`StoreEngine::housekeeping`); reads find the old rows meanwhile.
 
 use crate::events::*;
+use crate::schema::{has_legacy_vectors, table_exists};
 use crate::{SqliteStore, backend};
 use mnemo_core::model::CollectionId;
 use mnemo_core::store::StoreResult;
@@ -11,33 +12,6 @@ use rusqlite::{Connection, params};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// Vectors of events written before schema v11, keyed by event id, until [`relocate_legacy`]
-/// has moved them all into `event_vectors` (then the table is dropped).
-pub(crate) const LEGACY_VECTORS: &str = "event_vectors_legacy";
-
-/// Whether `event_vectors_legacy` still exists (a data directory upgraded from schema v10 whose
-/// relocation has not finished). A look at the schema table: microseconds.
-pub(crate) fn has_legacy_vectors(conn: &Connection) -> StoreResult<bool> {
-    table_exists(conn, LEGACY_VECTORS)
-}
-
-/// The tables vectors are in: `event_vectors`, and the legacy one while it exists.
-pub(crate) fn vector_tables(conn: &Connection) -> StoreResult<&'static [&'static str]> {
-    Ok(if has_legacy_vectors(conn)? { &["event_vectors", LEGACY_VECTORS] } else { &["event_vectors"] })
-}
-
-/// Removes an event's vector from the legacy table, if that table is still there: the event's
-/// vector is being written to `event_vectors` or the event is going.
-pub(crate) fn forget_legacy_vector(conn: &Connection, id: &str) -> StoreResult<()> {
-    if has_legacy_vectors(conn)? {
-        conn.prepare_cached("DELETE FROM event_vectors_legacy WHERE event_id=?1")
-            .map_err(backend)?
-            .execute([id])
-            .map_err(backend)?;
-    }
-    Ok(())
-}
 
 /// Moves up to `limit` events written before schema v11 (rowids below [`FIRST_CLUSTERED`], in
 /// write order) to the end of their subject's bucket, with everything keyed by their rowid: the
@@ -216,13 +190,6 @@ impl SqliteStore {
 /// The table holding the f16 copy's background fill cursor, while vectors written before schema
 /// v12 still lack their copy.
 pub(crate) const F16_FILL: &str = "event_vectors_f16_fill";
-
-pub(crate) fn table_exists(conn: &Connection, name: &str) -> StoreResult<bool> {
-    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?1)")
-        .map_err(backend)?
-        .query_row([name], |r| r.get(0))
-        .map_err(backend)
-}
 
 /// Gives up to `limit` vectors written before schema v12 their f16 copy, in rowid order from the
 /// cursor. Returns how many it read; 0 means none is left, and the cursor's table is dropped.

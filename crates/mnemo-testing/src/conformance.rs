@@ -6,13 +6,13 @@
 //! The integration suite (`crates/mnemo/tests/integration`) is the other half: the whole HTTP
 //! product against the real binary, run once per store by `./scripts/test`.
 
+use async_trait::async_trait;
 use mnemo_core::embed::{EmbedKind, Embedder, HashingEmbedder};
 use mnemo_core::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
 use mnemo_core::model::*;
 use mnemo_core::store::Store;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
 use mnemo_core::{ExtractTrigger, StoreError, TriggerReason};
-use async_trait::async_trait;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -7,13 +7,13 @@
 //! BM25 statistics are computed from the collection's events at query time (exact by
 //! construction); vectors are compared by exact scan — the reference computations themselves.
 
+use async_trait::async_trait;
 use mnemo_core::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
 use mnemo_core::store::prelude::*;
 use mnemo_core::text::{fts_tokens, search_tokens};
 use mnemo_core::{StoreError, TriggerReason, profile};
-use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};

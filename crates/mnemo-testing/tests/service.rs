@@ -3,17 +3,17 @@
 //! `get_context` assembly and dedup/supersede are tested in milliseconds, with snapshots of what a
 //! client would see (ids left out: they are random).
 
-use mnemo_core::*;
-use mnemo_core::service::*;
+use async_trait::async_trait;
 use mnemo_core::embed::HashingEmbedder;
 use mnemo_core::extract::{ExtractedEvent, Extractor, ProfileChange};
 use mnemo_core::ranking;
+use mnemo_core::service::*;
 use mnemo_core::store::prelude::*;
+use mnemo_core::*;
 use mnemo_testing::MemoryStore;
-use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -524,7 +524,8 @@ async fn write_lake_chunk(svc: &Service, script: &Scripted) {
         (Role::User, "Nate", "Joanna painted the lake at sunrise"),
         (Role::Assistant, "Joanna", "thanks so much glad you like it a lot"),
     ];
-    let raw: Vec<String> = turns.iter().map(|(r, n, c)| mnemo_core::model::original_message_line(Some(n), *r, c)).collect();
+    let raw: Vec<String> =
+        turns.iter().map(|(r, n, c)| mnemo_core::model::original_message_line(Some(n), *r, c)).collect();
     let mut chunk = Map::new();
     chunk.insert(
         "summary".into(),

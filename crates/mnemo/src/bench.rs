@@ -9,6 +9,7 @@ pub mod embed;
 pub mod extraction;
 pub mod load;
 pub mod locomo;
+pub mod locomo_data;
 pub mod locomo_e2e;
 pub mod locomo_qa;
 pub mod scale;

@@ -92,14 +92,6 @@ impl EventSearch {
     }
 }
 
-#[derive(Clone, Debug)]
-pub struct ScoredEvent {
-    pub event: Event,
-    pub scores: Scores,
-    /// The scope layer the result came from (`global` when found by the fallback).
-    pub layer: Option<String>,
-}
-
 /// What a search found, and — when its query could not be embedded (the embedder's queue was
 /// full, or it failed) and it ran on full text alone — why.
 #[derive(Clone, Debug, Default)]

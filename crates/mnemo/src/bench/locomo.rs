@@ -10,60 +10,18 @@
 //! extraction → `get_context` (max_tokens 1200, a fresh conversation, query = the question). An
 //! evidence turn counts as found when an event in the context has it in its provenance.
 
+use super::locomo_data::*;
 use crate::bench::percentile;
 use crate::config::Config;
 use anyhow::{Context, Result};
 use mnemo_core::SystemClock;
 use mnemo_core::model::*;
 use mnemo_core::service::{AddEventRequest, EventSearch, Target};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-
-#[derive(Deserialize)]
-pub(super) struct Conversation {
-    pub(super) conversation_id: String,
-    pub(super) user_id: String,
-    pub(super) sessions: Vec<Session>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct Session {
-    pub(super) session_id: String,
-    pub(super) time: String,
-    pub(super) messages: Vec<Turn>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct Turn {
-    pub(super) role: String,
-    pub(super) speaker: String,
-    pub(super) content: String,
-    pub(super) turn_id: String,
-}
-
-#[derive(Deserialize)]
-pub(super) struct Question {
-    pub(super) conversation_id: String,
-    pub(super) question: String,
-    pub(super) category: String,
-    pub(super) evidence_turn_ids: Vec<String>,
-    #[serde(default)]
-    pub(super) answer: Option<String>,
-}
-
-fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).context("parsing a line")).collect()
-}
-
-pub(super) fn parse_time(s: &str) -> Result<i64> {
-    let t = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").with_context(|| format!("time {s:?}"))?;
-    Ok(t.and_utc().timestamp_millis())
-}
 
 /// Per-category accumulators: all@5, all@10, share@5, share@10, count.
 #[derive(Default, Clone)]

@@ -12,7 +12,7 @@
 //!   context writes them, `2023-05-07`; a list answer needs every item), appears in
 //!   `context_str`. Questions without an answer (adversarial) are left out of this column.
 
-use super::locomo::{Conversation, Question, parse_time};
+use super::locomo_data::{Conversation, Question, parse_time};
 use crate::bench::percentile;
 use anyhow::{Context, Result};
 use mnemo_core::ExtractTrigger;

@@ -12,7 +12,7 @@
 //! verdict goes to a JSONL file (`--out`) for inspection; the summary prints J per category, the
 //! context tokens per question and the latencies (context, answer, judge).
 
-use super::locomo::{Conversation, Question};
+use super::locomo_data::{Conversation, Question};
 use crate::bench::percentile;
 use anyhow::{Context, Result, bail};
 use mnemo_core::model::*;
