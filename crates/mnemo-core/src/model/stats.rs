@@ -1,0 +1,94 @@
+//! Records about the memory as a whole: a user's exported data and what forgetting deleted,
+//! store and memory statistics, maintenance runs.
+
+use super::*;
+
+/// Everything stored about one user in one collection (`user/export`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct UserData {
+    pub conversations: Vec<ConversationInfo>,
+    /// Every message of the user's conversations, extracted or not.
+    pub messages: Vec<StoredMessage>,
+    pub sessions: Vec<SessionSummary>,
+    pub jobs: Vec<Job>,
+    pub events: Vec<Event>,
+    pub profiles: Vec<Profile>,
+}
+
+/// What `user/forget` removed, per kind.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct ForgetCounts {
+    pub conversations: u64,
+    pub messages: u64,
+    pub sessions: u64,
+    pub jobs: u64,
+    pub events: u64,
+    pub profiles: u64,
+}
+
+impl std::ops::AddAssign for ForgetCounts {
+    fn add_assign(&mut self, n: Self) {
+        self.conversations += n.conversations;
+        self.messages += n.messages;
+        self.sessions += n.sessions;
+        self.jobs += n.jobs;
+        self.events += n.events;
+        self.profiles += n.profiles;
+    }
+}
+
+/// Sizes of a store, for `/metrics`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StoreStats {
+    /// Jobs per state (`queued`, `running`, `done`, `failed`).
+    pub jobs: Vec<(String, u64)>,
+    pub conversations: u64,
+    pub messages: u64,
+    pub events: u64,
+    pub profiles: u64,
+    /// Bytes on disk (data file and log), where the store can tell.
+    pub bytes: u64,
+}
+
+/// `stats` (seed 002 §6.2): what is remembered and what is used, per day.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemoryStats {
+    /// (day `YYYY-MM-DD`, events created), newest first.
+    pub new_memories_per_day: Vec<(String, u64)>,
+    /// (day, hits counted by search and get_context), newest first.
+    pub hits_per_day: Vec<(String, u64)>,
+    /// The most-hit events: (event id, summary, hit count).
+    pub top_hit: Vec<(String, String, u64)>,
+    pub never_hit: u64,
+    pub total_events: u64,
+    /// (day, jobs created, done, failed, prompt tokens, completion tokens), newest first.
+    pub jobs_per_day: Vec<(String, u64, u64, u64, u64, u64)>,
+}
+
+/// One maintenance run over a collection.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MaintenanceRun {
+    pub collection_name: String,
+    pub trigger: String,
+    pub started_at: Millis,
+    /// Expired events that were never hit, deleted.
+    pub expired: u64,
+    /// Events not hit for the archive period, archived (kept, not searched by default).
+    pub archived: u64,
+    /// `process` events folded into summaries (the originals are replaced).
+    #[serde(default)]
+    pub folded: u64,
+    /// Daily digests written.
+    #[serde(default)]
+    pub digests: u64,
+}
+
+impl MaintenanceRun {
+    /// Adds another part's counts (a shard's run of the same start) to these.
+    pub fn add_counts(&mut self, other: &MaintenanceRun) {
+        self.expired += other.expired;
+        self.archived += other.archived;
+        self.folded += other.folded;
+        self.digests += other.digests;
+    }
+}
