@@ -30,6 +30,7 @@ mod search;
 mod validate;
 mod webhooks;
 mod write;
+mod write_input;
 
 pub use crate::ranking::ScoredEvent;
 pub use collections::CollectionOptions;
@@ -46,6 +47,7 @@ pub use validate::{
 };
 pub use webhooks::{WebhookPolicy, WebhookSender, WebhookSpec, new_webhook_secret, sign_webhook, webhook_body};
 pub use write::{IncomingMessage, WriteRequest};
+pub use write_input::{MAX_TTL_SECS, MessageInput, TriggerInput, WriteInput, WriteKind};
 
 #[derive(Clone, Debug)]
 pub struct ServiceConfig {

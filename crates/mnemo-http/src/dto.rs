@@ -3,7 +3,7 @@
 
 use crate::json::Scoped;
 use mnemo_core::model::*;
-use mnemo_core::service::{IncomingMessage, Target};
+use mnemo_core::service::Target;
 use mnemo_core::{CoreError, ExtractTrigger};
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};

@@ -9,9 +9,10 @@
 
 use mnemo_core::access::{Principal, Scope};
 use mnemo_core::context::Locale;
-use mnemo_core::model::{EventFilter, ProfileFilter, Role};
+use mnemo_core::model::{EventFilter, ProfileFilter};
 use mnemo_core::service::{
-    AddEventRequest, ContextRequest, EventSearch, Include, IncomingMessage, Target, WriteRequest,
+    AddEventRequest, ContextRequest, EventSearch, Include, MAX_CONTENT_CHARS, MAX_TOKENS_RANGE, MessageInput, Target,
+    WriteInput, WriteKind,
 };
 use mnemo_core::{CoreError, Service};
 use rmcp::model::{
@@ -141,32 +142,25 @@ impl MemoryTools {
         let floor = scope.min_score.unwrap_or_else(|| self.service.embedder().relevance_floor());
         match name {
             "remember" => {
-                let role = match str_arg("role").as_deref() {
-                    None | Some("user") => Role::User,
-                    Some("assistant") => Role::Assistant,
-                    Some(other) => {
-                        return Err(CoreError::invalid("role", format!("must be user or assistant, got {other:?}")));
-                    }
-                };
                 let conversation_id = str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone());
                 let (batched, end) = (bool_arg("batched")?, bool_arg("end_conversation")?);
-                let req = WriteRequest {
+                // The same normalisation as every front end's writes (core's WriteInput).
+                let input = WriteInput {
                     project: target.project.clone(),
                     collection: target.collection.clone(),
-                    conversation_id: conversation_id.clone(),
-                    messages: vec![IncomingMessage {
-                        role,
+                    conversation_id: Some(conversation_id.clone()),
+                    messages: vec![MessageInput {
+                        role: str_arg("role").unwrap_or_else(|| "user".into()),
                         content: required("content")?,
-                        name: None,
-                        time: None,
-                        idempotency_key: None,
+                        ..Default::default()
                     }],
-                    trigger: self.service.config().default_trigger,
                     meta: mnemo_core::model::ConversationMeta {
                         user_id: Some(scope.user_id.clone()),
                         ..Default::default()
                     },
+                    ..Default::default()
                 };
+                let (req, _) = input.into_request(WriteKind::Stream, self.service.config().default_trigger)?;
                 let o = self.service.streaming_write(req).await?;
                 // Unless the agent batches, what it remembers becomes long-term memory now: the
                 // conversation's waiting turns close into a session and are extracted at once.
@@ -216,7 +210,7 @@ impl MemoryTools {
                     similarity_threshold: Some(d.similarity_threshold.unwrap_or(0.0).max(floor)),
                     profile_filter: ProfileFilter { user_id: vec![scope.user_id.clone()], ..Default::default() },
                     profile_limit: 1,
-                    max_tokens: int_arg("max_tokens", d.max_tokens, 200_000)?,
+                    max_tokens: int_arg("max_tokens", d.max_tokens, MAX_TOKENS_RANGE.1)?,
                     include: Include::default(),
                     locale: None::<Locale>,
                 };
@@ -378,7 +372,7 @@ pub fn tools() -> Vec<Tool> {
              conversation of this user. With batched: true the turn waits as short-term memory until the \
              conversation ends (end_conversation: true) or reaches the server's turn limit.",
             schema(json!({"type": "object", "properties": {
-                "content": {"type": "string", "description": "The text of the turn.", "minLength": 1, "maxLength": 200000},
+                "content": {"type": "string", "description": "The text of the turn.", "minLength": 1, "maxLength": MAX_CONTENT_CHARS},
                 "role": {"type": "string", "enum": ["user", "assistant"], "default": "user", "description": "Who said it."},
                 "conversation_id": {"type": "string", "description": "Optional: the conversation to add to (default: the configured one)."},
                 "batched": {"type": "boolean", "default": false, "description": "Keep the turn as short-term memory for now instead of extracting it at once (for agents that remember every turn)."},
@@ -393,7 +387,7 @@ pub fn tools() -> Vec<Tool> {
              from before.",
             schema(json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "What the user is asking about now (improves which memories come back)."},
-                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 200000, "description": "Budget for the returned text (default 1200)."},
+                "max_tokens": {"type": "integer", "minimum": MAX_TOKENS_RANGE.0, "maximum": MAX_TOKENS_RANGE.1, "description": "Budget for the returned text (default: the server's inject.max_tokens)."},
                 "conversation_id": {"type": "string", "description": "Optional: the conversation whose recent turns to include."}
             }, "additionalProperties": false})),
         ),

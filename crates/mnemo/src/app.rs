@@ -414,8 +414,9 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     if r.reply_hits > 50 {
         bail!("retrieval.reply_hits: must be in 0..=50, got {}", r.reply_hits);
     }
-    if !(1..=200_000).contains(&cfg.inject.max_tokens) {
-        bail!("inject.max_tokens: must be in 1..=200000, got {}", cfg.inject.max_tokens);
+    let (lo, hi) = mnemo_core::service::MAX_TOKENS_RANGE;
+    if !(lo..=hi).contains(&cfg.inject.max_tokens) {
+        bail!("inject.max_tokens: must be in {lo}..={hi}, got {}", cfg.inject.max_tokens);
     }
     Ok(RetrievalConfig {
         top_k: r.top_k.clamp(1, 5000),

@@ -270,19 +270,21 @@ pub struct RetrievalConfig {
     pub turn_weight: f64,
 }
 
+/// Core's defaults (`mnemo_core::service::RetrievalConfig::default`), declared there once.
 impl Default for RetrievalConfig {
     fn default() -> Self {
+        let d = mnemo_core::service::RetrievalConfig::default();
         Self {
-            top_k: 5,
-            similarity_threshold: None,
-            freshness_days: None,
+            top_k: d.top_k,
+            similarity_threshold: d.similarity_threshold,
+            freshness_days: d.freshness_days,
             time_decay: TimeDecayConfig::default(),
-            feedback_terms: 16,
-            neighbour_weight: 0.3,
-            date_weight: 0.3,
-            whole_share: 0.5,
-            reply_hits: 3,
-            turn_weight: 0.5,
+            feedback_terms: d.feedback_terms,
+            neighbour_weight: d.neighbour_weight,
+            date_weight: d.date_weight,
+            whole_share: d.whole_share,
+            reply_hits: d.reply_hits,
+            turn_weight: f64::from(d.turn_weight),
         }
     }
 }
@@ -590,7 +592,7 @@ pub struct InjectConfig {
 
 impl Default for InjectConfig {
     fn default() -> Self {
-        Self { max_tokens: 1200 }
+        Self { max_tokens: mnemo_core::service::RetrievalConfig::default().max_tokens }
     }
 }
 

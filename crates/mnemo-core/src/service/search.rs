@@ -38,6 +38,8 @@ pub struct RetrievalConfig {
     pub turn_weight: f32,
 }
 
+/// The defaults a server runs with — declared here once: the binary's `retrieval` config section
+/// starts from them and core's tests rank with them (figures: docs/benchmarks.md).
 impl Default for RetrievalConfig {
     fn default() -> Self {
         Self {
@@ -46,12 +48,12 @@ impl Default for RetrievalConfig {
             freshness_days: None,
             time_decay: TimeDecay::NONE,
             max_tokens: 1200,
-            feedback_terms: 0,
-            neighbour_weight: 0.0,
-            date_weight: 0.0,
-            whole_share: 1.0,
-            reply_hits: 0,
-            turn_weight: 0.0,
+            feedback_terms: 16,
+            neighbour_weight: 0.3,
+            date_weight: 0.3,
+            whole_share: 0.5,
+            reply_hits: 3,
+            turn_weight: 0.5,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! trigger), conversation and session look-ups, jobs.
 
 use super::*;
+use mnemo_core::service::{MessageInput, TriggerInput, WriteInput, WriteKind};
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -87,9 +88,6 @@ pub struct TriggerDto {
     pub wait_timeout: Option<i64>,
 }
 
-/// `ttl_absolute - time` and `ttl_relative` at most this (VikingDB: 315,576,000 s, ten years).
-const MAX_TTL_SECS: i64 = 315_576_000;
-
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteBody {
@@ -135,37 +133,14 @@ pub struct WriteBody {
 }
 
 impl WriteBody {
-    /// The request, and whether it replaces the conversation (a VikingDB `session_id`).
+    /// The request, and whether it replaces the conversation (a VikingDB `session_id`): the wire's
+    /// own fields checked and converted here (content parts, metadata, VikingDB's type names),
+    /// the rest normalised by core's [`WriteInput`] as every front end's writes are.
     pub fn into_request(
         self,
         default_trigger: ExtractTrigger,
         session_add: bool,
     ) -> Result<(mnemo_core::service::WriteRequest, bool), CoreError> {
-        let (conversation_id, replace) = match (self.conversation_id, self.session_id, session_add) {
-            (Some(_), Some(_), _) => {
-                return Err(CoreError::invalid(
-                    "session_id",
-                    "give conversation_id (mnemo: add a session to a conversation) or session_id (VikingDB: write or replace a session), not both",
-                ));
-            }
-            (None, Some(_), false) => {
-                return Err(CoreError::invalid("session_id", "streaming_write takes conversation_id, not session_id"));
-            }
-            (Some(c), None, _) => (c, false),
-            (None, Some(sid), true) => {
-                let ok =
-                    !sid.is_empty() && sid.len() <= 128 && sid.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                if !ok {
-                    return Err(CoreError::invalid(
-                        "session_id",
-                        format!("must be 1..=128 characters of letters, digits and '_', got {sid:?}"),
-                    ));
-                }
-                (sid, true)
-            }
-            (None, None, true) => (format!("ses_{}", uuid::Uuid::now_v7().simple()), true),
-            (None, None, false) => return Err(CoreError::invalid("conversation_id", "is required")),
-        };
         if self.store_file == Some(false) {
             return Err(CoreError::invalid(
                 "store_file",
@@ -178,111 +153,40 @@ impl WriteBody {
                 "not supported: profiles are updated from what the messages say (use extract_memory_type to choose the types)",
             ));
         }
+        let messages = self
+            .messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| {
+                Ok(MessageInput {
+                    role: m.role,
+                    content: content_text(m.content, &format!("messages[{i}].content"))?,
+                    name: m.name,
+                    role_name: m.role_name,
+                    role_id: m.role_id,
+                    time: m.time,
+                    idempotency_key: m.idempotency_key,
+                })
+            })
+            .collect::<Result<Vec<_>, CoreError>>()?;
         let t = self.extract_trigger.unwrap_or_default();
-        let trigger = ExtractTrigger::from_parts(t.token_count, t.message_count, t.wait_timeout, default_trigger)?;
-        let mut meta = parse_metadata(self.metadata.unwrap_or_default())?;
-        let name_of = |k: &str| meta.extra.get(k).and_then(Value::as_str).map(str::to_string);
-        let (user_name, assistant_name) = (name_of("default_user_name"), name_of("default_assistant_name"));
-        let default_time = match meta.extra.get("time") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) if n.is_i64() => n.as_i64(),
-            Some(other) => {
-                return Err(CoreError::invalid(
-                    "metadata.time",
-                    format!("must be milliseconds since the epoch, got {other}"),
-                ));
-            }
-        };
-        let mut messages = Vec::with_capacity(self.messages.len());
-        for (i, m) in self.messages.into_iter().enumerate() {
-            let role = Role::parse(&m.role).ok_or_else(|| {
-                CoreError::invalid(
-                    format!("messages[{i}].role"),
-                    format!("must be one of user, assistant, system, tool; got {:?}", m.role),
-                )
-            })?;
-            // A group chat: a user message may speak for another user (its events are theirs too).
-            let other_speaker = match (&m.role_id, role) {
-                (None, _) => None,
-                (Some(id), Role::User) if meta.user_id.as_ref() != Some(id) => Some(id.clone()),
-                (Some(id), Role::Assistant) if meta.assistant_id.as_ref() != Some(id) => {
-                    return Err(CoreError::invalid(
-                        format!("messages[{i}].role_id"),
-                        format!(
-                            "{id:?} is not the conversation's assistant (metadata.default_assistant_id): one assistant per conversation"
-                        ),
-                    ));
-                }
-                (Some(_), Role::User | Role::Assistant) => None,
-                (Some(_), _) => {
-                    return Err(CoreError::invalid(
-                        format!("messages[{i}].role_id"),
-                        "only user and assistant messages have a speaker id",
-                    ));
-                }
-            };
-            let name = match (m.name, m.role_name) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(CoreError::invalid(format!("messages[{i}].role_name"), "contradicts name; give one"));
-                }
-                (a, b) => a.or(b).or_else(|| match role {
-                    _ if other_speaker.is_some() => other_speaker.clone(),
-                    Role::User => user_name.clone(),
-                    Role::Assistant => assistant_name.clone(),
-                    _ => None,
-                }),
-            };
-            if let (Some(id), Some(name)) = (other_speaker, &name) {
-                match meta.speakers.get(name) {
-                    Some(known) if *known != id => {
-                        return Err(CoreError::invalid(
-                            format!("messages[{i}].role_name"),
-                            format!("{name:?} already speaks for {known:?} in this request, not {id:?}"),
-                        ));
-                    }
-                    _ => {
-                        meta.speakers.insert(name.clone(), id);
-                    }
-                }
-            }
-            messages.push(IncomingMessage {
-                role,
-                content: content_text(m.content, &format!("messages[{i}].content"))?,
-                name,
-                time: m.time.or(default_time),
-                idempotency_key: m.idempotency_key,
-            });
-        }
-        meta.extract_types = self.extract_memory_type.unwrap_or_default().into_iter().map(canonical_type).collect();
-        let latest = messages.iter().filter_map(|m| m.time).max();
-        meta.ttl = match (self.ttl_absolute, self.ttl_relative) {
-            (Some(at), _) => {
-                if let Some(t) = latest.filter(|&t| !(1..=MAX_TTL_SECS * 1000).contains(&(at - t))) {
-                    return Err(CoreError::invalid(
-                        "ttl_absolute",
-                        format!("must be after the messages' time ({t}) by at most {MAX_TTL_SECS} s, got {at}"),
-                    ));
-                }
-                Some(EventTtl::Absolute(at))
-            }
-            (None, Some(secs)) if (1..=MAX_TTL_SECS).contains(&secs) => Some(EventTtl::RelativeSecs(secs)),
-            (None, Some(secs)) => {
-                return Err(CoreError::invalid(
-                    "ttl_relative",
-                    format!("must be in 1..={MAX_TTL_SECS} seconds, got {secs}"),
-                ));
-            }
-            (None, None) => None,
-        };
-        let req = mnemo_core::service::WriteRequest {
+        let input = WriteInput {
             project: self.project_name,
             collection: self.collection_name,
-            conversation_id,
+            conversation_id: self.conversation_id,
+            session_id: self.session_id,
             messages,
-            trigger,
-            meta,
+            meta: parse_metadata(self.metadata.unwrap_or_default())?,
+            trigger: TriggerInput {
+                token_count: t.token_count,
+                message_count: t.message_count,
+                wait_timeout: t.wait_timeout,
+            },
+            extract_types: self.extract_memory_type.unwrap_or_default().into_iter().map(canonical_type).collect(),
+            ttl_absolute: self.ttl_absolute,
+            ttl_relative: self.ttl_relative,
         };
-        Ok((req, replace))
+        input.into_request(if session_add { WriteKind::Session } else { WriteKind::Stream }, default_trigger)
     }
 }
 

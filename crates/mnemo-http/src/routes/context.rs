@@ -8,7 +8,7 @@ use axum::extract::State;
 use mnemo_core::CoreError;
 use mnemo_core::context::Locale;
 use mnemo_core::ranking::TimeDecay;
-use mnemo_core::service::{ContextRequest, Include, Target};
+use mnemo_core::service::{ContextRequest, Include, MAX_TOKENS_RANGE, Target};
 use serde_json::json;
 
 pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<GetContextBody>) -> ApiResult {
@@ -26,9 +26,10 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
             limit(body.profile_search_config.limit, 1).map_err(|e| prefix("profile_search_config.", e))?;
         let max_tokens = match body.max_tokens {
             None => defaults.max_tokens,
-            Some(n) if (1..=200_000).contains(&n) => n as u32,
+            Some(n) if (i64::from(MAX_TOKENS_RANGE.0)..=i64::from(MAX_TOKENS_RANGE.1)).contains(&n) => n as u32,
             Some(n) => {
-                return Err(CoreError::invalid("max_tokens", format!("must be an integer in 1..=200000, got {n}")));
+                let (lo, hi) = MAX_TOKENS_RANGE;
+                return Err(CoreError::invalid("max_tokens", format!("must be an integer in {lo}..={hi}, got {n}")));
             }
         };
         if let Some(t) = ec.similarity_threshold

@@ -256,3 +256,53 @@ async fn request_logs_carry_the_request_id_in_text_and_json() {
         }
     }
 }
+
+/// One request model: the same turns written through `session/streaming_write` and through MCP's
+/// `remember` (for two users, so the second is not deduplicated against the first) become the
+/// same stored rows — roles, names, contents — and the same extracted events, each its writer's
+/// user's (both go through core's `WriteInput`).
+#[tokio::test]
+async fn the_same_turns_through_http_and_mcp_are_the_same_rows() {
+    let s = Server::start("session:\n  poll_interval_ms: 50\n");
+    let turns = [
+        ("user", "I moved to Munich last month for a new job at Siemens"),
+        ("assistant", "Congratulations on the move!"),
+    ];
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": serde_json::from_str::<Value>(INIT).unwrap()});
+    let scope = [("x-mnemo-collection", "c"), ("x-mnemo-user", "u-mcp")];
+    let (status, _) = mcp_post(&s, None, &scope, init).await;
+    assert_eq!(status, 200);
+    for (i, (role, content)) in turns.iter().enumerate() {
+        let last = i + 1 == turns.len();
+        let args = json!({"content": content, "role": role, "conversation_id": "via-mcp", "batched": !last, "end_conversation": last});
+        let call = json!({"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call", "params": {"name": "remember", "arguments": args}});
+        let (_, v) = mcp_post(&s, None, &scope, call).await;
+        assert_eq!(v["result"]["isError"], false, "{v}");
+    }
+    s.write("via-http", msgs(&turns), json!({}), "u-http").await;
+    s.ok("session/flush", json!({"collection_name": "c", "conversation_id": "via-http"})).await;
+
+    let rows = |m: &Vec<Value>| -> Vec<(Value, Value, Value)> {
+        m.iter().map(|m| (m["role"].clone(), m["name"].clone(), m["content"].clone())).collect()
+    };
+    let (mcp, http) = (s.all_messages("via-mcp").await, s.all_messages("via-http").await);
+    assert_eq!(rows(&mcp).len(), 2);
+    assert_eq!(rows(&mcp), rows(&http));
+    let extracted = |user: &'static str| {
+        let s = &s;
+        async move {
+            eventually(60, "the conversation extracted", || async {
+                let events = s.events(user).await;
+                (!events.is_empty()).then_some(events)
+            })
+            .await
+            .iter()
+            .map(|e| {
+                assert_eq!(e["user_id"], json!([user]), "{e}");
+                json!([e["memory_type"], e["memory_info"]["summary"], e["source_message_ids"].as_array().map(Vec::len)])
+            })
+            .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(extracted("u-mcp").await, extracted("u-http").await);
+}
