@@ -1,4 +1,4 @@
-//! Assembling the context string for the next LLM call (SPEC §2.2, seed 000): user profile,
+//! Assembling the context string for the next LLM call (README "API at a glance"; seed 000): user profile,
 //! recent (not yet extracted) turns, this conversation's events, other conversations' events that
 //! match the query — in that priority, within a hard token budget.
 //!

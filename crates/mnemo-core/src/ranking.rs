@@ -1,4 +1,4 @@
-//! How a search result's score is made (SPEC §2.3, documented in the README). Decided once here
+//! How a search result's score is made (documented in README "Scoring"). Decided once here
 //! so every store ranks alike:
 //!
 //! ```text
@@ -74,7 +74,7 @@ pub struct ScoredEvent {
 /// where `v` = cosine similarity (as the embedder calibrates it) clamped to [0,1]; the relevance
 /// is `max(v, mixed)` when `keep_cosine`, else `mixed`. The embedder chooses
 /// ([`crate::embed::Embedder::fusion`]): how far its vectors can be trusted is a property of the
-/// model, measured on LoCoMo dev (docs/benchmarks.md).
+/// model, measured on LoCoMo dev (docs/history/benchmarks.md).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Fusion {
     /// The weight of the full-text signal.

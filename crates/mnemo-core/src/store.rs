@@ -84,7 +84,7 @@ pub trait StoreEngine: Send + Sync {
     /// Whether two reads of one request finish sooner side by side than one after the other.
     /// A database across a socket: yes, each read is mostly a wait. The embedded store: no —
     /// under load it measured slower (each read connection keeps its own page cache, and a
-    /// request holding two of the pool's four stalls the others; docs/benchmarks.md, session 21).
+    /// request holding two of the pool's four stalls the others; docs/history/benchmarks.md, session 21).
     fn reads_overlap(&self) -> bool {
         false
     }

@@ -1,4 +1,4 @@
-//! When pending messages close into a session (SPEC §2.1, seed 000): any one of `token_count`,
+//! When pending messages close into a session (seed 000): any one of `token_count`,
 //! `message_count` fires after an append; a single new message larger than `token_count` fires at
 //! once; `wait_timeout` (idle seconds) is enforced by the scheduler through a persisted deadline.
 //!

@@ -3,7 +3,7 @@
 //! search mixes the best turn's cosine into the event's ([`crate::ranking`] via
 //! `retrieval.turn_weight`). A chunk's one vector averages four or five turns of small talk; the
 //! turn that answers ("Yeah, I painted that lake sunrise last year!") is much nearer the question
-//! than the chunk is (docs/benchmarks.md, "The best turn's vector").
+//! than the chunk is (docs/history/benchmarks.md, "The best turn's vector").
 //!
 //! Stored as one blob per event beside its vector, each turn's unit vector in 8 bits a dimension
 //! (`round(x · 127)`): a turn of 768 dimensions takes 768 bytes, and the cosine it gives is within
@@ -33,7 +33,7 @@ pub fn texts(memory_info: &Map<String, Value>) -> Option<Vec<String>> {
 
 /// How many of a search hop's candidates have their turns scored: the best this many by cosine and
 /// the best this many by BM25. The turn signal reorders the head of a ranking; on LoCoMo the best
-/// 32 of each already hold all of its gain (docs/benchmarks.md), and a get_context asking for 200
+/// 32 of each already hold all of its gain (docs/history/benchmarks.md), and a get_context asking for 200
 /// events then reads at most 128 turn blobs instead of ~600.
 pub const SCORED: usize = 64;
 

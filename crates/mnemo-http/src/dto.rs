@@ -302,7 +302,7 @@ scoped!(
     JobRetryBody
 );
 
-/// Checks `limit` against 1..=5000 (SPEC §2.3), with a default.
+/// Checks `limit` against 1..=5000 (VikingDB's range), with a default.
 pub fn limit(v: Option<i64>, default: u32) -> Result<u32, CoreError> {
     let (lo, hi) = mnemo_core::service::LIMIT_RANGE;
     match v {

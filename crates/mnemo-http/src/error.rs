@@ -1,5 +1,5 @@
 //! The response envelope `{code, message, request_id, data}` and the one place where an error
-//! becomes an HTTP status (SPEC §2). A 5xx body stays generic; its cause goes to the log.
+//! becomes an HTTP status. A 5xx body stays generic; its cause goes to the log.
 
 use axum::Json;
 use axum::http::StatusCode;

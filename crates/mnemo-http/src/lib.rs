@@ -1,4 +1,4 @@
-//! mnemo-http: the HTTP edge. axum routes under `/api/memory/…` (SPEC §2), the wire DTOs and
+//! mnemo-http: the HTTP edge. axum routes under `/api/memory/…`, the wire DTOs and
 //! their conversion into core requests, bearer-key auth per project, request ids, load shedding
 //! and the error → status mapping. Handlers only translate; all behaviour lives in
 //! `mnemo_core::Service`. This crate must not know SQL or any concrete store or provider.

@@ -36,7 +36,7 @@ pub struct McpScope {
     /// Relevance floor of `search_memory` and `recall` (on `origin_score`, the query relevance in
     /// [0,1]): weaker matches are left out rather than shown as noise. Unset: the embedding
     /// model's own ([`mnemo_core::embed::Embedder::relevance_floor`], calibrated per model,
-    /// docs/benchmarks.md); `X-Mnemo-Min-Score` overrides it per request.
+    /// docs/history/benchmarks.md); `X-Mnemo-Min-Score` overrides it per request.
     pub min_score: Option<f64>,
     /// How long `remember` waits for its turn to be extracted before answering (seconds); the
     /// extraction continues in the background either way.

@@ -28,6 +28,7 @@ mod sql;
 mod stats;
 mod terms;
 mod tls;
+mod vector_index;
 mod webhooks;
 
 use crate::sql::backend;
@@ -295,7 +296,9 @@ impl PgStore {
     }
 
     async fn vector_index(&self, conn: &Object, dim: i64) -> StoreResult<()> {
-        if !self.hnsw || schema::ensure_vector_index(conn, dim).await.map_err(backend)? == schema::Indexed::Ready {
+        if !self.hnsw
+            || vector_index::ensure_vector_index(conn, dim).await.map_err(backend)? == vector_index::Indexed::Ready
+        {
             return Ok(());
         }
         // An earlier release's full-vector index: replaced in the background, writes going on.
@@ -306,7 +309,7 @@ impl PgStore {
                 let c = pool.get().await.map_err(|e| e.to_string())?;
                 let r = async {
                     raise_build_memory(&c, mib).await?;
-                    schema::upgrade_vector_index(&c, dim).await
+                    vector_index::upgrade_vector_index(&c, dim).await
                 }
                 .await;
                 // A pooled connection keeps its session settings.

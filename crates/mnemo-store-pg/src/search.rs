@@ -16,8 +16,8 @@
 
 use crate::PgStore;
 use crate::rows::{EVENT_COLS, event_from_row};
-use crate::schema::VectorIndex;
 use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
+use crate::vector_index::VectorIndex;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object};
 use mnemo_core::StoreError;

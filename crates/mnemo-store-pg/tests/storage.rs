@@ -296,7 +296,7 @@ async fn a_large_scope_is_searched_through_the_vectors_signs_and_ranked_exactly(
     let c = common::collection(&store, "c", dim as u32).await;
     // 40 topics; each event is its topic's direction plus noise as large (cosine ~0.7 to its
     // topic), each query too (~0.55). Measured: recall@10 1.0 here, 0.94–0.999 on real 896-d
-    // embeddings (docs/benchmarks.md, session 17), where the full-vector HNSW gave 0.75–0.96.
+    // embeddings (docs/history/benchmarks.md, session 17), where the full-vector HNSW gave 0.75–0.96.
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
     let mut gauss = move || {
         let mut u = || {

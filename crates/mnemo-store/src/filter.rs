@@ -14,7 +14,7 @@ const SUBJECT_ROWID: &str =
 pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Vec<SqlValue>) {
     // With a user or assistant filter, the subject index must drive the query (a user's events are
     // few); `+` keeps the planner from scanning the whole collection by `collection_id` instead
-    // (measured: 43 ms → under 1 ms at 100k events, see docs/benchmarks.md).
+    // (measured: 43 ms → under 1 ms at 100k events, see docs/history/benchmarks.md).
     let mut sql = String::from(if f.user_id.is_empty() && f.assistant_id.is_empty() {
         "collection_id = ?1"
     } else {

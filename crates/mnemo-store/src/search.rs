@@ -1,5 +1,5 @@
 //! Candidate generation for search: an exact cosine scan over the vectors in the filter's scope
-//! (every search is scoped by user or assistant, so the scope is small; see docs/benchmarks.md for
+//! (every search is scoped by user or assistant, so the scope is small; see docs/history/benchmarks.md for
 //! where an ANN index would start to pay) and BM25 over the FTS5 index of jieba-segmented terms,
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
@@ -193,7 +193,7 @@ fn text_part(
     let expr = q.terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
     // A small scope (the usual: one user's events) is scored here from the events' terms and
     // the collection's statistics — FTS5's bm25() would walk every document of the collection
-    // that holds a query term (measured: 105 ms at 100k events; see docs/benchmarks.md).
+    // that holds a query term (measured: 105 ms at 100k events; see docs/history/benchmarks.md).
     let mut scope = conn
         .prepare_cached(&format!("SELECT id, terms FROM events WHERE {where_sql} LIMIT ?{}", args.len() + 1))
         .map_err(backend)?;
@@ -229,7 +229,7 @@ fn text_part(
     a.push(SqlValue::Integer(q.k as i64));
     let sql = format!(
         // CROSS JOIN keeps the full-text match as the outer loop: otherwise the planner may
-        // run the MATCH once per event in scope (measured: 112 ms → see docs/benchmarks.md).
+        // run the MATCH once per event in scope (measured: 112 ms → see docs/history/benchmarks.md).
         "SELECT e.id, -bm25(event_fts) FROM event_fts CROSS JOIN events e ON e.rowid = event_fts.rowid
          WHERE event_fts MATCH ?{match_idx} AND e.id IN (SELECT id FROM events WHERE {where_sql})
          ORDER BY bm25(event_fts) LIMIT ?{}",

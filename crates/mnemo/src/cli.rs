@@ -1,4 +1,4 @@
-//! Client verbs against a running server (SPEC §6): `write`, `context`, `search`, `export`,
+//! Client verbs against a running server (README "Command line"): `write`, `context`, `search`, `export`,
 //! `forget`, `import`. Human-readable output by default, `--json` prints the API's `data`.
 
 use anyhow::{Context, Result, bail};

@@ -8,6 +8,9 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+mod server;
+pub use server::*;
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -29,78 +32,6 @@ pub struct Config {
     pub webhook_delivery: WebhookDeliveryConfig,
     /// Outbound TLS: the LLM, embedding and webhook endpoints.
     pub tls: TlsConfig,
-}
-
-/// Outbound TLS. Trusted: the public (Mozilla) roots, the system's (`SSL_CERT_FILE` /
-/// `SSL_CERT_DIR` honoured), and `ca_file`.
-#[derive(Debug, Deserialize, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct TlsConfig {
-    /// A PEM bundle of extra trusted certificates, for endpoints behind a private CA.
-    pub ca_file: Option<PathBuf>,
-}
-
-impl TlsConfig {
-    pub fn options(&self) -> mnemo_providers::http::TlsOptions {
-        mnemo_providers::http::TlsOptions { ca_file: self.ca_file.clone() }
-    }
-}
-
-/// One webhook endpoint from the config file.
-#[derive(Debug, Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookConfig {
-    #[serde(default = "default_project")]
-    pub project_name: String,
-    pub url: String,
-    /// The signing secret: the name of an environment variable holding it (preferred)…
-    pub secret_env: Option<String>,
-    /// …or the secret itself. `whsec_` + base64 as Standard Webhooks libraries expect, or any
-    /// string of 8 to 256 characters.
-    pub secret: Option<String>,
-    /// Subscribed kinds; empty: all of them.
-    #[serde(default)]
-    pub events: Vec<String>,
-    #[serde(default)]
-    pub description: String,
-}
-
-fn default_project() -> String {
-    "default".into()
-}
-
-/// How webhook deliveries are attempted.
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WebhookDeliveryConfig {
-    /// Attempts before a delivery is dead-lettered (visible in `webhook/deliveries`).
-    pub max_attempts: u32,
-    /// Wait after the first failed attempt, doubled after each next one up to `backoff_max_secs`.
-    pub backoff_base_ms: u64,
-    pub backoff_max_secs: u64,
-    /// One attempt's deadline.
-    pub timeout_ms: u64,
-    /// Deliveries sent concurrently per pass.
-    pub batch: u32,
-    /// Delivered rows are kept this long, then pruned.
-    pub keep_delivered_days: f64,
-    /// Whether `webhook/create` may register loopback and private addresses. Unset: only when
-    /// the server itself binds loopback (local development); config endpoints always may.
-    pub allow_private_urls: Option<bool>,
-}
-
-impl Default for WebhookDeliveryConfig {
-    fn default() -> Self {
-        Self {
-            max_attempts: 8,
-            backoff_base_ms: 5_000,
-            backoff_max_secs: 3_600,
-            timeout_ms: 10_000,
-            batch: 32,
-            keep_delivered_days: 7.0,
-            allow_private_urls: None,
-        }
-    }
 }
 
 /// How the server logs (to standard error). The level comes from `MNEMO_LOG` (e.g.
@@ -265,7 +196,7 @@ pub struct RetrievalConfig {
     /// An event made of several turns (the `rules` extractor's) is stored with each turn's
     /// vector too, and matched by `(1 − w) ·` its own cosine `+ w ·` its best turn's: the turn
     /// that answers is nearer the question than the chunk's small talk is (LoCoMo evidence in
-    /// get_context +0.8 points at 1,200 tokens, multi-hop +2.8; docs/benchmarks.md). Costs one
+    /// get_context +0.8 points at 1,200 tokens, multi-hop +2.8; docs/history/benchmarks.md). Costs one
     /// embedding per turn at write time. 0 = off (no turn is embedded).
     pub turn_weight: f64,
 }
@@ -302,74 +233,6 @@ impl Default for TimeDecayConfig {
     fn default() -> Self {
         Self { weight: 0.0, no_decay_period: 0.0, half_life_days: 30.0 }
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    pub bind: String,
-    pub api_keys: Vec<ApiKeyConfig>,
-    pub max_body_bytes: usize,
-    pub max_in_flight: usize,
-    /// Host names the server also answers to besides loopback and its bound address (behind a
-    /// proxy or a DNS name); any other `Host` is refused (DNS rebinding).
-    pub allowed_hosts: Vec<String>,
-    /// Browser origins of other sites allowed to call the API (CORS), e.g.
-    /// `https://app.example.org`; requests from any other site's page are refused.
-    pub cors_origins: Vec<String>,
-    /// The environment variable holding a bearer token for `/metrics` (a scraper's; with keys
-    /// configured, `/metrics` otherwise needs an admin key for every project).
-    pub metrics_key_env: Option<String>,
-    /// Reads (search, get_context, listings) running longer than this are stopped with 503.
-    pub request_timeout_ms: u64,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            bind: "127.0.0.1:8600".into(),
-            api_keys: vec![],
-            max_body_bytes: 4 * 1024 * 1024,
-            max_in_flight: 2048,
-            allowed_hosts: vec![],
-            cors_origins: vec![],
-            metrics_key_env: None,
-            request_timeout_ms: 30_000,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiKeyConfig {
-    /// Name of the environment variable holding the key (preferred).
-    pub key_env: Option<String>,
-    /// The key itself (for local use).
-    pub key: Option<String>,
-    #[serde(default = "all_projects")]
-    pub projects: Vec<String>,
-    /// What the key may do: `read` (search, context, listings, export), `write` (messages, events,
-    /// profiles, flush, job retry, new collections), `admin` (delete collections, forget users,
-    /// maintenance, `/metrics` of every tenant). Default: all three.
-    #[serde(default = "all_scopes")]
-    pub scopes: Vec<mnemo_core::access::Scope>,
-    /// An end-user token: every call made with this key is confined to this user — it reads,
-    /// writes and forgets only this user's memories, whatever the body or MCP headers say.
-    pub user_id: Option<String>,
-    /// A VikingDB IAM pair instead of a key: the access key id (AK) the VikingDB SDK's
-    /// `IAM(ak=..., sk=...)` sends, with its secret in `secret_key_env` (preferred) or `secret_key`.
-    pub access_key: Option<String>,
-    pub secret_key_env: Option<String>,
-    pub secret_key: Option<String>,
-}
-
-fn all_projects() -> Vec<String> {
-    vec!["*".into()]
-}
-
-fn all_scopes() -> Vec<mnemo_core::access::Scope> {
-    use mnemo_core::access::Scope;
-    vec![Scope::Read, Scope::Write, Scope::Admin]
 }
 
 #[derive(Debug, Deserialize)]

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 /// mimalloc instead of glibc's malloc: a request allocates and frees many small buffers on
 /// several threads, and glibc's malloc/free/consolidate were ~9% of the server's CPU on the write
-/// path (docs/benchmarks.md, "Write path").
+/// path (docs/history/benchmarks.md, "Write path").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

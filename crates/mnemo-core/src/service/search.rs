@@ -6,7 +6,7 @@ use crate::embed::EmbedKind;
 use crate::error::{CoreError, CoreResult};
 use crate::ranking::{self, Scores, TimeDecay};
 
-/// Retrieval defaults (SPEC §4): out of the box nothing hides a memory silently — no threshold,
+/// Retrieval settings (README "Scoring"): out of the box nothing hides a memory silently — no threshold,
 /// no freshness window, no decay unless configured or asked for per request.
 #[derive(Clone, Debug)]
 pub struct RetrievalConfig {
@@ -39,7 +39,7 @@ pub struct RetrievalConfig {
 }
 
 /// The defaults a server runs with — declared here once: the binary's `retrieval` config section
-/// starts from them and core's tests rank with them (figures: docs/benchmarks.md).
+/// starts from them and core's tests rank with them (figures: docs/history/benchmarks.md).
 impl Default for RetrievalConfig {
     fn default() -> Self {
         Self {

@@ -306,3 +306,31 @@ pub struct JobRetryBody {
 pub fn message_short_json(m: &StoredMessage) -> Value {
     json!({"message_id": m.message_id, "role": m.role.as_str(), "name": m.name, "content": m.content, "time": m.time})
 }
+
+/// A session as answered (`session/info`, `user/export`).
+pub fn session_summary_json(s: &SessionSummary) -> Value {
+    json!({
+        "session_id": s.session_id,
+        "conversation_id": s.conversation_id,
+        "reason": s.reason,
+        "state": s.state,
+        "message_count": s.message_count,
+        "token_count": s.token_count,
+        "user_id": s.user_id,
+        "assistant_id": s.assistant_id,
+        "created_at": s.created_at,
+        "extracted_at": s.extracted_at,
+    })
+}
+
+/// What `user/forget` deleted.
+pub fn forget_counts_json(n: &ForgetCounts) -> Value {
+    json!({
+        "conversations": n.conversations,
+        "messages": n.messages,
+        "sessions": n.sessions,
+        "jobs": n.jobs,
+        "events": n.events,
+        "profiles": n.profiles,
+    })
+}

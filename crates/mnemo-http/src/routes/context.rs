@@ -1,4 +1,4 @@
-//! `get_context` (SPEC §2.2): the prompt-ready memory string and its structured parts.
+//! `get_context` (seed 000): the prompt-ready memory string and its structured parts.
 
 use crate::AppState;
 use crate::dto::*;

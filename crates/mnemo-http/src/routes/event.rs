@@ -1,4 +1,4 @@
-//! `event/search|add|update|delete|batch_delete` (SPEC §2.3, seed 001).
+//! `event/search|add|update|delete|batch_delete` (seed 001).
 
 use crate::AppState;
 use crate::dto::*;

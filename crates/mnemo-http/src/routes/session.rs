@@ -1,4 +1,4 @@
-//! `session/streaming_write|add|flush|info` (SPEC §2.1).
+//! `session/streaming_write|add|flush|info` (seed 000).
 
 use crate::AppState;
 use crate::dto::*;
@@ -87,7 +87,7 @@ pub async fn info(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Sess
                     "pending_messages": info.open_messages,
                     "pending_tokens": info.open_tokens,
                     "idle_deadline": info.idle_deadline,
-                    "sessions": info.sessions,
+                    "sessions": info.sessions.iter().map(session_summary_json).collect::<Vec<_>>(),
                 }),
             ))
         }
@@ -141,7 +141,7 @@ fn session_detail_json(asked: &str, details: &[mnemo_core::model::SessionDetail]
             "llm_output_tokens": completion,
             "llm_input_tokens_details": {"cached_tokens": null},
         },
-        "sessions": details.iter().map(|d| &d.session).collect::<Vec<_>>(),
+        "sessions": details.iter().map(|d| session_summary_json(&d.session)).collect::<Vec<_>>(),
         "jobs": jobs.iter().map(|j| job_json(j)).collect::<Vec<_>>(),
     })
 }

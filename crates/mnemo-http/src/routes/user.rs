@@ -37,7 +37,7 @@ pub async fn export(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Us
             rec("message", v);
         }
         for x in &d.sessions {
-            rec("session", serde_json::to_value(x).expect("serializes"));
+            rec("session", session_summary_json(x));
         }
         for j in &d.jobs {
             rec("job", job_json(j));
@@ -85,7 +85,6 @@ pub async fn forget(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Us
     for (_, n) in &done {
         total += *n;
     }
-    let per: serde_json::Map<String, Value> =
-        done.iter().map(|(c, n)| (c.clone(), serde_json::to_value(n).expect("serializes"))).collect();
-    Ok(ApiOk::new(rid, json!({"user_id": body.user_id, "deleted": total, "collections": per})))
+    let per: serde_json::Map<String, Value> = done.iter().map(|(c, n)| (c.clone(), forget_counts_json(n))).collect();
+    Ok(ApiOk::new(rid, json!({"user_id": body.user_id, "deleted": forget_counts_json(&total), "collections": per})))
 }
