@@ -153,7 +153,7 @@ fn event_line(e: &ScoredEvent, l: &Labels) -> String {
 }
 
 /// Renders the sections that have lines.
-fn render(sections: &[(&str, Vec<String>)], l: &Labels) -> String {
+fn render(sections: &[(&str, &[String])], l: &Labels) -> String {
     let present: Vec<_> = sections.iter().filter(|(_, lines)| !lines.is_empty()).collect();
     if present.is_empty() {
         return String::new();
@@ -169,175 +169,245 @@ fn render(sections: &[(&str, Vec<String>)], l: &Labels) -> String {
     s
 }
 
+/// The sections of a context being assembled, in the order they render.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Profile,
+    Recap,
+    /// Short-term turns, collected newest first and reversed on render.
+    Recent,
+    Intra,
+    Cross,
+}
+
+/// A context being assembled: the lines admitted to each section, and what the budget knows of
+/// the string they make.
+///
+/// Admission is decided on an upper-bound estimate (the last exact count plus each admitted
+/// line's own tokens and a margin for the separator and a section title); the whole string is
+/// counted exactly only when the estimate comes within that margin of the budget. A context of
+/// thousands of candidates costs a count per line, not a count of the whole string per line.
+/// Near the end of the budget, a line the estimate refuses is counted exactly only while it could
+/// still fit: a line adds at least its own tokens (less one, should a boundary merge), so one
+/// whose own tokens overshoot `floor` — a lower bound of the admitted string — is left out
+/// without counting the whole string again (at 2,400 tokens that was ~30% of get_context).
+struct Draft<'l> {
+    l: &'l Labels,
+    titles: (&'static str, &'static str),
+    max_tokens: usize,
+    profile: Vec<String>,
+    recap: Vec<String>,
+    recent_rev: Vec<String>,
+    events: [Vec<String>; 2],
+    budget: Budget,
+    /// Less room is left than the shortest event line takes (see [`Draft::full`]).
+    no_room: bool,
+    dropped: usize,
+}
+
+impl<'l> Draft<'l> {
+    fn new(l: &'l Labels, c: &Candidates, max_tokens: usize) -> Self {
+        let titles = match (c.intra_events.is_empty(), c.cross_events.is_empty()) {
+            (false, false) => (l.intra, l.cross),
+            _ => (l.events, l.events),
+        };
+        Self {
+            l,
+            titles,
+            max_tokens,
+            profile: Vec::new(),
+            recap: Vec::new(),
+            recent_rev: Vec::new(),
+            events: [Vec::new(), Vec::new()],
+            budget: Budget { exact: 0, pending: 0, floor: 0 },
+            no_room: false,
+            dropped: 0,
+        }
+    }
+
+    fn lines(&mut self, s: Section) -> &mut Vec<String> {
+        match s {
+            Section::Profile => &mut self.profile,
+            Section::Recap => &mut self.recap,
+            Section::Recent => &mut self.recent_rev,
+            Section::Intra => &mut self.events[0],
+            Section::Cross => &mut self.events[1],
+        }
+    }
+
+    fn render(&self) -> String {
+        let recent: Vec<String> = self.recent_rev.iter().rev().cloned().collect();
+        render(
+            &[
+                (self.l.profile, &self.profile),
+                (self.l.recap, &self.recap),
+                (self.l.recent, &recent),
+                (self.titles.0, &self.events[0]),
+                (self.titles.1, &self.events[1]),
+            ],
+            self.l,
+        )
+    }
+
+    /// Adds `line` to the section if the string stays within the budget; whether it did.
+    fn admit(&mut self, s: Section, line: String) -> bool {
+        let own = TokenCounter::count(&line);
+        self.lines(s).push(line);
+        if self.fits(own) {
+            return true;
+        }
+        self.lines(s).pop();
+        false
+    }
+
+    /// Whether the string, with a last line of `own` tokens just added, is within the budget.
+    fn fits(&mut self, own: usize) -> bool {
+        let max = self.max_tokens;
+        let mut b = self.budget;
+        let est = b.exact + b.pending + own + LINE_MARGIN;
+        if est <= max {
+            b.pending = est - b.exact;
+            b.floor += own.saturating_sub(1);
+            self.budget = b;
+            return true;
+        }
+        if b.floor + own.saturating_sub(1) > max {
+            return false;
+        }
+        let n = TokenCounter::count(&self.render());
+        if n <= max {
+            self.budget = Budget { exact: n, pending: 0, floor: n };
+            return true;
+        }
+        // Without the line the string has at least `n` less the most a line adds.
+        b.floor = b.floor.max(n.saturating_sub(own + LINE_MARGIN));
+        self.budget = b;
+        false
+    }
+
+    /// Whether less room is left than the shortest event line takes (counted exactly once the
+    /// running figure, an upper bound, says so): the rest is then left out without counting
+    /// each line.
+    fn full(&mut self) -> bool {
+        let b = self.budget;
+        if self.no_room || self.max_tokens.saturating_sub(b.exact + b.pending) >= MIN_EVENT_LINE {
+            return self.no_room;
+        }
+        let n = TokenCounter::count(&self.render());
+        self.budget = Budget { exact: n, pending: 0, floor: n };
+        self.no_room = self.max_tokens.saturating_sub(n) < MIN_EVENT_LINE;
+        self.no_room
+    }
+
+    fn used(&self) -> usize {
+        self.budget.exact + self.budget.pending
+    }
+}
+
+/// Admits the candidates in priority order — profiles, the recap, the newest turns, this
+/// conversation's events, the other conversations' — while the whole string stays within
+/// `max_tokens` (never over it).
 pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus) -> Assembled {
     let l = match locale {
         Locale::Zh => &ZH,
         Locale::En => &EN,
     };
-    let (intra_title, cross_title) = match (c.intra_events.is_empty(), c.cross_events.is_empty()) {
-        (false, false) => (l.intra, l.cross),
-        _ => (l.events, l.events),
-    };
-    // Section lines as admitted so far; short-term is collected newest first and reversed on render.
-    let mut profile: Vec<String> = Vec::new();
-    let mut recent_rev: Vec<String> = Vec::new();
-    // Event lines: this conversation's, then the other conversations'.
-    let mut events: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    let mut draft = Draft::new(l, &c, max_tokens);
     let mut included = Candidates::default();
-    let mut dropped = 0usize;
-    // The recap (a new conversation's opening) sits between the profile and the turns.
-    let mut recap: Vec<String> = Vec::new();
-    let build = |rc: &[String], p: &[String], r: &[String], [i, x]: &[Vec<String>; 2]| {
-        let recent: Vec<String> = r.iter().rev().cloned().collect();
-        render(
-            &[
-                (l.profile, p.to_vec()),
-                (l.recap, rc.to_vec()),
-                (l.recent, recent),
-                (intra_title, i.to_vec()),
-                (cross_title, x.to_vec()),
-            ],
-            l,
-        )
-    };
-    // Admission is decided on an upper-bound estimate (the last exact count plus each admitted
-    // line's own tokens and a margin for the separator and a section title); the whole string is
-    // counted exactly only when the estimate comes within that margin of the budget. A context of
-    // thousands of candidates costs a count per line, not a count of the whole string per line.
-    // Near the end of the budget, a line the estimate refuses is counted exactly only while it
-    // could still fit: a line adds at least its own tokens (less one, should a boundary merge),
-    // so one whose own tokens overshoot `floor` — a lower bound of the admitted string — is left
-    // out without counting the whole string again (at 2,400 tokens that was ~30% of get_context).
-    let budget = std::cell::Cell::new(Budget { exact: 0, pending: 0, floor: 0 });
-    let fits = |whole: &dyn Fn() -> String, line: Option<&String>| {
-        let mut b = budget.get();
-        let own = TokenCounter::count(line.map_or("", String::as_str));
-        let est = b.exact + b.pending + own + LINE_MARGIN;
-        if est <= max_tokens {
-            b.pending = est - b.exact;
-            b.floor += own.saturating_sub(1);
-            budget.set(b);
-            return true;
+    admit_profiles(&mut draft, &c, locale, &mut included);
+    if let Some(r) = &c.recap {
+        if draft.admit(Section::Recap, event_line(r, l)) {
+            included.recap = Some(r.clone());
+        } else {
+            draft.dropped += 1;
         }
-        if b.floor + own.saturating_sub(1) > max_tokens {
-            return false;
-        }
-        let n = TokenCounter::count(&whole());
-        if n <= max_tokens {
-            budget.set(Budget { exact: n, pending: 0, floor: n });
-            return true;
-        }
-        // Without the line the string has at least `n` less the most a line adds.
-        b.floor = b.floor.max(n.saturating_sub(own + LINE_MARGIN));
-        budget.set(b);
-        false
-    };
+    }
+    admit_turns(&mut draft, &c, &mut included);
+    admit_events(&mut draft, &c, locale, focus, &mut included);
+    trim_to_budget(draft, included)
+}
 
+fn admit_profiles(draft: &mut Draft, c: &Candidates, locale: Locale, included: &mut Candidates) {
     for p in &c.profiles {
-        let lines = profile_lines(p, locale);
         let mut any = false;
-        for line in lines {
-            profile.push(line);
-            if fits(&|| build(&recap, &profile, &recent_rev, &events), profile.last()) {
+        for line in profile_lines(p, locale) {
+            if draft.admit(Section::Profile, line) {
                 any = true;
             } else {
-                profile.pop();
-                dropped += 1;
+                draft.dropped += 1;
             }
         }
         if any {
             included.profiles.push(p.clone());
         }
     }
-    if let Some(r) = &c.recap {
-        recap.push(event_line(r, l));
-        if fits(&|| build(&recap, &profile, &recent_rev, &events), recap.last()) {
-            included.recap = Some(r.clone());
-        } else {
-            recap.clear();
-            dropped += 1;
-        }
-    }
+}
+
+/// The newest turns, as many as fit: older turns are not admitted past a turn that did not fit,
+/// so the window stays contiguous; the newest turn alone too long keeps its beginning.
+fn admit_turns(draft: &mut Draft, c: &Candidates, included: &mut Candidates) {
     let mut short_full = false;
     for (i, m) in c.short_term.iter().rev().enumerate() {
         if short_full {
-            dropped += 1;
+            draft.dropped += 1;
             continue;
         }
-        recent_rev.push(message_line(m));
-        if fits(&|| build(&recap, &profile, &recent_rev, &events), recent_rev.last()) {
+        if draft.admit(Section::Recent, message_line(m)) {
             included.short_term.push(m.clone());
             continue;
         }
-        recent_rev.pop();
-        // The newest turn alone is too long: keep its beginning rather than lose it entirely.
         if i == 0 {
-            let base = TokenCounter::count(&build(&recap, &profile, &recent_rev, &events));
-            let room = max_tokens.saturating_sub(base + 24);
+            let base = TokenCounter::count(&draft.render());
+            let room = draft.max_tokens.saturating_sub(base + 24);
             if room > 16 {
                 let mut cut = m.clone();
                 cut.content = format!("{}…", TokenCounter::truncate(&m.content, room));
-                recent_rev.push(message_line(&cut));
-                if fits(&|| build(&recap, &profile, &recent_rev, &events), recent_rev.last()) {
+                if draft.admit(Section::Recent, message_line(&cut)) {
                     included.short_term.push(cut);
                     short_full = true;
                     continue;
                 }
-                recent_rev.pop();
             }
         }
-        // Older turns are not admitted past a turn that did not fit: the window stays contiguous.
         short_full = true;
-        dropped += 1;
+        draft.dropped += 1;
     }
     included.short_term.reverse();
-    // Once less room is left than the shortest event line takes (counted exactly: the running
-    // figure is an upper bound), the rest is left out without counting each line.
-    let no_room = std::cell::Cell::new(false);
-    let full = |whole: &dyn Fn() -> String| {
-        let b = budget.get();
-        if no_room.get() || max_tokens.saturating_sub(b.exact + b.pending) >= MIN_EVENT_LINE {
-            return no_room.get();
-        }
-        let n = TokenCounter::count(&whole());
-        budget.set(Budget { exact: n, pending: 0, floor: n });
-        no_room.set(max_tokens.saturating_sub(n) < MIN_EVENT_LINE);
-        no_room.get()
-    };
-    // Events, this conversation's first. Once the events shown fill `focus.whole_share` of the
-    // budget, and unless all the rest would fit whole, a long one is shown as its turn that
-    // matches the query (crate::excerpt); one that does not fit whole is tried so too.
+}
+
+/// Events, this conversation's first. Once the events shown fill `focus.whole_share` of the
+/// budget, and unless all the rest would fit whole, a long one is shown as its turn that matches
+/// the query (crate::excerpt); one that does not fit whole is tried so too.
+fn admit_events(draft: &mut Draft, c: &Candidates, locale: Locale, focus: &Focus, included: &mut Candidates) {
     let mut excerpter = Excerpter::new(focus, c.intra_events.iter().chain(&c.cross_events));
     // What an event takes whole, estimated cheaply (UTF-8 bytes / 4 — near the count for English
     // and Chinese alike — and its labels), and what the events not yet offered take.
     let whole_cost = |e: &ScoredEvent| e.event.text().len() / 4 + 16 + LINE_MARGIN;
     let mut rest: usize =
         if excerpter.enabled() { c.intra_events.iter().chain(&c.cross_events).map(whole_cost).sum() } else { 0 };
-    for (section, offered) in [&c.intra_events, &c.cross_events].into_iter().enumerate() {
+    for (section, offered) in [(Section::Intra, &c.intra_events), (Section::Cross, &c.cross_events)] {
         for e in offered {
             if excerpter.enabled() {
                 rest -= whole_cost(e);
             }
-            if full(&|| build(&recap, &profile, &recent_rev, &events)) {
-                dropped += 1;
+            if draft.full() {
+                draft.dropped += 1;
                 continue;
             }
-            let used = budget.get().exact + budget.get().pending;
-            let excerpt = excerpter.applies(used, max_tokens) && used + whole_cost(e) + rest > max_tokens;
+            let used = draft.used();
+            let excerpt = excerpter.applies(used, draft.max_tokens) && used + whole_cost(e) + rest > draft.max_tokens;
             let first = if excerpt { excerpter.excerpt(e, locale) } else { None };
             // Tried already (or never to be): the whole event is the only other way to show it.
             let mut excerpted = excerpt || !excerpter.enabled();
             let mut candidate = first.unwrap_or_else(|| e.clone());
             loop {
-                events[section].push(event_line(&candidate, l));
-                if fits(&|| build(&recap, &profile, &recent_rev, &events), events[section].last()) {
+                if draft.admit(section, event_line(&candidate, draft.l)) {
                     match section {
-                        0 => included.intra_events.push(candidate),
+                        Section::Intra => included.intra_events.push(candidate),
                         _ => included.cross_events.push(candidate),
                     }
                     break;
                 }
-                events[section].pop();
                 if !excerpted {
                     excerpted = true;
                     if let Some(x) = excerpter.excerpt(e, locale) {
@@ -345,33 +415,36 @@ pub fn assemble(c: Candidates, locale: Locale, max_tokens: usize, focus: &Focus)
                         continue;
                     }
                 }
-                dropped += 1;
+                draft.dropped += 1;
                 break;
             }
         }
     }
-    let mut context_str = build(&recap, &profile, &recent_rev, &events);
+}
+
+/// The string, exactly counted. The estimate is an upper bound in practice; should a string still
+/// come out over the budget, the lowest-priority lines go until it fits.
+fn trim_to_budget(mut draft: Draft, mut included: Candidates) -> Assembled {
+    let mut context_str = draft.render();
     let mut token_count = TokenCounter::count(&context_str);
-    // The estimate is an upper bound in practice; should a string still come out over the budget,
-    // the lowest-priority lines go until it fits (never more than max_tokens).
-    while token_count > max_tokens {
-        if events[1].pop().is_some() {
+    while token_count > draft.max_tokens {
+        if draft.events[1].pop().is_some() {
             included.cross_events.pop();
-        } else if events[0].pop().is_some() {
+        } else if draft.events[0].pop().is_some() {
             included.intra_events.pop();
-        } else if !recent_rev.is_empty() {
-            recent_rev.pop();
+        } else if !draft.recent_rev.is_empty() {
+            draft.recent_rev.pop();
             included.short_term.remove(0);
-        } else if recap.pop().is_some() {
+        } else if draft.recap.pop().is_some() {
             included.recap = None;
-        } else if profile.pop().is_none() {
+        } else if draft.profile.pop().is_none() {
             break;
         }
-        dropped += 1;
-        context_str = build(&recap, &profile, &recent_rev, &events);
+        draft.dropped += 1;
+        context_str = draft.render();
         token_count = TokenCounter::count(&context_str);
     }
-    Assembled { context_str, token_count, included, dropped }
+    Assembled { context_str, token_count, included, dropped: draft.dropped }
 }
 
 /// Tokens reserved per admitted line beyond its own: the newline, and a section title when the

@@ -56,25 +56,7 @@ pub struct ContextResult {
 
 impl Service {
     pub async fn get_context(&self, req: ContextRequest) -> CoreResult<ContextResult> {
-        validate_conversation_id(&req.conversation_id)?;
-        if !(MAX_TOKENS_RANGE.0..=MAX_TOKENS_RANGE.1).contains(&req.max_tokens) {
-            return Err(CoreError::invalid(
-                "max_tokens",
-                format!(
-                    "must be an integer in {}..={}, got {}",
-                    MAX_TOKENS_RANGE.0, MAX_TOKENS_RANGE.1, req.max_tokens
-                ),
-            ));
-        }
-        if let Some(q) = &req.query
-            && q.chars().count() > MAX_QUERY_CHARS
-        {
-            return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters")));
-        }
-        // A section can show at most what the budget holds (an event line, with its time and
-        // labels, is never under ~24 tokens): ranking more candidates than that only costs time.
-        let mut req = req;
-        req.event_limit = req.event_limit.min((req.max_tokens / 24).max(1)).min(MAX_CONTEXT_EVENTS);
+        let req = checked(req)?;
         let c = self.collection_for_read(&req.target).await?;
         let search = |filter: EventFilter, limit: u32| EventSearch {
             target: req.target.clone(),
@@ -156,15 +138,7 @@ impl Service {
         let ((conv, intra_found), early, profiles) = tokio::join!(conversation, early, profiles);
         let (cross_found, early) = early?;
         let conv = conv?;
-        let meta = conv.as_ref().map(|c| c.meta.clone()).unwrap_or_default();
-        // Whose memories: the request's filter, else the conversation's metadata.
-        let mut filter = req.event_filter.clone();
-        if filter.user_id.is_empty() && filter.assistant_id.is_empty() {
-            filter.user_id.extend(meta.user_id.clone());
-            if filter.user_id.is_empty() {
-                filter.assistant_id.extend(meta.assistant_id.clone());
-            }
-        }
+        let filter = whose_memories(&req.event_filter, conv.as_ref().map(|c| &c.meta));
         let known = !filter.user_id.is_empty() || !filter.assistant_id.is_empty();
         let searches = (req.include.intra_events && conv.is_some()) || (req.include.cross_events && known);
         let qv = match (early, query) {
@@ -185,18 +159,7 @@ impl Service {
         }
         let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
         if req.include.recap && fresh && known {
-            let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
-            cands.recap = self
-                .store
-                .list_events(c.id, f, 1)
-                .await?
-                .into_iter()
-                .map(|e| ScoredEvent {
-                    scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
-                    layer: None,
-                    event: e,
-                })
-                .next();
+            cands.recap = self.recap(&c, &filter).await?;
         }
         // Otherwise the look-ups run one after another: asked at once they measured slower on
         // SQLite (each read connection keeps its own page cache; in turn they reuse the warm one).
@@ -217,20 +180,7 @@ impl Service {
                 .take(req.event_limit as usize)
                 .collect();
         }
-        let locale = match req.locale {
-            Some(l) => l,
-            None => {
-                let mut sample = req.query.clone().unwrap_or_default();
-                for m in cands.short_term.iter().rev().take(4) {
-                    sample.push_str(&m.content);
-                }
-                for p in &cands.profiles {
-                    sample.push_str(&p.content);
-                    sample.push_str(&crate::profile::describe(&p.attributes));
-                }
-                if crate::text::looks_chinese(&sample) { Locale::Zh } else { Locale::En }
-            }
-        };
+        let locale = req.locale.unwrap_or_else(|| locale_of(req.query.as_deref(), &cands));
         let focus = crate::excerpt::Focus {
             terms: query.map(crate::text::search_tokens).unwrap_or_default(),
             whole_share: self.config.retrieval.whole_share,
@@ -242,4 +192,68 @@ impl Service {
         drop(named_qv);
         Ok(ContextResult { assembled, locale, full_text_only: degraded.into_inner() })
     }
+}
+
+impl Service {
+    /// The newest daily digest of whose memories these are: what a conversation without turns
+    /// starts from.
+    async fn recap(&self, c: &Collection, filter: &EventFilter) -> CoreResult<Option<ScoredEvent>> {
+        let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
+        Ok(self.store.list_events(c.id, f, 1).await?.into_iter().next().map(|e| ScoredEvent {
+            scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
+            layer: None,
+            event: e,
+        }))
+    }
+}
+
+/// The request checked (conversation id, `max_tokens`, the query's length), its event limit cut
+/// to what the budget can show: an event line, with its time and labels, is never under ~24
+/// tokens, so ranking more candidates than that only costs time.
+fn checked(mut req: ContextRequest) -> CoreResult<ContextRequest> {
+    validate_conversation_id(&req.conversation_id)?;
+    let (lo, hi) = MAX_TOKENS_RANGE;
+    if !(lo..=hi).contains(&req.max_tokens) {
+        return Err(CoreError::invalid(
+            "max_tokens",
+            format!("must be an integer in {lo}..={hi}, got {}", req.max_tokens),
+        ));
+    }
+    if let Some(q) = &req.query
+        && q.chars().count() > MAX_QUERY_CHARS
+    {
+        return Err(CoreError::invalid("query", format!("must be at most {MAX_QUERY_CHARS} characters")));
+    }
+    req.event_limit = req.event_limit.min((req.max_tokens / 24).max(1)).min(MAX_CONTEXT_EVENTS);
+    Ok(req)
+}
+
+/// Whose memories a context shows: the request's filter, else the conversation's user, else its
+/// assistant.
+fn whose_memories(requested: &EventFilter, meta: Option<&ConversationMeta>) -> EventFilter {
+    let mut filter = requested.clone();
+    if filter.user_id.is_empty()
+        && filter.assistant_id.is_empty()
+        && let Some(meta) = meta
+    {
+        filter.user_id.extend(meta.user_id.clone());
+        if filter.user_id.is_empty() {
+            filter.assistant_id.extend(meta.assistant_id.clone());
+        }
+    }
+    filter
+}
+
+/// The language to write the context in: Chinese when the query, the last turns and the profiles
+/// read as Chinese.
+fn locale_of(query: Option<&str>, cands: &crate::context::Candidates) -> Locale {
+    let mut sample = query.unwrap_or_default().to_string();
+    for m in cands.short_term.iter().rev().take(4) {
+        sample.push_str(&m.content);
+    }
+    for p in &cands.profiles {
+        sample.push_str(&p.content);
+        sample.push_str(&crate::profile::describe(&p.attributes));
+    }
+    if crate::text::looks_chinese(&sample) { Locale::Zh } else { Locale::En }
 }

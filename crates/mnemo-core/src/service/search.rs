@@ -229,85 +229,25 @@ impl Service {
         qv: crate::store::PendingVector<'_>,
     ) -> CoreResult<(Vec<ScoredEvent>, Option<Vec<f32>>)> {
         let now = self.now();
-        let mut filter = req.filter.clone();
-        filter.active_only = !req.include_archived;
-        let freshness = req.freshness_days.or(self.config.retrieval.freshness_days);
-        if let Some(days) = freshness {
-            let from = now - (days * ranking::DAY_MS) as i64;
-            filter.start_time = Some(filter.start_time.map_or(from, |s| s.max(from)));
-        }
-        let query = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty());
-        let Some(query) = query else {
-            let events = self.store.list_events(c.id, filter, req.limit).await?;
-            let events = events
-                .into_iter()
-                .map(|e| {
-                    let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
-                    ScoredEvent { layer: e.scope.clone(), event: e, scores }
-                })
-                .collect();
-            return Ok((events, None));
+        let filter = self.search_scope(req, now);
+        let Some(query) = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) else {
+            return Ok((self.listing(c, req, filter, now).await?, None));
         };
-        let terms = crate::text::search_tokens(query);
-        let offset = self.embedder.query_offset(query);
-        let fusion = self.embedder.fusion();
-        let threshold = req.similarity_threshold.or(self.config.retrieval.similarity_threshold).unwrap_or(0.0);
-        let neighbour_weight = self.config.retrieval.neighbour_weight;
-        // A question that names a time ("on May 23, 2023", "last week", 上周三) lifts the events of
-        // that time by `date_weight` of their relevance (ranking only, as the neighbours' words).
-        let date_weight = self.config.retrieval.date_weight;
-        let spans = if date_weight > 0.0 {
-            crate::dates::spans(query, crate::dates::local(now, self.config.extraction.utc_offset))
-        } else {
-            Vec::new()
-        };
-        let in_spans = |t: Millis| spans.iter().any(|(from, to)| (*from..*to).contains(&t));
-        // An event with turn vectors is as near as its own vector and its best turn together.
-        let turn_weight = self.config.retrieval.turn_weight;
-        let cosine = |c: &Candidate| match (c.cosine, c.turn_cosine) {
-            (Some(whole), Some(turn)) if turn_weight > 0.0 => Some((1.0 - turn_weight) * whole + turn_weight * turn),
-            (cosine, _) => cosine,
-        };
-        // Scores every candidate, keeps the best `limit`, and copies only their events.
-        let ranked = |cands: &[Candidate], layer: Option<&str>| -> Vec<ScoredEvent> {
-            let cosines: Vec<Option<f32>> = cands.iter().map(cosine).collect();
-            let origins: Vec<f64> =
-                cands.iter().zip(&cosines).map(|(c, cos)| fusion.fuse(cos.map(|x| x + offset), c.bm25)).collect();
-            let boosts = neighbour_boosts(cands, &cosines, &origins, offset, &fusion, neighbour_weight);
-            let mut kept: Vec<(usize, Scores)> = origins
-                .into_iter()
-                .zip(boosts)
-                .enumerate()
-                .filter(|(_, (origin, _))| *origin >= threshold)
-                .map(|(i, (origin, boost))| {
-                    let e = &cands[i].event;
-                    let dated = if in_spans(e.time) { origin * date_weight } else { 0.0 };
-                    let mut scores =
-                        ranking::score(origin + boost + dated, e, &c.schema, now, &req.decay, req.custom_weight);
-                    scores.origin_score = origin;
-                    (i, scores)
-                })
-                .collect();
-            kept.sort_by(|(i, a), (j, b)| {
-                b.score.total_cmp(&a.score).then(cands[*j].event.time.cmp(&cands[*i].event.time))
-            });
-            kept.truncate(req.limit as usize);
-            kept.into_iter()
-                .map(|(i, scores)| {
-                    let event = cands[i].event.clone();
-                    let layer = layer.map(str::to_string).or_else(|| event.scope.clone());
-                    ScoredEvent { event, scores, layer }
-                })
-                .collect()
-        };
+        let ranker = self.ranker(c, req, query, now);
         let k = (req.limit as usize * 3).max(50);
-        let mut cq = CandidateQuery { vector: None, terms, k, vector_hits: None, corpus: None };
+        let mut cq = CandidateQuery {
+            vector: None,
+            terms: crate::text::search_tokens(query),
+            k,
+            vector_hits: None,
+            corpus: None,
+        };
         // Second hop: the query plus what its best hits share (same vector and filter), fused
         // with the first by rank.
         let n_feedback = self.config.retrieval.feedback_terms;
         let mut first_ranked = None;
         let then: crate::store::NextTerms<'_> = Box::new(|found| {
-            let results = ranked(found, None);
+            let results = ranker.rank(found, None);
             let extra = (n_feedback > 0 && results.len() >= 2)
                 .then(|| feedback_terms(&results, &cq.terms, n_feedback))
                 .flatten();
@@ -318,47 +258,130 @@ impl Service {
         let crate::store::TwoHops { vector, first, second } =
             self.store.search_candidates_then(c.id, filter.clone(), cq.clone(), qv, then).await?;
         cq.vector = vector;
-        let mut results = first_ranked.unwrap_or_else(|| ranked(&first, None));
+        let mut results = first_ranked.unwrap_or_else(|| ranker.rank(&first, None));
         if let Some(second) = second {
-            results = fuse_by_rank(results, ranked(&second, None), req.limit as usize);
+            results = fuse_by_rank(results, ranker.rank(&second, None), req.limit as usize);
         }
-        let reply_hits = self.config.retrieval.reply_hits.min(results.len());
-        if reply_hits > 0 {
-            let replies = self.replies(c.id, &filter, &results[..reply_hits]).await?;
-            for (at, reply) in replies.into_iter().enumerate().rev() {
-                let Some(reply) = reply else { continue };
-                let origin = results[at].scores.origin_score;
-                if origin < threshold {
-                    continue;
-                }
-                let mut scores = ranking::score(origin, &reply, &c.schema, now, &req.decay, req.custom_weight);
-                scores.origin_score = origin;
-                match results.iter().position(|r| r.event.id == reply.id) {
-                    Some(i) if i <= at => continue,
-                    Some(i) => {
-                        results.remove(i);
-                    }
-                    None => {}
-                }
-                results.insert(at + 1, ScoredEvent { layer: reply.scope.clone(), event: reply, scores });
-            }
-            results.truncate(req.limit as usize);
-        }
-        // Layers: a search in a scope other than global falls back to global when it is short.
-        let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
-        if scoped && results.len() < req.limit as usize {
-            let mut global = filter.clone();
-            global.scope = vec![GLOBAL_SCOPE.to_string()];
-            for r in ranked(&self.store.search_candidates(c.id, global, cq.clone()).await?, Some(GLOBAL_SCOPE)) {
-                if results.len() >= req.limit as usize {
-                    break;
-                }
-                if !results.iter().any(|x| x.event.id == r.event.id) {
-                    results.push(r);
-                }
-            }
-        }
+        self.bring_replies(c, &filter, &ranker, &mut results).await?;
+        self.fall_back_to_global(c, &filter, &cq, &ranker, &mut results).await?;
         Ok((results, cq.vector))
+    }
+
+    /// What a search looks in: the request's filter, active events unless archived ones are
+    /// asked for, within the freshness window when there is one.
+    fn search_scope(&self, req: &EventSearch, now: Millis) -> EventFilter {
+        let mut filter = req.filter.clone();
+        filter.active_only = !req.include_archived;
+        if let Some(days) = req.freshness_days.or(self.config.retrieval.freshness_days) {
+            let from = now - (days * ranking::DAY_MS) as i64;
+            filter.start_time = Some(filter.start_time.map_or(from, |s| s.max(from)));
+        }
+        filter
+    }
+
+    /// Without a query: the newest events of the filter, scored by time and weight alone.
+    async fn listing(
+        &self,
+        c: &Collection,
+        req: &EventSearch,
+        filter: EventFilter,
+        now: Millis,
+    ) -> CoreResult<Vec<ScoredEvent>> {
+        let events = self.store.list_events(c.id, filter, req.limit).await?;
+        Ok(events
+            .into_iter()
+            .map(|e| {
+                let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
+                ScoredEvent { layer: e.scope.clone(), event: e, scores }
+            })
+            .collect())
+    }
+
+    /// How this search scores its candidates.
+    fn ranker<'a>(&self, c: &'a Collection, req: &'a EventSearch, query: &str, now: Millis) -> Ranker<'a> {
+        let r = &self.config.retrieval;
+        // A question that names a time ("on May 23, 2023", "last week", 上周三) lifts the events of
+        // that time by `date_weight` of their relevance (ranking only, as the neighbours' words).
+        let spans = if r.date_weight > 0.0 {
+            crate::dates::spans(query, crate::dates::local(now, self.config.extraction.utc_offset))
+        } else {
+            Vec::new()
+        };
+        Ranker {
+            c,
+            req,
+            now,
+            offset: self.embedder.query_offset(query),
+            fusion: self.embedder.fusion(),
+            threshold: req.similarity_threshold.or(r.similarity_threshold).unwrap_or(0.0),
+            neighbour_weight: r.neighbour_weight,
+            date_weight: r.date_weight,
+            spans,
+            turn_weight: r.turn_weight,
+        }
+    }
+
+    /// Each of the first `retrieval.reply_hits` results whose last turn asks brings the event
+    /// that answers it right after it (scored with the question's relevance).
+    async fn bring_replies(
+        &self,
+        c: &Collection,
+        filter: &EventFilter,
+        ranker: &Ranker<'_>,
+        results: &mut Vec<ScoredEvent>,
+    ) -> CoreResult<()> {
+        let reply_hits = self.config.retrieval.reply_hits.min(results.len());
+        if reply_hits == 0 {
+            return Ok(());
+        }
+        let replies = self.replies(c.id, filter, &results[..reply_hits]).await?;
+        for (at, reply) in replies.into_iter().enumerate().rev() {
+            let Some(reply) = reply else { continue };
+            let origin = results[at].scores.origin_score;
+            if origin < ranker.threshold {
+                continue;
+            }
+            let req = ranker.req;
+            let mut scores = ranking::score(origin, &reply, &c.schema, ranker.now, &req.decay, req.custom_weight);
+            scores.origin_score = origin;
+            match results.iter().position(|r| r.event.id == reply.id) {
+                Some(i) if i <= at => continue,
+                Some(i) => {
+                    results.remove(i);
+                }
+                None => {}
+            }
+            results.insert(at + 1, ScoredEvent { layer: reply.scope.clone(), event: reply, scores });
+        }
+        results.truncate(ranker.req.limit as usize);
+        Ok(())
+    }
+
+    /// Layers: a search in a scope other than global falls back to global when it is short.
+    async fn fall_back_to_global(
+        &self,
+        c: &Collection,
+        filter: &EventFilter,
+        cq: &CandidateQuery,
+        ranker: &Ranker<'_>,
+        results: &mut Vec<ScoredEvent>,
+    ) -> CoreResult<()> {
+        let limit = ranker.req.limit as usize;
+        let scoped = !filter.scope.is_empty() && !filter.scope.iter().any(|s| s == GLOBAL_SCOPE);
+        if !scoped || results.len() >= limit {
+            return Ok(());
+        }
+        let mut global = filter.clone();
+        global.scope = vec![GLOBAL_SCOPE.to_string()];
+        for r in ranker.rank(&self.store.search_candidates(c.id, global, cq.clone()).await?, Some(GLOBAL_SCOPE)) {
+            if results.len() >= limit {
+                break;
+            }
+            if !results.iter().any(|x| x.event.id == r.event.id) {
+                results.push(r);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -512,6 +535,69 @@ fn fuse_by_rank(first: Vec<ScoredEvent>, second: Vec<ScoredEvent>, limit: usize)
     }
     fused.sort_by(|a, b| b.0.total_cmp(&a.0));
     fused.into_iter().take(limit).map(|(_, r)| r).collect()
+}
+
+/// How one search scores candidates: fusion of the vector and BM25 signals (an event with turn
+/// vectors is as near as its own vector and its best turn together), the neighbours' words, a
+/// time the query names, then the threshold, decay and custom weight.
+struct Ranker<'a> {
+    c: &'a Collection,
+    req: &'a EventSearch,
+    now: Millis,
+    offset: f32,
+    fusion: ranking::Fusion,
+    threshold: f64,
+    neighbour_weight: f64,
+    date_weight: f64,
+    spans: Vec<(Millis, Millis)>,
+    turn_weight: f32,
+}
+
+impl Ranker<'_> {
+    fn cosine(&self, c: &Candidate) -> Option<f32> {
+        match (c.cosine, c.turn_cosine) {
+            (Some(whole), Some(turn)) if self.turn_weight > 0.0 => {
+                Some((1.0 - self.turn_weight) * whole + self.turn_weight * turn)
+            }
+            (cosine, _) => cosine,
+        }
+    }
+
+    /// Scores every candidate, keeps the best `limit`, and copies only their events.
+    fn rank(&self, cands: &[Candidate], layer: Option<&str>) -> Vec<ScoredEvent> {
+        let (offset, fusion) = (self.offset, &self.fusion);
+        let cosines: Vec<Option<f32>> = cands.iter().map(|c| self.cosine(c)).collect();
+        let origins: Vec<f64> =
+            cands.iter().zip(&cosines).map(|(c, cos)| fusion.fuse(cos.map(|x| x + offset), c.bm25)).collect();
+        let boosts = neighbour_boosts(cands, &cosines, &origins, offset, fusion, self.neighbour_weight);
+        let in_spans = |t: Millis| self.spans.iter().any(|(from, to)| (*from..*to).contains(&t));
+        let req = self.req;
+        let mut kept: Vec<(usize, Scores)> = origins
+            .into_iter()
+            .zip(boosts)
+            .enumerate()
+            .filter(|(_, (origin, _))| *origin >= self.threshold)
+            .map(|(i, (origin, boost))| {
+                let e = &cands[i].event;
+                let dated = if in_spans(e.time) { origin * self.date_weight } else { 0.0 };
+                let mut scores =
+                    ranking::score(origin + boost + dated, e, &self.c.schema, self.now, &req.decay, req.custom_weight);
+                scores.origin_score = origin;
+                (i, scores)
+            })
+            .collect();
+        kept.sort_by(|(i, a), (j, b)| {
+            b.score.total_cmp(&a.score).then(cands[*j].event.time.cmp(&cands[*i].event.time))
+        });
+        kept.truncate(req.limit as usize);
+        kept.into_iter()
+            .map(|(i, scores)| {
+                let event = cands[i].event.clone();
+                let layer = layer.map(str::to_string).or_else(|| event.scope.clone());
+                ScoredEvent { event, scores, layer }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
