@@ -311,3 +311,16 @@ pub fn limit(v: Option<i64>, default: u32) -> Result<u32, CoreError> {
         Some(n) => Err(CoreError::invalid("limit", format!("must be an integer in {lo}..={hi}, got {n}"))),
     }
 }
+
+/// A maintenance run as answered (`maintenance/run`, `maintenance/list`).
+pub fn maintenance_run_json(r: &MaintenanceRun) -> Value {
+    json!({
+        "collection_name": r.collection_name,
+        "trigger": r.trigger,
+        "started_at": r.started_at,
+        "expired": r.expired,
+        "archived": r.archived,
+        "folded": r.folded,
+        "digests": r.digests,
+    })
+}

@@ -8,10 +8,9 @@
 //! must allow the project. Agents never pass tenant ids in tool arguments.
 
 use mnemo_core::access::{Principal, Scope};
-use mnemo_core::context::Locale;
 use mnemo_core::model::{EventFilter, ProfileFilter};
 use mnemo_core::service::{
-    AddEventRequest, ContextRequest, EventSearch, Include, MAX_CONTENT_CHARS, MAX_TOKENS_RANGE, MessageInput, Target,
+    AddEventRequest, ContextRequest, EventSearch, MAX_CONTENT_CHARS, MAX_TOKENS_RANGE, MessageInput, Target,
     WriteInput, WriteKind,
 };
 use mnemo_core::{CoreError, Service};
@@ -200,20 +199,13 @@ impl MemoryTools {
             }
             "recall" => {
                 let d = &self.service.config().retrieval;
-                let req = ContextRequest {
-                    target,
-                    conversation_id: str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone()),
-                    query: str_arg("query").filter(|q| !q.trim().is_empty()),
-                    event_filter: user_filter(),
-                    event_limit: d.top_k,
-                    decay: d.time_decay,
-                    similarity_threshold: Some(d.similarity_threshold.unwrap_or(0.0).max(floor)),
-                    profile_filter: ProfileFilter { user_id: vec![scope.user_id.clone()], ..Default::default() },
-                    profile_limit: 1,
-                    max_tokens: int_arg("max_tokens", d.max_tokens, MAX_TOKENS_RANGE.1)?,
-                    include: Include::default(),
-                    locale: None::<Locale>,
-                };
+                let conversation_id = str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone());
+                let mut req = ContextRequest::new(target, conversation_id, d);
+                req.query = str_arg("query").filter(|q| !q.trim().is_empty());
+                req.event_filter = user_filter();
+                req.similarity_threshold = Some(d.similarity_threshold.unwrap_or(0.0).max(floor));
+                req.profile_filter = ProfileFilter { user_id: vec![scope.user_id.clone()], ..Default::default() };
+                req.max_tokens = int_arg("max_tokens", d.max_tokens, MAX_TOKENS_RANGE.1)?;
                 let r = self.service.get_context(req).await?;
                 Ok(if r.assembled.context_str.is_empty() {
                     "Nothing is remembered about this user yet.".into()

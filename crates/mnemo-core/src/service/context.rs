@@ -46,6 +46,29 @@ pub struct ContextRequest {
     pub locale: Option<Locale>,
 }
 
+impl ContextRequest {
+    /// A request for a conversation's context with the server's retrieval defaults (`defaults`:
+    /// the service's `config().retrieval`) — what every front end starts from before applying
+    /// what its caller asked: the events' limit, decay and threshold, one profile, the budget,
+    /// every section, the conversation's own language.
+    pub fn new(target: Target, conversation_id: String, defaults: &RetrievalConfig) -> Self {
+        Self {
+            target,
+            conversation_id,
+            query: None,
+            event_filter: EventFilter::default(),
+            event_limit: defaults.top_k,
+            decay: defaults.time_decay,
+            similarity_threshold: defaults.similarity_threshold,
+            profile_filter: ProfileFilter::default(),
+            profile_limit: 1,
+            max_tokens: defaults.max_tokens,
+            include: Include::default(),
+            locale: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ContextResult {
     pub assembled: Assembled,

@@ -53,24 +53,23 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
             cross_events: i.cross_events,
             recap: i.recap,
         });
-        Ok(ContextRequest {
-            target: Target { project: body.project_name, collection: body.collection_name },
-            conversation_id: body.conversation_id,
-            query: body.query,
-            event_filter: ec.filter.into_filter().map_err(|e| prefix("event_search_config.", e))?,
-            event_limit,
-            decay,
-            similarity_threshold: ec.similarity_threshold,
-            profile_filter: body
-                .profile_search_config
-                .filter
-                .into_filter()
-                .map_err(|e| prefix("profile_search_config.", e))?,
-            profile_limit,
-            max_tokens,
-            include,
-            locale,
-        })
+        let mut req = ContextRequest::new(
+            Target { project: body.project_name, collection: body.collection_name },
+            body.conversation_id,
+            defaults,
+        );
+        req.query = body.query;
+        req.event_filter = ec.filter.into_filter().map_err(|e| prefix("event_search_config.", e))?;
+        req.event_limit = event_limit;
+        req.decay = decay;
+        req.similarity_threshold = ec.similarity_threshold;
+        req.profile_filter =
+            body.profile_search_config.filter.into_filter().map_err(|e| prefix("profile_search_config.", e))?;
+        req.profile_limit = profile_limit;
+        req.max_tokens = max_tokens;
+        req.include = include;
+        req.locale = locale;
+        Ok(req)
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
     let queried = req.query.as_deref().is_some_and(|q| !q.trim().is_empty());

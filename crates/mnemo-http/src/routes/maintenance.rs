@@ -18,7 +18,7 @@ pub async fn run(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Maint
         Some(c) => runs.into_iter().filter(|r| &r.collection_name == c).collect(),
         None => runs,
     };
-    Ok(ApiOk::new(rid, json!({"runs": runs, "count": runs.len()})))
+    Ok(ApiOk::new(rid, json!({"runs": runs.iter().map(maintenance_run_json).collect::<Vec<_>>(), "count": runs.len()})))
 }
 
 pub async fn list(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<MaintenanceBody>) -> ApiResult {
@@ -29,7 +29,7 @@ pub async fn list(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Main
     let limit = limit(body.limit, 20).map_err(|e| ApiError::from_core(rid, e))?;
     let t = Target { project: body.project_name, collection };
     let runs = s.service.maintenance_runs(&t, limit).await.map_err(|e| ApiError::from_core(rid, e))?;
-    Ok(ApiOk::new(rid, json!({"runs": runs, "count": runs.len()})))
+    Ok(ApiOk::new(rid, json!({"runs": runs.iter().map(maintenance_run_json).collect::<Vec<_>>(), "count": runs.len()})))
 }
 
 /// Moves the server's clock forward — only when `testing.clock_control` is on (never by default),
