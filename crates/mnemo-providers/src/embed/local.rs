@@ -30,6 +30,7 @@
 //! One text per run: the int8 graphs quantize activations per batch, so batching would make a
 //! text's vector depend on its neighbours.
 
+use super::lanes::{Lane, Lanes, Priority};
 use async_trait::async_trait;
 use mnemo_core::embed::{EmbedError, EmbedKind, Embedder, normalize};
 use mnemo_core::ranking::Fusion;
@@ -236,7 +237,8 @@ pub struct LocalEmbedder {
     /// while ONNX Runtime builds a session crashes in the runtime's static destructors.
     loader: Mutex<Option<std::thread::JoinHandle<()>>>,
     sessions: Arc<Mutex<Vec<Sessions>>>,
-    available: Arc<tokio::sync::Semaphore>,
+    /// A permit per session in the pool, handed to waiting queries before documents.
+    lanes: Arc<Lanes>,
     /// Query embeddings (searches) may hold all sessions but one, so writes always find a
     /// session; past a bounded number of waiting queries, a query is refused at once and the
     /// search degrades to full text instead of queueing without end.
@@ -339,13 +341,13 @@ impl LocalEmbedder {
             loaded: Arc::new(std::sync::atomic::AtomicUsize::new(1)),
             loader: Mutex::new(None),
             sessions: Arc::new(Mutex::new(vec![first])),
-            available: Arc::new(tokio::sync::Semaphore::new(1)),
+            lanes: Lanes::new(1),
             queries: Arc::new(QueryGate::new(target, MAX_WAITING_QUERIES)),
             tokenizers: Arc::new(tokenizers),
         };
         if target > 1 {
-            let (pool, available, loaded, dir) =
-                (embedder.sessions.clone(), embedder.available.clone(), embedder.loaded.clone(), dir.to_path_buf());
+            let (pool, lanes, loaded, dir) =
+                (embedder.sessions.clone(), embedder.lanes.clone(), embedder.loaded.clone(), dir.to_path_buf());
             let loader = std::thread::Builder::new()
                 .name("mnemo-model-load".into())
                 .spawn(move || {
@@ -356,7 +358,7 @@ impl LocalEmbedder {
                         match Sessions::build(env, &dir, model) {
                             Ok(s) => {
                                 pool.lock().expect("session pool").push(s);
-                                available.add_permits(1);
+                                lanes.add(1);
                                 loaded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             }
                             Err(e) => {
@@ -595,29 +597,52 @@ impl Embedder for LocalEmbedder {
     }
 
     async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        use futures_util::StreamExt;
         let _query = match kind {
             EmbedKind::Query => Some(self.queries.enter().await?),
             EmbedKind::Document => None,
         };
         // A session is taken for one text at a time: a batch (an extraction's chunks and turns,
         // ~20 ms a turn) would hold it for its whole length, and a search's query waiting for a
-        // session would wait for all of it. The semaphore is fair: a waiting query gets the next
-        // session that comes free.
-        let mut out = Vec::with_capacity(texts.len());
-        for text in texts {
-            let _permit =
-                self.available.acquire().await.map_err(|_| EmbedError::Permanent("embedder closed".into()))?;
+        // session would wait for all of it. A session that comes free goes to a waiting query
+        // first (`Lanes`). A batch of documents also spreads onto sessions that are idle (free,
+        // nobody waiting): alone — an import, a re-index, one extraction — it runs on every
+        // session; beside other work it waits for one session at a time, as before.
+        let run = |lane: Lane, text: &String| {
             let (sessions, tokenizers, text, model) =
                 (self.sessions.clone(), self.tokenizers.clone(), text.clone(), self.model);
-            let v = tokio::task::spawn_blocking(move || {
-                let mut s = sessions.lock().expect("session pool").pop().expect("a permit guarantees a session");
+            // The lane goes with the work: a caller that gives up does not free the session
+            // before the text in progress is done.
+            let work = tokio::task::spawn_blocking(move || {
+                let _lane = lane;
+                let mut s = sessions.lock().expect("session pool").pop().expect("a lane guarantees a session");
                 let v = Self::embed_text(model, &mut s, &tokenizers, &text, kind);
                 sessions.lock().expect("session pool").push(s);
                 v
-            })
-            .await
-            .map_err(|e| EmbedError::Permanent(format!("embedding task failed: {e}")))??;
-            out.push(v);
+            });
+            async move { work.await.map_err(|e| EmbedError::Permanent(format!("embedding task failed: {e}")))? }
+        };
+        let priority = match kind {
+            EmbedKind::Query => Priority::Query,
+            EmbedKind::Document => Priority::Document,
+        };
+        let mut out = Vec::with_capacity(texts.len());
+        let mut in_flight = futures_util::stream::FuturesOrdered::new();
+        for text in texts {
+            let lane = loop {
+                if let Some(lane) = (priority == Priority::Document).then(|| self.lanes.idle()).flatten() {
+                    break lane;
+                }
+                match in_flight.next().await {
+                    // Room is made by this batch's own texts finishing, in order.
+                    Some(v) => out.push(v?),
+                    None => break self.lanes.acquire(priority).await,
+                }
+            };
+            in_flight.push_back(run(lane, text));
+        }
+        while let Some(v) = in_flight.next().await {
+            out.push(v?);
         }
         Ok(out)
     }

@@ -52,12 +52,47 @@ async fn a_query_waits_for_one_text_of_a_batch_not_for_the_batch() {
             v
         })
     };
-    while e.available.available_permits() > 0 {
+    while e.lanes.free() > 0 {
         tokio::task::yield_now().await;
     }
     e.embed(&["where did I walk".into()], EmbedKind::Query).await.unwrap();
     assert!(!done.load(Ordering::SeqCst), "the query was served between the batch's texts");
     assert_eq!(batch.await.unwrap().unwrap().len(), 200);
+}
+
+/// One batch of documents runs on every session at once (an import, an extraction's turns), in
+/// order, and a query that comes meanwhile still gets the next session that comes free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_on_every_session_and_a_query_still_goes_first() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = find_model_dir(None, LocalModel::Use).expect("run ./scripts/setup-model first");
+    let e = Arc::new(LocalEmbedder::open(&dir, LocalModel::Use, 2).unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while e.loaded_sessions() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the second session never joined the pool");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let texts: Vec<String> = (0..400).map(|i| format!("memory {i}: a long walk by the lake at dawn")).collect();
+    let alone: Vec<Vec<f32>> = texts[..3].iter().map(|t| e.embed_blocking(t, EmbedKind::Document).unwrap()).collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let batch = {
+        let (e, done, texts) = (e.clone(), done.clone(), texts.clone());
+        tokio::spawn(async move {
+            let v = e.embed(&texts, EmbedKind::Document).await;
+            done.store(true, Ordering::SeqCst);
+            v
+        })
+    };
+    // Both sessions are taken by the one batch (one after the other, it would leave one free).
+    while e.lanes.free() > 0 {
+        assert!(!done.load(Ordering::SeqCst), "the batch ended without holding both sessions");
+        tokio::task::yield_now().await;
+    }
+    e.embed(&["where did I walk".into()], EmbedKind::Query).await.unwrap();
+    assert!(!done.load(Ordering::SeqCst), "the query was served between the batch's texts");
+    let v = batch.await.unwrap().unwrap();
+    assert_eq!(v.len(), 400);
+    assert_eq!(&v[..3], &alone[..], "in order, the same vectors as one by one");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,7 +107,7 @@ async fn extra_sessions_join_the_pool_in_the_background() {
         assert!(std::time::Instant::now() < deadline, "background sessions never joined the pool");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(e.available.available_permits(), 3, "each session joined with its permit");
+    assert_eq!(e.lanes.free(), 3, "each session joined with its permit");
     // Three embeddings at once each hold a session; every session gives the same vectors.
     let runs: Vec<_> = (0..3)
         .map(|_| {
