@@ -10,7 +10,7 @@ use crate::extract::ExtractionOutput;
 use crate::model::*;
 use async_trait::async_trait;
 
-/// The areas' traits, for calling a store's methods through `dyn Store`.
+/// The areas' traits, for code that calls a concrete store's methods (a `dyn Store` needs none).
 pub mod prelude {
     pub use super::{
         CollectionStore, ConversationStore, EventStore, JobStore, MaintenanceStore, PrivacyStore, ProfileStore,
