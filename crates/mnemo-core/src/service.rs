@@ -34,7 +34,7 @@ mod write_input;
 
 pub use crate::ranking::ScoredEvent;
 pub use collections::CollectionOptions;
-pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE};
+pub use context::{ContextRequest, ContextResult, Include, MAX_TOKENS_RANGE, max_tokens};
 pub use events::{AddEventRequest, BatchDelete, BatchDeleted, EVENT_CLASSES, MAX_BATCH_EVENTS};
 pub use jobs::ExtractionPolicy;
 pub use lifecycle::LifecycleConfig;

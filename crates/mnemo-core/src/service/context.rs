@@ -235,13 +235,7 @@ impl Service {
 /// tokens, so ranking more candidates than that only costs time.
 fn checked(mut req: ContextRequest) -> CoreResult<ContextRequest> {
     validate_conversation_id(&req.conversation_id)?;
-    let (lo, hi) = MAX_TOKENS_RANGE;
-    if !(lo..=hi).contains(&req.max_tokens) {
-        return Err(CoreError::invalid(
-            "max_tokens",
-            format!("must be an integer in {lo}..={hi}, got {}", req.max_tokens),
-        ));
-    }
+    max_tokens(i64::from(req.max_tokens))?;
     if let Some(q) = &req.query
         && q.chars().count() > MAX_QUERY_CHARS
     {
@@ -249,6 +243,15 @@ fn checked(mut req: ContextRequest) -> CoreResult<ContextRequest> {
     }
     req.event_limit = req.event_limit.min((req.max_tokens / 24).max(1)).min(MAX_CONTEXT_EVENTS);
     Ok(req)
+}
+
+/// `max_tokens` as asked (any integer a client sends) checked against [`MAX_TOKENS_RANGE`].
+pub fn max_tokens(n: i64) -> CoreResult<u32> {
+    let (lo, hi) = MAX_TOKENS_RANGE;
+    match u32::try_from(n) {
+        Ok(t) if (lo..=hi).contains(&t) => Ok(t),
+        _ => Err(CoreError::invalid("max_tokens", format!("must be an integer in {lo}..={hi}, got {n}"))),
+    }
 }
 
 /// Whose memories a context shows: the request's filter, else the conversation's user, else its

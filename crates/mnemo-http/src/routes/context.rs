@@ -8,7 +8,7 @@ use axum::extract::State;
 use mnemo_core::CoreError;
 use mnemo_core::context::Locale;
 use mnemo_core::ranking::TimeDecay;
-use mnemo_core::service::{ContextRequest, Include, MAX_TOKENS_RANGE, Target};
+use mnemo_core::service::{ContextRequest, Include, Target};
 use serde_json::json;
 
 pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<GetContextBody>) -> ApiResult {
@@ -24,14 +24,7 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
         let event_limit = limit(ec.limit, defaults.top_k).map_err(|e| prefix("event_search_config.", e))?;
         let profile_limit =
             limit(body.profile_search_config.limit, 1).map_err(|e| prefix("profile_search_config.", e))?;
-        let max_tokens = match body.max_tokens {
-            None => defaults.max_tokens,
-            Some(n) if (i64::from(MAX_TOKENS_RANGE.0)..=i64::from(MAX_TOKENS_RANGE.1)).contains(&n) => n as u32,
-            Some(n) => {
-                let (lo, hi) = MAX_TOKENS_RANGE;
-                return Err(CoreError::invalid("max_tokens", format!("must be an integer in {lo}..={hi}, got {n}")));
-            }
-        };
+        let max_tokens = body.max_tokens.map_or(Ok(defaults.max_tokens), mnemo_core::service::max_tokens)?;
         if let Some(t) = ec.similarity_threshold
             && !(0.0..=1.0).contains(&t)
         {
