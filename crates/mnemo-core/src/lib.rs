@@ -12,6 +12,7 @@ pub mod clock;
 pub mod context;
 pub mod dates;
 pub mod embed;
+pub mod entities;
 pub mod error;
 pub mod excerpt;
 pub mod extract;

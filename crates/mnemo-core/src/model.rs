@@ -466,6 +466,8 @@ pub struct EventFilter {
     pub session_id: Vec<String>,
     pub conversation_id: Vec<String>,
     pub scope: Vec<String>,
+    /// These events alone (by id): an entity's events (`event/search`'s `filter.entity`).
+    pub event_ids: Vec<String>,
     pub start_time: Option<Millis>,
     pub end_time: Option<Millis>,
     /// Only `active` events (search and context); otherwise any status (listing, deleting).
@@ -481,6 +483,7 @@ impl EventFilter {
             && self.session_id.is_empty()
             && self.conversation_id.is_empty()
             && self.scope.is_empty()
+            && self.event_ids.is_empty()
             && self.start_time.is_none()
             && self.end_time.is_none()
     }

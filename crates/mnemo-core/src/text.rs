@@ -212,6 +212,12 @@ impl Bm25Query {
     }
 }
 
+/// The text's words with jieba's part-of-speech tags (`nr` a person's name, `ns` a place, `nt`
+/// an organisation, …).
+pub fn tag(text: &str) -> Vec<(String, String)> {
+    JIEBA.tag(text, true).into_iter().map(|t| (t.word.to_string(), t.tag.to_string())).collect()
+}
+
 /// Whether a turn ends by asking: its last sentence ends with a question mark (an attachment
 /// note such as "[image: …]" after it is ignored).
 pub fn asks(text: &str) -> bool {

@@ -42,6 +42,19 @@ pub fn components() -> Map<String, Value> {
     let strings = || array(json!({"type": "string"}));
     let mut m = Map::new();
     m.insert(
+        "Entity".into(),
+        object(
+            &["entity_id", "name", "kind", "aliases", "event_count", "first_seen", "last_seen"],
+            json!({
+                "entity_id": {"type": "string"}, "name": {"type": "string"},
+                "kind": {"type": "string", "enum": ["person", "place", "organization", "pet", "other"]},
+                "aliases": strings(), "event_count": {"type": "integer"},
+                "first_seen": {"type": "integer", "description": "The time of its first event (ms since the epoch)."},
+                "last_seen": {"type": "integer", "description": "The time of its latest event."},
+            }),
+        ),
+    );
+    m.insert(
         "Event".into(),
         object(
             &["event_id", "memory_type", "user_id", "assistant_id", "time", "status", "memory_info", "created_at"],
@@ -251,6 +264,14 @@ pub fn answer(path: &str) -> Value {
             "event_ids": array(json!({"type": "string"})),
         }}),
         "/profile/search" => results(r("Profile")),
+        "/entity/list" => object(
+            &["count", "entities"],
+            json!({"collection_name": {"type": "string"}, "count": count, "entities": array(r("Entity"))}),
+        ),
+        "/entity/get" => object(
+            &["entity", "count", "events"],
+            json!({"entity": r("Entity"), "count": count, "events": array(r("Event"))}),
+        ),
         "/profile/add" | "/profile/update" => {
             object(&["profile_id", "profile"], json!({"profile_id": {"type": "string"}, "profile": r("Profile")}))
         }

@@ -74,10 +74,12 @@ macro_rules! scoped {
 }
 
 mod collections;
+mod entities;
 mod profiles;
 mod webhooks;
 mod write;
 pub use collections::*;
+pub use entities::*;
 pub use profiles::*;
 pub use webhooks::*;
 pub use write::*;

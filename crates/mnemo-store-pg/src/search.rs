@@ -317,6 +317,7 @@ pub(crate) fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) ->
         && f.session_id.is_empty()
         && f.conversation_id.is_empty()
         && f.scope.is_empty()
+        && f.event_ids.is_empty()
         && qv.is_none_or(|v| v.as_slice().iter().all(|x| x.abs() < 65_000.0))
 }
 

@@ -147,6 +147,7 @@ pub fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Args) {
     list("session_id = ANY({})", &f.session_id);
     list("conversation_id = ANY({})", &f.conversation_id);
     list("scope = ANY({})", &f.scope);
+    list("id = ANY({})", &f.event_ids);
     if let Some(t) = f.start_time {
         sql.push_str(&format!(" AND time >= {}", a.push(t)));
     }

@@ -54,6 +54,7 @@ pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, V
     list(&mut sql, &mut args, "session_id IN ({})", &f.session_id);
     list(&mut sql, &mut args, "conversation_id IN ({})", &f.conversation_id);
     list(&mut sql, &mut args, "scope IN ({})", &f.scope);
+    list(&mut sql, &mut args, "id IN ({})", &f.event_ids);
     if let Some(t) = f.start_time {
         args.push(SqlValue::Integer(t));
         sql.push_str(&format!(" AND time >= ?{}", args.len()));

@@ -425,6 +425,14 @@ pub async fn event_filters_and_batch_delete(h: &impl StoreHarness) {
     };
     let got = s.list_events(c.id, thread.clone(), 32).await.unwrap();
     assert_eq!(got.iter().map(|e| e.time).collect::<Vec<_>>(), vec![20, 10]);
+    // Named events alone (an entity's): listed, and searched, within the rest of the filter.
+    let ids: Vec<String> = got.iter().map(|e| e.id.clone()).collect();
+    let named = EventFilter { event_ids: vec![ids[1].clone(), "evt_unknown".into()], ..thread.clone() };
+    let listed = s.list_events(c.id, named.clone(), 32).await.unwrap();
+    assert_eq!(listed.iter().map(|e| e.time).collect::<Vec<_>>(), vec![10]);
+    let q = CandidateQuery { vector: None, terms: vec!["s1".into()], k: 10, vector_hits: None, corpus: None };
+    let found = s.search_candidates(c.id, named, q).await.unwrap();
+    assert_eq!(found.iter().map(|c| c.event.time).collect::<Vec<_>>(), vec![10], "search keeps to the ids");
     // The next event of the session: after a time, and after an id at the same time.
     let open = EventFilter { start_time: None, end_time: None, ..thread };
     let next = |time, id: &str| {

@@ -147,6 +147,7 @@ fn matches(e: &Event, f: &EventFilter) -> bool {
         && one(&f.session_id, &e.session_id)
         && one(&f.conversation_id, &e.conversation_id)
         && one(&f.scope, &e.scope)
+        && (f.event_ids.is_empty() || f.event_ids.contains(&e.id))
         && f.start_time.is_none_or(|t| e.time >= t)
         && f.end_time.is_none_or(|t| e.time <= t)
         && (!f.active_only || e.status == "active")

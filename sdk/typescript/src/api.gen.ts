@@ -89,6 +89,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/memory/entity/get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** One of a user's entities (by entity_id, name or alias) and its events, newest first. */
+        post: operations["entity_get"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/memory/entity/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A user's entities — the people, places, organisations and pets their memories name — with kind, aliases ("sister" for "my sister Wen"), event count and first/last seen; most events first. Resolved from the user's active events when asked. */
+        post: operations["entity_list"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/memory/event/add": {
         parameters: {
             query?: never;
@@ -792,6 +826,61 @@ export interface components {
             type: string;
             webhook_id: string;
         };
+        Entity: {
+            aliases: string[];
+            entity_id: string;
+            event_count: number;
+            /** @description The time of its first event (ms since the epoch). */
+            first_seen: number;
+            /** @enum {string} */
+            kind: "person" | "place" | "organization" | "pet" | "other";
+            /** @description The time of its latest event. */
+            last_seen: number;
+            name: string;
+        };
+        EntityFilterDto: {
+            /**
+             * @description person, place, organization, pet or other.
+             * @default null
+             */
+            kind?: string | null;
+            /**
+             * @description Entities whose name or an alias contains this.
+             * @default null
+             */
+            name?: string | null;
+            user_id: string;
+        };
+        EntityGetBody: {
+            collection_name?: string;
+            /** @description Its `entity_id`, name or an alias. */
+            entity: string;
+            /**
+             * Format: int64
+             * @description Its newest events: 1..=1000, default 100.
+             * @default null
+             */
+            limit?: number | null;
+            /** @default default */
+            project_name?: string;
+            /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
+            resource_id?: string;
+            user_id: string;
+        };
+        EntityListBody: {
+            collection_name?: string;
+            filter: components["schemas"]["EntityFilterDto"];
+            /**
+             * Format: int64
+             * @description 1..=1000, default 100.
+             * @default null
+             */
+            limit?: number | null;
+            /** @default default */
+            project_name?: string;
+            /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
+            resource_id?: string;
+        };
         Envelope: {
             /** @description Errors only: Volcengine's envelope with the VikingDB memory API's error code (`Error.Code`, e.g. 1000003 invalid request), which the VikingDB SDKs map to their exception classes. */
             ResponseMetadata?: {
@@ -932,6 +1021,12 @@ export interface components {
              * @default null
              */
             end_time?: number | null;
+            /**
+             * @description `event/search` only: the events naming this entity of the (one) `user_id` — its
+             *     `entity_id`, name or an alias (`entity/list`).
+             * @default null
+             */
+            entity?: string | null;
             /** @description `batch_delete_event` names the type `event_type`. */
             event_type?: components["schemas"]["StrOrList"] | (null);
             group_id?: components["schemas"]["StrOrList"] | (null);
@@ -1868,6 +1963,80 @@ export interface operations {
                         data: {
                             collections: components["schemas"]["Collection"][];
                             count: number;
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    entity_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EntityGetBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            count: number;
+                            entity: components["schemas"]["Entity"];
+                            events: components["schemas"]["Event"][];
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    entity_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EntityListBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name?: string;
+                            count: number;
+                            entities: components["schemas"]["Entity"][];
                         };
                     };
                 };

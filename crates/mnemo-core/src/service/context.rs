@@ -91,6 +91,7 @@ impl Service {
             similarity_threshold: req.similarity_threshold,
             freshness_days: None,
             include_archived: false,
+            entity: None,
         };
         // The query is embedded once, for both searches — while the conversation is looked up
         // when the request names whose memories to search (else only once a search is sure), and

@@ -75,6 +75,8 @@ pub struct EventSearch {
     pub freshness_days: Option<f64>,
     /// Also search archived events.
     pub include_archived: bool,
+    /// Only the events naming this entity of the (one) filtered user: its id, name or alias.
+    pub entity: Option<String>,
 }
 
 impl EventSearch {
@@ -90,6 +92,7 @@ impl EventSearch {
             similarity_threshold: None,
             freshness_days: None,
             include_archived: false,
+            entity: None,
         }
     }
 }
@@ -110,7 +113,7 @@ impl Service {
     }
 
     /// [`Self::search_events`], saying whether the query's semantic half ran.
-    pub async fn search(&self, req: EventSearch) -> CoreResult<SearchAnswer> {
+    pub async fn search(&self, mut req: EventSearch) -> CoreResult<SearchAnswer> {
         if req.filter.user_id.is_empty() && req.filter.assistant_id.is_empty() {
             return Err(CoreError::invalid(
                 "filter.user_id",
@@ -141,6 +144,19 @@ impl Service {
             ));
         }
         let c = self.collection_for_read(&req.target).await?;
+        if let Some(entity) = req.entity.take() {
+            let [user] = req.filter.user_id.as_slice() else {
+                return Err(CoreError::invalid(
+                    "filter.entity",
+                    "needs exactly one filter.user_id (entities are a user's)",
+                ));
+            };
+            let found = self.entity_named(&c, user, &entity).await?;
+            if found.event_ids.is_empty() {
+                return Ok(SearchAnswer::default());
+            }
+            req.filter.event_ids = found.event_ids;
+        }
         let degraded = std::sync::OnceLock::new();
         let results = self.search_in(&c, &req, &degraded).await?;
         // A hit is a recall: a query search or a context. Listing (no query) is browsing — it

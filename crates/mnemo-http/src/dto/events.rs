@@ -26,10 +26,25 @@ pub struct EventFilterDto {
     pub start_time: Option<i64>,
     #[serde(default)]
     pub end_time: Option<i64>,
+    /// `event/search` only: the events naming this entity of the (one) `user_id` — its
+    /// `entity_id`, name or an alias (`entity/list`).
+    #[serde(default)]
+    pub entity: Option<String>,
 }
 
 impl EventFilterDto {
+    /// The filter and its entity (`event/search`).
+    pub fn split_entity(mut self) -> Result<(EventFilter, Option<String>), CoreError> {
+        let entity = self.entity.take();
+        Ok((self.into_filter()?, entity))
+    }
+
+    /// The filter; `filter.entity` is refused (only `event/search` takes it, through
+    /// [`EventFilterDto::split_entity`]).
     pub fn into_filter(self) -> Result<EventFilter, CoreError> {
+        if self.entity.is_some() {
+            return Err(CoreError::invalid("filter.entity", "is accepted by event/search only"));
+        }
         let list = |v: Option<StrOrList>, f: &str| v.unwrap_or_default().into_checked(&format!("filter.{f}"));
         let mut memory_type = list(self.memory_type, "memory_type")?;
         memory_type.extend(list(self.event_type, "event_type")?);
@@ -42,6 +57,7 @@ impl EventFilterDto {
             session_id: list(self.session_id, "session_id")?,
             conversation_id: list(self.conversation_id, "conversation_id")?,
             scope: list(self.scope, "scope")?,
+            event_ids: Vec::new(),
             start_time: self.start_time,
             end_time: self.end_time,
             active_only: false,

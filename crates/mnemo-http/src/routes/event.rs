@@ -19,6 +19,7 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
             Some(d) => TimeDecay::new(d.weight, d.no_decay_period, 30.0)?,
             None => TimeDecay::NONE,
         };
+        let (filter, entity) = body.filter.split_entity()?;
         Ok(EventSearch {
             target: Target { project: body.project_name, collection: body.collection_name },
             query: body.query.clone(),
@@ -28,7 +29,8 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
             freshness_days: body.freshness_days,
             include_archived: body.include_archived,
             decay,
-            filter: body.filter.into_filter()?,
+            filter,
+            entity,
         })
     })()
     .map_err(|e| ApiError::from_core(rid, e))?;
@@ -219,6 +221,7 @@ pub async fn search_memory(State(s): State<AppState>, ApiJson { ctx, body }: Api
             include_archived: false,
             decay: TimeDecay::NONE,
             filter,
+            entity: None,
         };
         for r in s.service.search_events(req).await.map_err(err)? {
             let mut v = scored_event_json(&r);

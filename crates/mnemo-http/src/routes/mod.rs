@@ -2,6 +2,7 @@
 
 mod collection;
 mod context;
+mod entity;
 mod event;
 mod job;
 mod maintenance;
@@ -112,6 +113,16 @@ pub fn endpoints() -> Vec<Endpoint> {
             "Delete the events matching a (non-empty) filter; a filter of only user_id/assistant_id needs confirm: \"all\"; dry_run answers what would be deleted.",
             event::batch_delete,
         ),
+        ep::<EntityListBody, _, _>(
+            "/entity/list",
+            "A user's entities — the people, places, organisations and pets their memories name — with kind, aliases (\"sister\" for \"my sister Wen\"), event count and first/last seen; most events first. Resolved from the user's active events when asked.",
+            entity::list,
+        ),
+        ep::<EntityGetBody, _, _>(
+            "/entity/get",
+            "One of a user's entities (by entity_id, name or alias) and its events, newest first.",
+            entity::get,
+        ),
         ep::<ProfileSearchBody, _, _>(
             "/profile/search",
             "List profiles by user, assistant and type (with attribute history for keep_history types).",
@@ -204,7 +215,7 @@ pub fn endpoints() -> Vec<Endpoint> {
 pub fn scope_of(path: &str) -> Scope {
     match path {
         "/collection/list" | "/collection/info" | "/session/info" | "/event/search" | "/profile/search" | "/search"
-        | "/job/list" | "/get_context" | "/stats" | "/user/export" => Scope::Read,
+        | "/entity/list" | "/entity/get" | "/job/list" | "/get_context" | "/stats" | "/user/export" => Scope::Read,
         "/collection/delete" | "/user/forget" | "/maintenance/run" | "/maintenance/list" | "/admin/clock" => {
             Scope::Admin
         }

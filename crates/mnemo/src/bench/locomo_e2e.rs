@@ -275,6 +275,7 @@ pub(super) async fn run(
     }
     println!("rules extraction produced {events} events from {msgs} turns");
     let user_of: HashMap<&str, &str> = convs.iter().map(|c| (c.conversation_id.as_str(), c.user_id.as_str())).collect();
+    entities(svc, &target, convs).await?;
     let mut dump = match std::env::var_os("MNEMO_BENCH_DUMP_E2E") {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
         None => None,
@@ -503,6 +504,46 @@ pub(super) async fn run(
         use std::io::Write;
         out.flush()?;
     }
+    Ok(())
+}
+
+/// Each user's entities as `entity/list` resolves them: how long that takes, how many, and the
+/// five with the most events (a look at what the rules find in real conversations).
+async fn entities(svc: &Arc<Service>, target: &Target, convs: &[Conversation]) -> Result<()> {
+    let mut lat = Vec::new();
+    for c in convs {
+        let t = Instant::now();
+        let found = svc
+            .list_entities(mnemo_core::service::EntityList {
+                target: target.clone(),
+                user_id: c.user_id.clone(),
+                kind: None,
+                name: None,
+                limit: mnemo_core::service::MAX_ENTITY_LIMIT,
+            })
+            .await?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        let top: Vec<String> = found
+            .iter()
+            .take(5)
+            .map(|e| {
+                format!(
+                    "{} ({}, {} events{})",
+                    e.name,
+                    e.kind.as_str(),
+                    e.event_ids.len(),
+                    if e.aliases.is_empty() { String::new() } else { format!(", aka {}", e.aliases.join("/")) }
+                )
+            })
+            .collect();
+        println!("entities of {}: {} — {}", c.user_id, found.len(), top.join("; "));
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "entity/list per user: p50 {:.1} ms, max {:.1} ms",
+        percentile(&lat, 0.5),
+        lat.last().copied().unwrap_or(0.0)
+    );
     Ok(())
 }
 

@@ -10,6 +10,7 @@ mod context;
 mod crash;
 mod cross_site;
 mod crud;
+mod entities;
 mod extraction;
 mod faults;
 mod hostile;
