@@ -164,6 +164,12 @@ static NOT_NAMES: LazyLock<std::collections::HashSet<&'static str>> = LazyLock::
         .collect()
 });
 
+/// Words a multi-word name opens with, kept at a sentence's start ("New York is …").
+const NAME_OPENERS: &[&str] = &[
+    "new", "san", "santa", "los", "las", "st", "saint", "mount", "mt", "lake", "north", "south", "east", "west",
+    "fort", "port", "el", "la", "le", "van", "de", "du", "great", "upper", "lower", "central",
+];
+
 /// Words that open a name's kind when right before it: "my sister Wen", "our dog Max".
 const PERSON_ROLES: &[&str] = &[
     "sister",
@@ -319,9 +325,13 @@ fn english(text: &str, speakers: &[String]) -> Vec<Mention> {
         // the text also writes it capitalised mid-sentence.
         let mid_sentence_elsewhere =
             || ws.iter().any(|o| !o.opens && key(o.text) == lower && capitalised(o.text)) || speakers.contains(&lower);
-        if w.opens && j == i + 1 && !speaker && !mid_sentence_elsewhere() && !w.text.ends_with("'s") {
-            i = j;
-            continue;
+        if w.opens && !speaker && !mid_sentence_elsewhere() && !w.text.ends_with("'s") {
+            // "Woah Jon", "Agreed John": the opener is no part of the name after it ("New York"
+            // at a sentence's start keeps its first word).
+            if j == i + 1 || !NAME_OPENERS.contains(&lower.as_str()) {
+                i += 1;
+                continue;
+            }
         }
         let name = ws[i..j].iter().map(|w| w.text).collect::<Vec<_>>().join(" ");
         let name = name.strip_suffix("'s").or_else(|| name.strip_suffix("’s")).unwrap_or(&name).to_string();

@@ -51,7 +51,9 @@ pub fn event_mentions(e: &Event) -> Vec<Mention> {
         && let Some(turns) = original_message_turns(raw)
     {
         for (name, role, content) in turns {
-            let is_name = !name.is_empty() && Role::parse(name).is_none() && role != Role::Assistant;
+            // A named speaker, whatever the role (a two-person chat writes one as the
+            // assistant); an unnamed one is written by its role and is no entity.
+            let is_name = !name.is_empty() && Role::parse(name).is_none() && name != role.as_str();
             if is_name && !speakers.iter().any(|s| s == name) {
                 speakers.push(name.to_string());
             }
@@ -147,11 +149,13 @@ pub fn catalog(user_id: &str, events: &[Event]) -> Vec<Entity> {
     let mut out: Vec<Entity> = named
         .into_values()
         .map(|a| {
-            // The kind most mentions give, a specific one over `other`.
+            // The specific kind most mentions give, when at least a third of them do ("into
+            // Harry Potter" once among many plain mentions is no place).
+            let total: usize = a.kinds.values().sum();
             let kind = a
                 .kinds
                 .iter()
-                .filter(|(k, _)| **k != Kind::Other)
+                .filter(|(k, n)| **k != Kind::Other && **n * 3 >= total)
                 .max_by_key(|(k, n)| (**n, std::cmp::Reverse(**k)))
                 .map_or(Kind::Other, |(k, _)| *k);
             let mut evs: Vec<&Event> = a.events.iter().map(|i| &events[*i]).collect();
@@ -213,6 +217,7 @@ mod tests {
             event("e3", 3, &[("Maya", "We took my dog Biscuit to the coast.")]),
             event("e4", 4, &[("Maya", "Ingrid's flight was late."), ("Melanie", "Hi Maya!")]),
             event("e5", 5, &[("Caroline", "Hey Mel! How was the trip?")]),
+            event("e6", 6, &[("Caroline", "Woah Melanie, I moved to Melanie's street!")]),
         ];
         let cat = catalog("u1", &events);
         let get = |name: &str| cat.iter().find(|e| e.is(name)).unwrap_or_else(|| panic!("{name} in {cat:#?}"));
@@ -225,9 +230,11 @@ mod tests {
         assert_eq!(get("Banfield Hospital").kind, Kind::Organization);
         let mel = get("Melanie");
         assert_eq!(
-            (mel.aliases.clone(), mel.event_ids.clone()),
-            (vec!["Mel".to_string()], vec!["e5".into(), "e4".into()])
+            (mel.kind, mel.aliases.clone(), mel.event_ids.clone()),
+            (Kind::Person, vec!["Mel".to_string()], vec!["e6".into(), "e5".into(), "e4".into()]),
+            "a speaker is a person however a text names her"
         );
+        assert!(!cat.iter().any(|e| e.name.starts_with("Woah")), "an interjection opening a sentence is no name");
         assert_eq!(get("Maya").event_ids.len(), 4, "a speaker is in the events she speaks in (and is named in)");
         assert_eq!(cat[0].name, "Maya", "most events first");
         assert_eq!(ingrid.entity_id, entity_id("u1", "ingrid"), "stable: the user and the name");
