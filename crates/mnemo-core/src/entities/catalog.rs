@@ -9,6 +9,10 @@ use crate::model::{Event, Millis, Role, original_message_turns};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// Speaker names that name a part, not a person ("助手": a Chinese chat's assistant).
+const GENERIC_SPEAKERS: &[&str] =
+    &["assistant", "ai", "bot", "chatbot", "system", "tool", "助手", "小助手", "ai助手", "智能助手", "客服", "机器人"];
+
 /// An entity of one user's memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entity {
@@ -50,10 +54,11 @@ pub fn event_mentions(e: &Event) -> Vec<Mention> {
     if let Some(serde_json::Value::String(raw)) = e.memory_info.get("original_messages")
         && let Some(turns) = original_message_turns(raw)
     {
-        for (name, role, content) in turns {
+        for (name, _, content) in turns {
             // A named speaker, whatever the role (a two-person chat writes one as the
             // assistant); an unnamed one is written by its role and is no entity.
-            let is_name = !name.is_empty() && Role::parse(name).is_none() && name != role.as_str();
+            let is_name =
+                !name.is_empty() && Role::parse(name).is_none() && !GENERIC_SPEAKERS.contains(&key(name).as_str());
             if is_name && !speakers.iter().any(|s| s == name) {
                 speakers.push(name.to_string());
             }
@@ -218,6 +223,7 @@ mod tests {
             event("e4", 4, &[("Maya", "Ingrid's flight was late."), ("Melanie", "Hi Maya!")]),
             event("e5", 5, &[("Caroline", "Hey Mel! How was the trip?")]),
             event("e6", 6, &[("Caroline", "Woah Melanie, I moved to Melanie's street!")]),
+            event("e7", 7, &[("助手", "好的，记住了。")]),
         ];
         let cat = catalog("u1", &events);
         let get = |name: &str| cat.iter().find(|e| e.is(name)).unwrap_or_else(|| panic!("{name} in {cat:#?}"));
@@ -239,6 +245,6 @@ mod tests {
         assert_eq!(cat[0].name, "Maya", "most events first");
         assert_eq!(ingrid.entity_id, entity_id("u1", "ingrid"), "stable: the user and the name");
         assert_ne!(ingrid.entity_id, entity_id("u2", "Ingrid"));
-        assert!(!cat.iter().any(|e| e.is("assistant")), "the assistant is not an entity");
+        assert!(!cat.iter().any(|e| e.is("assistant") || e.is("助手")), "the assistant is not an entity");
     }
 }

@@ -511,7 +511,8 @@ pub(super) async fn run(
 /// five with the most events (a look at what the rules find in real conversations).
 async fn entities(svc: &Arc<Service>, target: &Target, convs: &[Conversation]) -> Result<()> {
     let mut lat = Vec::new();
-    for c in convs {
+    let mut seen = HashSet::new();
+    for c in convs.iter().filter(|c| seen.insert(c.user_id.clone())) {
         let t = Instant::now();
         let found = svc
             .list_entities(mnemo_core::service::EntityList {

@@ -155,6 +155,16 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             bad: vec![("/filter", "grup_id", "filter.grup_id"), ("", "delete_typ", "delete_typ")],
         },
         Case {
+            path: "entity/list",
+            valid: json!({"collection_name": "c", "filter": {"user_id": "u1", "kind": "place"}, "limit": 5}),
+            bad: vec![("/filter", "knd", "filter.knd"), ("", "limt", "limt")],
+        },
+        Case {
+            path: "entity/get",
+            valid: json!({"collection_name": "c", "user_id": "u1", "entity": "Rome", "limit": 5}),
+            bad: vec![("", "entity_id", "entity_id"), ("", "user", "user")],
+        },
+        Case {
             path: "profile/search",
             valid: json!({"collection_name": "c", "filter": {"user_id": "u1"}}),
             bad: vec![("/filter", "profle_type", "filter.profle_type"), ("", "limt", "limt")],
