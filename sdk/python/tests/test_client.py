@@ -67,6 +67,22 @@ def test_export_and_forget(client):
     assert c.export_user("bob")["events"] == []
 
 
+def test_entities_of_a_user(client):
+    c = client.get_collection("py_entities")
+    c.add_events([
+        {"event_type": "event_v1", "user_id": "maya", "memory_info": {"summary": "My sister Ingrid moved to Munich."}},
+        {"event_type": "event_v1", "user_id": "maya", "memory_info": {"summary": "We walked my dog Biscuit with my sister."}},
+    ])
+    people = c.list_entities("maya", kind="person")["entities"]
+    assert [(e["name"], e["aliases"], e["event_count"]) for e in people] == [("Ingrid", ["sister"], 2)]
+    got = c.get_entity("maya", "sister", limit=1)
+    assert got["entity"]["name"] == "Ingrid" and got["count"] == 1
+    assert c.list_entities("maya", kind="pet")["entities"][0]["name"] == "Biscuit"
+    with pytest.raises(MnemoError) as bad:
+        c.list_entities("maya", kind="planet")
+    assert bad.value.status == 400 and "filter.kind" in bad.value.message
+
+
 def test_errors_are_typed_and_name_the_field(client):
     c = client.get_collection("py_errors")
     with pytest.raises(MnemoError) as e:

@@ -327,6 +327,22 @@ class AsyncCollection:
     ) -> Dict[str, Any]:
         return await self._call("profile/search", {"filter": filter or {}, "limit": limit, **extra})
 
+    async def list_entities(
+        self,
+        user_id: str,
+        kind: Optional[str] = None,
+        name: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """The people, places, organisations and pets the user's memories name, most events first
+        (``kind``: person, place, organization, pet or other; ``name``: part of a name or alias)."""
+        flt: Dict[str, Any] = {"user_id": user_id, "kind": kind, "name": name}
+        return await self._call("entity/list", {"filter": {k: v for k, v in flt.items() if v is not None}, "limit": limit})
+
+    async def get_entity(self, user_id: str, entity: str, limit: Optional[int] = None) -> Dict[str, Any]:
+        """One of the user's entities (its ``entity_id``, name or an alias) and its events, newest first."""
+        return await self._call("entity/get", {"user_id": user_id, "entity": entity, "limit": limit})
+
     # ------------------------------------------------------------------ events
 
     async def add_event(

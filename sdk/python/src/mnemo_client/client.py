@@ -305,6 +305,22 @@ class Collection:
     ) -> Dict[str, Any]:
         return self._call("profile/search", {"filter": filter or {}, "limit": limit, **extra})
 
+    def list_entities(
+        self,
+        user_id: str,
+        kind: Optional[str] = None,
+        name: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """The people, places, organisations and pets the user's memories name, most events first
+        (``kind``: person, place, organization, pet or other; ``name``: part of a name or alias)."""
+        flt: Dict[str, Any] = {"user_id": user_id, "kind": kind, "name": name}
+        return self._call("entity/list", {"filter": {k: v for k, v in flt.items() if v is not None}, "limit": limit})
+
+    def get_entity(self, user_id: str, entity: str, limit: Optional[int] = None) -> Dict[str, Any]:
+        """One of the user's entities (its ``entity_id``, name or an alias) and its events, newest first."""
+        return self._call("entity/get", {"user_id": user_id, "entity": entity, "limit": limit})
+
     # ------------------------------------------------------------------ events
 
     def add_event(
