@@ -246,6 +246,10 @@ export class Collection {
   getContext(body: Body<"GetContextBody">, opts?: CallOptions) { return this.call("get_context", body, opts); }
   searchEventMemory(body: Body<"EventSearchBody">, opts?: CallOptions) { return this.call("event/search", body, opts); }
   searchProfileMemory(body: Body<"ProfileSearchBody">, opts?: CallOptions) { return this.call("profile/search", body, opts); }
+  /** The people, places, organisations and pets a user's memories name, most events first. */
+  listEntities(body: Body<"EntityListBody">, opts?: CallOptions) { return this.call("entity/list", body, opts); }
+  /** One of a user's entities (its entity_id, name or an alias) and its events, newest first. */
+  getEntity(body: Body<"EntityGetBody">, opts?: CallOptions) { return this.call("entity/get", body, opts); }
   /** Profiles and events of a user at once (VikingDB's SearchMemory). */
   searchMemory(body: Body<"MemorySearchBody">, opts?: CallOptions) { return this.call("search", body, opts); }
 
