@@ -449,6 +449,45 @@ pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
     Anchored { text: out, event_date }
 }
 
+/// When what a text tells became true, if it says so: a time after "since", "from", "started",
+/// 自从/从/自 ("since 2013", "since last May", 从2019年起), a duration back from the anchor ("for
+/// three years", "for 6 months"), or a past month or year named on its own ("last month I moved":
+/// the month's first day — a named day sets an event's time instead). The earliest such start
+/// before the anchor's day; `None` when the text names none ("since I was ten" is not resolved).
+pub fn stated_start(text: &str, anchor: DateTime<FixedOffset>) -> Option<NaiveDate> {
+    static CUES: OnceLock<[Regex; 3]> = OnceLock::new();
+    let [cue, year, lasting] = CUES.get_or_init(|| {
+        [
+            Regex::new(r"(?i)(?:\bsince|\bfrom|\bstarted(?: \w+){0,3}? in|自从|从|自)\s*$").expect("cue"),
+            Regex::new(
+                r"(?i)(?:\b(?:since|in|from|back in)\s+(\d{4})\b|(\d{4})\s*年(?:起|开始|以来|初|底)?(?:[^\d月]|$))",
+            )
+            .expect("year"),
+            Regex::new(&format!(r"(?i)\bfor\s+(?:the\s+(?:last|past)\s+)?{NUM_EN}\s+(month|year)s?\b")).expect("for"),
+        ]
+    });
+    let a = anchor.date_naive();
+    let mut starts: Vec<NaiveDate> = Vec::new();
+    for m in find_dates(text, anchor) {
+        let cued = cue.is_match(&text[..m.start]);
+        if m.date < a && (cued || matches!(m.granularity, Granularity::Month | Granularity::Year)) {
+            starts.push(m.date);
+        }
+    }
+    for c in year.captures_iter(text) {
+        let y = c.get(1).or(c.get(2)).and_then(|y| y.as_str().parse::<i32>().ok());
+        if let Some(d) = y.filter(|y| (1900..a.year()).contains(y)).and_then(|y| NaiveDate::from_ymd_opt(y, 1, 1)) {
+            starts.push(d);
+        }
+    }
+    for c in lasting.captures_iter(text) {
+        if let Some((d, _)) = num_en(&c[1]).and_then(|n| shift(a, -(n as i64), &c[2].to_ascii_lowercase())) {
+            starts.push(d);
+        }
+    }
+    starts.into_iter().filter(|d| *d < a).min()
+}
+
 /// Milliseconds → the wall-clock time at `offset`.
 pub fn local(ms: i64, offset: FixedOffset) -> DateTime<FixedOffset> {
     offset.timestamp_millis_opt(ms).single().unwrap_or_else(|| offset.timestamp_millis_opt(0).unwrap())

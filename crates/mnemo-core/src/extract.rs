@@ -34,6 +34,9 @@ pub struct ExtractedEvent {
     pub memory_type: String,
     pub memory_info: Map<String, Value>,
     pub time: Millis,
+    /// When what it tells became true, when the conversation states it ("since 2013", "last
+    /// month"): set by the service from the source turns; `None` means `time`.
+    pub valid_from: Option<Millis>,
     pub source_message_ids: Vec<i64>,
     /// Filled by the service before storing (extractors leave it empty).
     pub embedding: Option<Vec<f32>>,
@@ -59,6 +62,7 @@ impl ExtractedEvent {
             memory_type: memory_type.into(),
             memory_info,
             time,
+            valid_from: None,
             source_message_ids: vec![],
             embedding: None,
             turn_vectors: None,
@@ -91,6 +95,9 @@ pub struct ExtractionOutput {
     pub profile_changes: Vec<ProfileChange>,
     /// Changes to the user's profiles of custom types: (profile type, changes).
     pub typed_profile_changes: Vec<(String, Vec<ProfileChange>)>,
+    /// Set by the service: when the profile changes became true (the session's last message), so
+    /// an attribute's validity follows the conversation, not the moment the job ran (`None`: then).
+    pub profile_time: Option<Millis>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// Set by the service (`extraction.dedup_similarity`): a store shared by replicas looks
@@ -223,6 +230,7 @@ impl ExtractedEvent {
             embedding: self.embedding.clone(),
             turn_vectors: self.turn_vectors.clone(),
             expires_at: self.expires_at,
+            valid_from: self.valid_from,
             now,
         }
     }

@@ -265,6 +265,12 @@ pub struct Event {
     /// The newer event that corrected this one (its status is then `superseded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
+    /// When what the event tells became true: a time the conversation states ("since 2013",
+    /// "last month"), else `time`.
+    pub valid_from: Millis,
+    /// When a correction superseded it (the successor's `valid_from`); `None` while current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_to: Option<Millis>,
 }
 
 impl Event {
@@ -346,6 +352,8 @@ pub struct NewEvent {
     /// The unit vectors of its turns ([`crate::turns`]), stored only beside `embedding`.
     pub turn_vectors: Option<Vec<Vec<f32>>>,
     pub expires_at: Option<Millis>,
+    /// When it became true, if not at `time` (a stated "since …").
+    pub valid_from: Option<Millis>,
     pub now: Millis,
 }
 
@@ -375,6 +383,7 @@ impl NewEvent {
             embedding: None,
             turn_vectors: None,
             expires_at: None,
+            valid_from: None,
             now: time,
         }
     }
@@ -402,6 +411,8 @@ impl NewEvent {
             updated_at: self.now,
             expires_at: self.expires_at,
             superseded_by: None,
+            valid_from: self.valid_from.unwrap_or(self.time),
+            valid_to: None,
         }
     }
 }
@@ -430,6 +441,10 @@ impl EventPatch {
             e.memory_info.insert(k, v);
         }
         if let Some(t) = self.time {
+            // A validity that was the event's time follows it (the stores keep it unset).
+            if e.valid_from == e.time {
+                e.valid_from = t;
+            }
             e.time = t;
         }
         if let Some(g) = self.group_id {
@@ -472,6 +487,9 @@ pub struct EventFilter {
     pub end_time: Option<Millis>,
     /// Only `active` events (search and context); otherwise any status (listing, deleting).
     pub active_only: bool,
+    /// What was true at this time (ms) instead: active or superseded events with `valid_from` at
+    /// or before it and no `valid_to` at or before it. Overrides `active_only`.
+    pub as_of: Option<Millis>,
 }
 
 impl EventFilter {
@@ -486,6 +504,7 @@ impl EventFilter {
             && self.event_ids.is_empty()
             && self.start_time.is_none()
             && self.end_time.is_none()
+            && self.as_of.is_none()
     }
 }
 
@@ -504,6 +523,10 @@ pub struct Profile {
     /// Earlier values of attributes (profile types with `update_mode: keep_history`), oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<AttributeVersion>,
+    /// Attribute → since when its value holds (ms), for values an extraction or an edit set
+    /// (values added with the profile have none: valid as far back as is known).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub since: Map<String, Value>,
 }
 
 /// A value an attribute held until it was changed or removed.
@@ -538,6 +561,17 @@ pub struct ProfilePatch {
     pub replace_attributes: bool,
     /// New provenance (a re-derivation from fewer sessions); `None`: unchanged.
     pub source_session_ids: Option<Vec<String>>,
+    /// A re-derivation's own versions, replacing the stored history and since-times whole (the
+    /// edit then records none of its own): a deleted session's values leave the history too.
+    pub versions: Option<ProfileVersions>,
+}
+
+/// A profile's versions: the values its attributes held before (oldest first) and since when the
+/// current ones hold.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProfileVersions {
+    pub history: Vec<AttributeVersion>,
+    pub since: Map<String, Value>,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -8,28 +8,22 @@ use serde_json::{Map, Value};
 #[derive(Debug, Default, PartialEq)]
 pub struct Applied {
     pub changed: bool,
-    /// Values that were replaced or removed, in order: (attribute, old value). A list attribute
-    /// that lost items reports the removed items. Kept as history by `keep_history` profiles.
+    /// The values that changed or went, as they were before: (attribute, old value) — a list
+    /// that gained or lost items reports the whole list it was. Kept as history by `keep_history`
+    /// profiles, so every version of an attribute is a value it held from one time to another.
     pub superseded: Vec<(String, Value)>,
 }
 
 /// Applies `changes` in order.
 pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChange]) -> Applied {
     let before = attributes.clone();
-    let mut superseded = Vec::new();
     for change in changes {
         match change {
             ProfileChange::Set { key, value } => {
-                if let Some(old) = attributes.insert(key.clone(), value.clone())
-                    && old != *value
-                {
-                    superseded.push((key.clone(), old));
-                }
+                attributes.insert(key.clone(), value.clone());
             }
             ProfileChange::Remove { key } => {
-                if let Some(old) = attributes.remove(key) {
-                    superseded.push((key.clone(), old));
-                }
+                attributes.remove(key);
             }
             ProfileChange::Append { key, items } => {
                 let list = attributes.entry(key.clone()).or_insert_with(|| Value::Array(vec![]));
@@ -46,13 +40,7 @@ pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChan
             }
             ProfileChange::RemoveItems { key, items } => {
                 if let Some(Value::Array(arr)) = attributes.get_mut(key) {
-                    let (gone, kept): (Vec<Value>, Vec<Value>) = std::mem::take(arr)
-                        .into_iter()
-                        .partition(|v| v.as_str().is_some_and(|s| items.iter().any(|i| same_item(s, i))));
-                    *arr = kept;
-                    if !gone.is_empty() {
-                        superseded.push((key.clone(), Value::Array(gone)));
-                    }
+                    arr.retain(|v| !v.as_str().is_some_and(|s| items.iter().any(|i| same_item(s, i))));
                     if arr.is_empty() {
                         attributes.remove(key);
                     }
@@ -60,7 +48,9 @@ pub fn apply_changes(attributes: &mut Map<String, Value>, changes: &[ProfileChan
             }
         }
     }
-    Applied { changed: *attributes != before, superseded }
+    let changed = *attributes != before;
+    let superseded = before.into_iter().filter(|(k, v)| attributes.get(k) != Some(v)).collect();
+    Applied { changed, superseded }
 }
 
 fn same_item(a: &str, b: &str) -> bool {
@@ -106,6 +96,42 @@ pub fn update_since(since: &mut Map<String, Value>, before: &Map<String, Value>,
         }
     }
     since.retain(|k, _| after.contains_key(k));
+}
+
+/// The profile as it was at `t` (ms): each attribute's value then — a value set after `t` gives
+/// way to the version it replaced, or goes if there was none; a value removed after `t` comes
+/// back. Values with no known start (added with the profile, or before history was kept) count
+/// as holding from the beginning. A profile type that keeps no history answers with what it has.
+pub fn as_of(p: &crate::model::Profile, t: i64) -> crate::model::Profile {
+    let mut attributes: Map<String, Value> = p
+        .attributes
+        .iter()
+        .filter(|(k, _)| p.since.get(*k).and_then(Value::as_i64).is_none_or(|since| since <= t))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    // Oldest first: of two versions covering `t` (a start unknown), the later one is the value then.
+    for h in p.history.iter().filter(|h| h.valid_from.is_none_or(|from| from <= t) && t < h.valid_to) {
+        attributes.insert(h.attribute.clone(), h.value.clone());
+    }
+    let auto_content = p.content == describe(&p.attributes);
+    let content = if auto_content || attributes != p.attributes { describe(&attributes) } else { p.content.clone() };
+    let history = p.history.iter().filter(|h| h.valid_to <= t).cloned().collect();
+    let since = p
+        .since
+        .iter()
+        .filter(|(k, _)| attributes.get(*k) == p.attributes.get(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    crate::model::Profile { attributes, content, history, since, ..p.clone() }
+}
+
+/// An attribute's latest earlier value and when it ended, if the profile kept it.
+pub fn previous(p: &crate::model::Profile, attribute: &str) -> Option<(Value, i64)> {
+    p.history
+        .iter()
+        .filter(|h| h.attribute == attribute)
+        .max_by_key(|h| h.valid_to)
+        .map(|h| (h.value.clone(), h.valid_to))
 }
 
 /// A profile after one session's extracted changes: what to store and what it replaced.
@@ -197,7 +223,7 @@ mod tests {
         assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "tea", "jazz"]}));
         let r = apply_changes(&mut a, &[ProfileChange::RemoveItems { key: "likes".into(), items: vec!["TEA".into()] }]);
         assert_eq!(Value::Object(a.clone()), json!({"likes": ["coffee", "jazz"]}));
-        assert_eq!(r.superseded, vec![("likes".to_string(), json!(["tea"]))]);
+        assert_eq!(r.superseded, vec![("likes".to_string(), json!(["coffee", "tea", "jazz"]))], "the list it was");
         let r = apply_changes(&mut a, &[ProfileChange::Remove { key: "likes".into() }]);
         assert_eq!(r.superseded, vec![("likes".to_string(), json!(["coffee", "jazz"]))]);
         assert!(a.is_empty());

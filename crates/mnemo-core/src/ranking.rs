@@ -151,6 +151,8 @@ mod tests {
             updated_at: 0,
             expires_at: None,
             superseded_by: None,
+            valid_from: time,
+            valid_to: None,
         }
     }
 

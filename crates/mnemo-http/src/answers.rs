@@ -72,6 +72,8 @@ pub fn components() -> Map<String, Value> {
                 "hit_count": {"type": "integer"}, "last_hit_at": nullable("integer"),
                 "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
                 "expires_at": nullable("integer"), "superseded_by": nullable("string"),
+                "valid_from": {"type": "integer", "description": "When what it tells became true (ms): a time the conversation states, else `time`."},
+                "valid_to": nullable("integer"),
             }),
         ),
     );
@@ -96,6 +98,7 @@ pub fn components() -> Map<String, Value> {
                 "content": {"type": "string"},
                 "source_session_ids": strings(),
                 "history": array(any_object()),
+                "since": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "Attribute → since when its value holds (ms), when known."},
                 "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
                 "score": {"type": "number", "description": "Closeness to the query, when one ranked it."},
             }),

@@ -126,6 +126,10 @@ pub struct MemorySearchBody {
     /// 1..=5000, default 10: at most this many events and this many profiles.
     #[serde(default)]
     pub limit: Option<i64>,
+    /// What was true at this time (ms since the epoch): events valid then (superseded ones
+    /// included, those begun later left out) and each profile value as it was.
+    #[serde(default)]
+    pub as_of: Option<i64>,
 }
 
 #[derive(Deserialize, Default, JsonSchema)]
@@ -202,6 +206,10 @@ pub struct GetContextBody {
     pub include: Option<IncludeDto>,
     #[serde(default)]
     pub locale: Option<String>,
+    /// What was true at this time (ms since the epoch): events valid then (superseded ones
+    /// included, those begun later left out) and each profile value as it was.
+    #[serde(default)]
+    pub as_of: Option<i64>,
 }
 
 pub fn scored_event_json(r: &mnemo_core::service::ScoredEvent) -> Value {

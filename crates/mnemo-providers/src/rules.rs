@@ -18,13 +18,16 @@
 //! judge importance. The `llm` extractor does those.
 
 use async_trait::async_trait;
-use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor, ProfileChange};
+use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor};
 use mnemo_core::model::{EVENT_V1, Role, StoredMessage};
 use mnemo_core::text::asks;
 use regex::Regex;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::sync::LazyLock;
+
+mod profile;
+pub use profile::profile_changes;
 
 #[derive(Clone, Debug)]
 pub struct RulesConfig {
@@ -288,188 +291,11 @@ pub(crate) fn original_messages(chunk: &[Clean]) -> String {
         .join("\n")
 }
 
-// --------------------------------------------------------------------------------- profile
-
-/// How a matched statement changes the profile.
-#[derive(Clone, Copy)]
-enum Op {
-    Set(&'static str),
-    /// Append to the first list, remove the same item from the second.
-    Append(&'static str, Option<&'static str>),
-}
-
-/// Chinese clause end: punctuation, a conjunction-ish break, or the end.
-const ZH_END: &str = r"(?:[，。！？,.!?；;、\n]|而且|但是|所以|$)";
-const EN_END: &str = r"(?:[,.!?;\n]| and | but | because |$)";
-/// The user as the subject of a Chinese statement: "我", or a first clause of the user's own
-/// ("我住在上海，") whose subject the next clause shares ("…，对花生过敏").
-const ZH_I: &str = r"(?:我|我(?:现在|目前|也|还|今年)?(?:住在|生活在|是|叫|在|今年|喜欢|爱|不喜欢)[^。！？!?；;\n，,]{0,20}[，,]\s*(?:也|还|而且)?)";
-
-static RULES: LazyLock<Vec<(Regex, Op)>> = LazyLock::new(|| {
-    let zh = |p: &str| Regex::new(&format!("{p}{ZH_END}")).unwrap();
-    let en = |p: &str| Regex::new(&format!("(?i){p}{EN_END}")).unwrap();
-    vec![
-        (zh(r"我叫([^，。！？,.!?；;\s]{1,12}?)"), Op::Set("name")),
-        (zh(r"我的名字是([^，。！？,.!?；;\s]{1,12}?)"), Op::Set("name")),
-        (zh(r"我今年(\d{1,3}岁)"), Op::Set("age")),
-        (zh(r"我(?:们|家)?(?:现在|目前)?(?:住在|生活在|定居在?)([^，。！？,.!?；;\s]{1,16}?)"), Op::Set("city")),
-        (
-            zh(
-                r"(?:我家|我的|我们家)?(?:宝宝|孩子|儿子|女儿|小孩|闺女)(?:今年|现在|已经|刚)?(?:满)?(\d{1,2}(?:岁半?|个月))",
-            ),
-            Op::Set("child_age"),
-        ),
-        (zh(r"我(?:现在|目前)?在([^，。！？,.!?；;\s]{1,16}?)(?:工作|上班)"), Op::Set("workplace")),
-        (zh(r"我是一[名个位]([^，。！？,.!?；;\s]{1,16}?)"), Op::Set("occupation")),
-        (zh(r"我是(?:个)?([^一，。！？,.!?；;\s][^，。！？,.!?；;\s]{0,15}?)"), Op::Append("identity", None)),
-        (
-            zh(&format!(r"{ZH_I}(?:很|最|特别|非常|比较|超)?(?:喜欢|爱吃|爱喝|热爱)([^，。！？,.!?；;]{{1,20}}?)")),
-            Op::Append("likes", Some("dislikes")),
-        ),
-        (
-            zh(&format!(r"{ZH_I}(?:不喜欢|不爱|讨厌|受不了)([^，。！？,.!?；;]{{1,20}}?)")),
-            Op::Append("dislikes", Some("likes")),
-        ),
-        (zh(r"我(?:更)?(?:偏好|倾向于?|更喜欢|习惯)([^，。！？,.!?；;]{1,20}?)"), Op::Append("prefers", None)),
-        (zh(&format!(r"{ZH_I}对([^，。！？,.!?；;\s]{{1,12}}?)过敏")), Op::Append("allergies", None)),
-        (zh(r"我(?:是|只)?(吃素|素食者?|纯素)"), Op::Set("diet")),
-        (en(r"\bmy name is ([A-Za-z][A-Za-z'-]*(?: [A-Z][A-Za-z'-]*)?)"), Op::Set("name")),
-        (en(r"\bI(?: am|'m) (\d{1,3}) years? old"), Op::Set("age")),
-        (en(r"\bI (?:currently |now )?live in ([A-Za-z][A-Za-z .'-]{1,30}?)"), Op::Set("city")),
-        // "I live in Lisbon and work as a nurse": the subject is shared across "and".
-        (
-            en(r"\b(?:I|and) (?:currently |now )?work (?:at|for) ([A-Za-z0-9][A-Za-z0-9 &.'-]{1,30}?)"),
-            Op::Set("workplace"),
-        ),
-        (en(r"\b(?:I|and) (?:currently |now )?work as (?:an? )?([A-Za-z][A-Za-z -]{1,30}?)"), Op::Set("occupation")),
-        (en(r"\bI(?: am|'m) an? ([A-Za-z][A-Za-z -]{1,30}?)"), Op::Append("identity", None)),
-        (
-            en(r"\bI (?:really |also |just )?(?:like|love|enjoy|adore) ([^,.!?;\n]{1,40}?)"),
-            Op::Append("likes", Some("dislikes")),
-        ),
-        (
-            en(r"\bI (?:don't|do not|really don't) (?:like|enjoy) ([^,.!?;\n]{1,40}?)"),
-            Op::Append("dislikes", Some("likes")),
-        ),
-        (en(r"\bI (?:hate|dislike|can't stand) ([^,.!?;\n]{1,40}?)"), Op::Append("dislikes", Some("likes"))),
-        (en(r"\bI (?:usually |generally )?prefer ([^,.!?;\n]{1,40}?)"), Op::Append("prefers", None)),
-        (en(r"\bI(?: am|'m) allergic to ([^,.!?;\n]{1,30}?)"), Op::Append("allergies", None)),
-        (
-            en(r"\bI(?: am|'m) (?:a |an )?(vegetarian|vegan|pescatarian|gluten-free|lactose intolerant)"),
-            Op::Set("diet"),
-        ),
-    ]
-});
-
-fn clean_value(v: &str) -> Option<String> {
-    let v = v.trim().trim_end_matches(['了', '的', '啊', '呢', '吧', '呀', '哦']).trim();
-    let v = v.strip_prefix("the ").unwrap_or(v);
-    let v = [
-        " anymore",
-        " any more",
-        " very much",
-        " so much",
-        " a lot",
-        " too",
-        " either",
-        " now",
-        " currently",
-        " these days",
-        " nowadays",
-        " at the moment",
-    ]
-    .iter()
-    .fold(v, |v, tail| v.strip_suffix(tail).unwrap_or(v))
-    .trim();
-    (!v.is_empty() && v.chars().count() <= 40).then(|| v.to_string())
-}
-
-/// Whether an English value says something about the user, not a reaction to the other side or
-/// to what was just said: "I love your turtles", "I love it when you cook", "I love that you chose
-/// pottery", "I love the idea", "I'm a huge fan of it", "I'm a part of…" are kept out of the
-/// profile; "I love hiking", "I'm an expert hiker" stay. Chinese values are not judged here (their
-/// patterns already require the user as the subject and stop at a clause end).
-fn about_the_user(key: &str, value: &str) -> bool {
-    /// The other side, anywhere in the value.
-    const YOU: &[&str] = &["you", "your", "yours", "you're", "you've"];
-    /// Something said before, or a clause instead of a thing, leading the value.
-    const POINTING: &[&str] = &[
-        "it", "it's", "that", "this", "these", "those", "them", "they", "their", "his", "her", "its", "how", "when",
-        "what", "where", "why", "who", "which", "makes", "made",
-    ];
-    /// "I love the idea / the thought / the color": a reaction, with no object of its own.
-    const REACTIONS: &[&str] = &[
-        "idea", "ideas", "thought", "thoughts", "color", "colour", "colors", "way", "feeling", "vibe", "vibes",
-        "sound", "look", "energy", "fact", "support",
-    ];
-    /// "I'm a huge fan of it", "I'm a part of", "I'm a huge fan!": no identity without an object
-    /// of its own.
-    const POINTED_AT: &[&str] = &["it", "this", "that", "them", "these", "those"];
-    const DANGLING: &[&str] = &["of", "in", "at", "for", "to", "with", "on", "fan", "part"];
-    // As written: mid-sentence, a capital marks a name or a title ("IT consultant", "It's Always
-    // Sunny"), never the pointing words above.
-    let words: Vec<&str> =
-        value.split(|c: char| !(c.is_alphanumeric() || c == '\'')).filter(|w| !w.is_empty()).collect();
-    let (Some(first), Some(last)) = (words.first(), words.last()) else { return false };
-    if !first.is_ascii() {
-        return true;
-    }
-    if words.iter().any(|w| YOU.contains(w)) || POINTING.contains(first) {
-        return false;
-    }
-    match key {
-        "likes" | "dislikes" | "prefers" => !REACTIONS.contains(first),
-        "identity" => !words.iter().any(|w| POINTED_AT.contains(w)) && !DANGLING.contains(last),
-        _ => true,
-    }
-}
-
-/// Profile changes from the user's own statements, in the order they were said.
-pub fn profile_changes<'a>(user_texts: impl Iterator<Item = &'a str>) -> Vec<ProfileChange> {
-    let mut found: Vec<(usize, usize, ProfileChange, Option<ProfileChange>)> = Vec::new();
-    for (mi, text) in user_texts.enumerate() {
-        for (re, op) in RULES.iter() {
-            for cap in re.captures_iter(text) {
-                let (Some(whole), Some(v)) = (cap.get(0), cap.get(1)) else {
-                    continue;
-                };
-                let Some(value) = clean_value(v.as_str()) else {
-                    continue;
-                };
-                let key = match *op {
-                    Op::Set(key) | Op::Append(key, _) => key,
-                };
-                if !about_the_user(key, &value) {
-                    continue;
-                }
-                let (change, undo) = match *op {
-                    Op::Set(key) => (ProfileChange::Set { key: key.into(), value: Value::String(value) }, None),
-                    Op::Append(key, opposite) => (
-                        ProfileChange::Append { key: key.into(), items: vec![value.clone()] },
-                        opposite.map(|o| ProfileChange::RemoveItems { key: o.into(), items: vec![value] }),
-                    ),
-                };
-                found.push((mi, whole.start(), change, undo));
-            }
-        }
-    }
-    // Statement order decides: a later "I don't like X" overrides an earlier "I like X".
-    found.sort_by_key(|(mi, pos, _, _)| (*mi, *pos));
-    let mut out = Vec::new();
-    for (_, _, change, undo) in found {
-        if let Some(u) = undo {
-            out.push(u);
-        }
-        if !out.contains(&change) {
-            out.push(change);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::profile::{about_the_user, clean_value};
     use super::*;
+    use mnemo_core::extract::ProfileChange;
     use mnemo_core::model::{CollectionSchema, ConversationMeta};
     use serde_json::json;
 
@@ -544,6 +370,34 @@ mod tests {
         );
         assert_eq!(out.events.len(), 1);
         assert!(out.events[0].memory_info["summary"].as_str().unwrap().starts_with("User: Hi, my name is Alice"));
+    }
+
+    #[test]
+    fn a_change_replaces_or_ends_the_earlier_value() {
+        let said = |texts: &[&str]| {
+            let msgs = texts.iter().enumerate().map(|(i, t)| m(i as i64 + 1, Role::User, t)).collect();
+            apply(&run(msgs).profile_changes)
+        };
+        assert_eq!(
+            said(&[
+                "I live in Berlin and I work at Siemens. My boyfriend Tom cooks.",
+                "Big news: I've just moved to Munich last month! I quit my job, and I started working at BMW.",
+                "We broke up last week. I adopted a puppy named Max.",
+            ]),
+            json!({"city": "Munich", "workplace": "BMW", "pets": ["puppy named Max"]})
+        );
+        assert_eq!(
+            said(&[
+                "我住在北京，我在百度工作",
+                "我们搬到了杭州，我跳槽到阿里巴巴了",
+                "我男朋友叫小李",
+                "我们分手了。我领养了一只橘猫"
+            ]),
+            json!({"city": "杭州", "workplace": "阿里巴巴", "pets": ["橘猫"]})
+        );
+        // No change without one: a lowercase place is no city, leaving a job is not always "quit".
+        assert_eq!(said(&["I moved to a new flat", "I left my keys at work"]), json!({}));
+        assert_eq!(said(&["I retired last year"]), json!({}), "nothing to end: no workplace was known");
     }
 
     #[test]

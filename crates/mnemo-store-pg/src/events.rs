@@ -62,7 +62,8 @@ pub(crate) async fn insert_event_rows(
     let times: Vec<Millis> = events.iter().map(|e| e.time).collect();
     let nows: Vec<Millis> = events.iter().map(|e| e.now).collect();
     let expiries: Vec<Option<Millis>> = events.iter().map(|e| e.expires_at).collect();
-    let row_args: [SqlParam<'_>; 17] = [
+    let valid_from: Vec<Option<Millis>> = events.iter().map(|e| e.valid_from).collect();
+    let row_args: [SqlParam<'_>; 18] = [
         &ids,
         &cids,
         &memory_types,
@@ -80,6 +81,7 @@ pub(crate) async fn insert_event_rows(
         &expiries,
         &terms,
         &lexemes,
+        &valid_from,
     ];
     let (mut v_ids, mut v_cids, mut v_dims, mut vecs) = (vec![], vec![], vec![], vec![]);
     let (mut t_ids, mut t_blobs) = (vec![], vec![]);
@@ -114,11 +116,11 @@ pub(crate) async fn insert_event_rows(
         tx.prepare_cached(flag),
         tx.prepare_cached(
             "INSERT INTO events(id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
-                                class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv)
-             SELECT id, cid, mt, u, a, g, s, cv, sc, cl, 'active', t, mi, src, now, now, ex, terms, array_to_tsvector(string_to_array(lex, ' '))
+                                class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, terms, terms_tsv, valid_from)
+             SELECT id, cid, mt, u, a, g, s, cv, sc, cl, 'active', t, mi, src, now, now, ex, terms, array_to_tsvector(string_to_array(lex, ' ')), vf
              FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-                         $10::text[], $11::int8[], $12::text[], $13::text[], $14::int8[], $15::int8[], $16::text[], $17::text[])
-                  AS r(id, cid, mt, u, a, g, s, cv, sc, cl, t, mi, src, now, ex, terms, lex)"
+                         $10::text[], $11::int8[], $12::text[], $13::text[], $14::int8[], $15::int8[], $16::text[], $17::text[], $18::int8[])
+                  AS r(id, cid, mt, u, a, g, s, cv, sc, cl, t, mi, src, now, ex, terms, lex, vf)"
         ),
         tx.prepare_cached(
             "INSERT INTO event_vectors(event_id, collection_id, dim, vec)

@@ -141,6 +141,7 @@ impl JobStore for PgStore {
         let sid = job.session_id.clone().unwrap_or_default();
         let (_, session, meta) =
             session_summary(&tx, &sid).await?.ok_or_else(|| StoreError::backend("job without session"))?;
+        let changed_at = output.profile_time.unwrap_or(now);
         if let Some(user) = &meta.user_id {
             lock_user(&tx, cid, user).await?;
         }
@@ -164,8 +165,8 @@ impl JobStore for PgStore {
             if let Some(old) = &e.supersedes {
                 execute(
                     &tx,
-                    "UPDATE events SET status='superseded', superseded_by=$3, updated_at=$4 WHERE collection_id=$1 AND id=$2 AND status='active'",
-                    &[&cid, old, &id, &now],
+                    "UPDATE events SET status='superseded', superseded_by=$3, updated_at=$4, valid_to=$5 WHERE collection_id=$1 AND id=$2 AND status='active'",
+                    &[&cid, old, &id, &now, &new.valid_from.unwrap_or(new.time)],
                 )
                 .await?;
             }
@@ -175,7 +176,7 @@ impl JobStore for PgStore {
             let typed = std::iter::once((PROFILE_V1.to_string(), output.profile_changes.clone()))
                 .chain(output.typed_profile_changes.iter().cloned());
             for (ptype, changes) in typed.filter(|(_, c)| !c.is_empty()) {
-                apply_profile_changes(&tx, cid, &ptype, user, &session.session_id, &changes, now).await?;
+                apply_profile_changes(&tx, cid, &ptype, user, &session.session_id, &changes, changed_at).await?;
             }
         }
         stats.flush(&tx).await?;

@@ -195,9 +195,28 @@ impl ProfileStore for PgStore {
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
         let before = p.attributes.clone();
+        let mut patch = patch;
+        let rebuilt = patch.versions.take();
         let superseded = profile::apply_patch(&mut p, patch);
-        let keep = keeps_history(&tx, cid, &p.profile_type).await?;
-        let since = record_versions(&tx, id, keep, &before, &p.attributes, &superseded, None, now).await?;
+        let since = match rebuilt {
+            Some(v) => {
+                // A re-derivation's versions replace the stored ones whole.
+                execute(&tx, "DELETE FROM profile_history WHERE profile_id=$1", &[&id]).await?;
+                for h in &v.history {
+                    execute(
+                        &tx,
+                        "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES ($1,$2,$3,$4,$5,$6)",
+                        &[&id, &h.attribute, &json(&h.value), &h.valid_from, &h.valid_to, &h.session_id],
+                    )
+                    .await?;
+                }
+                json(&v.since)
+            }
+            None => {
+                let keep = keeps_history(&tx, cid, &p.profile_type).await?;
+                record_versions(&tx, id, keep, &before, &p.attributes, &superseded, None, now).await?
+            }
+        };
         execute(
             &tx,
             "UPDATE profiles SET content=$3, attributes=$4, updated_at=$5, attribute_since=$6, source_sessions=$7

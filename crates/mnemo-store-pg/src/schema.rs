@@ -470,6 +470,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE event_turns_backfill(pending BOOLEAN NOT NULL);
     INSERT INTO event_turns_backfill SELECT true WHERE EXISTS (SELECT 1 FROM events);
     "#,
+    // v8: time validity. `valid_from`: when what an event tells became true, if the conversation
+    // states it ("since 2013"; NULL: its `time`); `valid_to`: when a correction superseded it (the
+    // successor's validity start), backfilled for the events corrected before. An as-of read
+    // filters on them through the event rows (the user-document index holds current events).
+    r#"
+    ALTER TABLE events ADD COLUMN valid_from BIGINT, ADD COLUMN valid_to BIGINT;
+    UPDATE events o SET valid_to = coalesce(n.valid_from, n.time)
+    FROM events n WHERE n.id = o.superseded_by AND o.superseded_by IS NOT NULL;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

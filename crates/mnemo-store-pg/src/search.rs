@@ -308,7 +308,7 @@ struct Scope {
 }
 
 /// Whether the user-document index (schema v5) answers a filter on its own: one or more users
-/// and any of event type, time range and status — the scopes of `event/search` and
+/// and any of event type, time range and status (not an as-of time) — the scopes of `event/search` and
 /// `get_context`. A query vector must be representable in f16 (every usual embedding is).
 pub(crate) fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) -> bool {
     !f.user_id.is_empty()
@@ -318,6 +318,7 @@ pub(crate) fn user_docs_serve(f: &EventFilter, qv: Option<&pgvector::Vector>) ->
         && f.conversation_id.is_empty()
         && f.scope.is_empty()
         && f.event_ids.is_empty()
+        && f.as_of.is_none()
         && qv.is_none_or(|v| v.as_slice().iter().all(|x| x.abs() < 65_000.0))
 }
 

@@ -154,7 +154,12 @@ pub fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, Args) {
     if let Some(t) = f.end_time {
         sql.push_str(&format!(" AND time <= {}", a.push(t)));
     }
-    if f.active_only {
+    if let Some(t) = f.as_of {
+        let t = a.push(t);
+        sql.push_str(&format!(
+            " AND status IN ('active', 'superseded') AND coalesce(valid_from, time) <= {t} AND (valid_to IS NULL OR valid_to > {t})"
+        ));
+    } else if f.active_only {
         sql.push_str(" AND status = 'active'");
     }
     (sql, a)

@@ -510,7 +510,9 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
     let client = common::client(&url).await;
     client
         .batch_execute(&format!(
-            "DROP TABLE {schema}.event_turn_vectors, {schema}.event_turns_backfill; UPDATE {schema}.mnemo_schema SET version = 6"
+            "DROP TABLE {schema}.event_turn_vectors, {schema}.event_turns_backfill;
+             ALTER TABLE {schema}.events DROP COLUMN valid_from, DROP COLUMN valid_to;
+             UPDATE {schema}.mnemo_schema SET version = 6"
         ))
         .await
         .unwrap();

@@ -67,8 +67,8 @@ pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<S
     let rowid = clustered_rowid(conn, e.collection_id, cluster_subject(&e.user_id, &e.assistant_id))?;
     conn.prepare_cached(
         "INSERT INTO events(rowid, id, collection_id, memory_type, user_ids, assistant_ids, group_id, session_id, conversation_id, scope,
-                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at)
-         VALUES (?16,?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14,?15)",
+                            class, status, time, memory_info, source_message_ids, created_at, updated_at, expires_at, valid_from)
+         VALUES (?16,?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'active',?11,?12,?13,?14,?14,?15,?17)",
     )
     .map_err(backend)?
     .execute(params![
@@ -87,7 +87,8 @@ pub(crate) fn insert_event_row(conn: &Connection, e: &NewEvent) -> StoreResult<S
         json(&e.source_message_ids),
         e.now,
         e.expires_at,
-        rowid
+        rowid,
+        e.valid_from
     ])
     .map_err(backend)?;
     index_event(conn, e.collection_id, &id, rowid, &e.memory_info, e.embedding.as_deref(), e.turn_vectors.as_deref())?;

@@ -63,7 +63,13 @@ pub(crate) fn event_filter_sql(cid: CollectionId, f: &EventFilter) -> (String, V
         args.push(SqlValue::Integer(t));
         sql.push_str(&format!(" AND time <= ?{}", args.len()));
     }
-    if f.active_only {
+    if let Some(t) = f.as_of {
+        args.push(SqlValue::Integer(t));
+        let n = args.len();
+        sql.push_str(&format!(
+            " AND status IN ('active', 'superseded') AND coalesce(valid_from, time) <= ?{n} AND (valid_to IS NULL OR valid_to > ?{n})"
+        ));
+    } else if f.active_only {
         sql.push_str(" AND status = 'active'");
     }
     (sql, args)

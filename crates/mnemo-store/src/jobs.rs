@@ -100,22 +100,24 @@ impl JobStore for SqliteStore {
                         ids.push(target.clone());
                         continue;
                     }
-                    let id = insert_event_row(conn, &e.to_new_event(cid, &meta, &session, now))?;
+                    let new = e.to_new_event(cid, &meta, &session, now);
+                    let id = insert_event_row(conn, &new)?;
                     if let Some(old) = &e.supersedes {
                         conn.execute(
-                            "UPDATE events SET status='superseded', superseded_by=?3, updated_at=?4
+                            "UPDATE events SET status='superseded', superseded_by=?3, updated_at=?4, valid_to=?5
                              WHERE collection_id=?1 AND id=?2 AND status='active'",
-                            params![cid, old, id, now],
+                            params![cid, old, id, now, new.valid_from.unwrap_or(new.time)],
                         )
                         .map_err(backend)?;
                     }
                     ids.push(id);
                 }
+                let changed_at = output.profile_time.unwrap_or(now);
                 if let Some(user) = &meta.user_id {
                     let typed = std::iter::once((PROFILE_V1.to_string(), output.profile_changes.clone()))
                         .chain(output.typed_profile_changes.iter().cloned());
                     for (ptype, changes) in typed.filter(|(_, c)| !c.is_empty()) {
-                        apply_profile_changes(conn, cid, &ptype, user, &session.session_id, &changes, now)?;
+                        apply_profile_changes(conn, cid, &ptype, user, &session.session_id, &changes, changed_at)?;
                     }
                 }
                 conn.execute(

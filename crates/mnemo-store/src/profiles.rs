@@ -115,6 +115,25 @@ pub(crate) fn record_versions(
     Ok(json(&since))
 }
 
+/// Replaces a profile's history and since-times with a re-derivation's; answers the since JSON.
+fn replace_versions(
+    conn: &Connection,
+    profile_id: &str,
+    v: &mnemo_core::model::ProfileVersions,
+) -> StoreResult<String> {
+    conn.execute("DELETE FROM profile_history WHERE profile_id=?1", [profile_id]).map_err(backend)?;
+    let mut ins = conn
+        .prepare_cached(
+            "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES (?1,?2,?3,?4,?5,?6)",
+        )
+        .map_err(backend)?;
+    for h in &v.history {
+        ins.execute(params![profile_id, h.attribute, json(&h.value), h.valid_from, h.valid_to, h.session_id])
+            .map_err(backend)?;
+    }
+    Ok(json(&v.since))
+}
+
 pub(crate) fn keeps_history(conn: &Connection, cid: CollectionId, profile_type: &str) -> StoreResult<bool> {
     Ok(collection_by_id(conn, cid)?
         .schema
@@ -193,16 +212,17 @@ impl ProfileStore for SqliteStore {
                 let mut p = profile_by_id(conn, cid, &id)?
                     .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
                 let before = p.attributes.clone();
+                let mut patch = patch;
+                let rebuilt = patch.versions.take();
                 let superseded = profile::apply_patch(&mut p, patch);
-                let keep = keeps_history(conn, cid, &p.profile_type)?;
-                let since = record_versions(
-                    conn,
-                    &id,
-                    keep,
-                    AttributeChange { before: &before, after: &p.attributes, superseded: &superseded },
-                    None,
-                    now,
-                )?;
+                let since = match rebuilt {
+                    Some(v) => replace_versions(conn, &id, &v)?,
+                    None => {
+                        let keep = keeps_history(conn, cid, &p.profile_type)?;
+                        let change = AttributeChange { before: &before, after: &p.attributes, superseded: &superseded };
+                        record_versions(conn, &id, keep, change, None, now)?
+                    }
+                };
                 conn.execute(
                     "UPDATE profiles SET content=?3, attributes=?4, updated_at=?5, attribute_since=?6, source_sessions=?7
                      WHERE collection_id=?1 AND id=?2",

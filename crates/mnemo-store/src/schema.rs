@@ -377,6 +377,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE event_turns_backfill(pending INTEGER NOT NULL);
     INSERT INTO event_turns_backfill SELECT 1 WHERE EXISTS (SELECT 1 FROM events);
     "#,
+    // v14: time validity. `valid_from`: when what an event tells became true, if the conversation
+    // states it ("since 2013"; NULL: its `time`); `valid_to`: when a correction superseded it (the
+    // successor's validity start), backfilled for the events corrected before.
+    r#"
+    ALTER TABLE events ADD COLUMN valid_from INTEGER;
+    ALTER TABLE events ADD COLUMN valid_to INTEGER;
+    UPDATE events SET valid_to = (SELECT coalesce(n.valid_from, n.time) FROM events n WHERE n.id = events.superseded_by)
+    WHERE superseded_by IS NOT NULL;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -52,6 +52,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(a_lost_lease_is_fenced_off);
     scenario!(failed_jobs_are_retried_by_hand_and_transient_failures_requeued_a_bounded_number_of_times);
     scenario!(merges_refresh_supersedes_hide_and_keep_history_profiles_remember);
+    scenario!(as_of_reads_what_was_true_then);
     scenario!(idle_deadline_closes_once_and_survives_reopen);
     scenario!(event_filters_and_batch_delete);
     scenario!(concurrent_writes_are_all_durable);
@@ -365,6 +366,74 @@ pub async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember(h
     assert_eq!(p.history[1].valid_from, Some(2_000));
     let stats = s.memory_stats(c.id, Some("u1".into()), 7, 3_000).await.unwrap();
     assert_eq!((stats.total_events, stats.never_hit), (3, 2));
+}
+
+/// Time validity: an event holds from its `valid_from` (a stated start, else its time) until a
+/// correction supersedes it (`valid_to`: the successor's start); an as-of filter returns what
+/// held then, superseded events included, in listings and in the search's scope alike. Profile
+/// values carry since when they hold (the time the extraction says), so the history answers too.
+pub async fn as_of_reads_what_was_true_then(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let first = extract_session(&s, &c, "I live in Berlin since 2013", 1_000, |mid| ExtractionOutput {
+        events: vec![ExtractedEvent {
+            source_message_ids: vec![mid],
+            valid_from: Some(500),
+            ..ExtractedEvent::new(EVENT_V1, summary("The user lives in Berlin"), 1_000)
+        }],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("Berlin") }],
+        profile_time: Some(900),
+        ..Default::default()
+    })
+    .await;
+    let second = extract_session(&s, &c, "I moved to Munich last month", 3_000, |mid| ExtractionOutput {
+        events: vec![ExtractedEvent {
+            source_message_ids: vec![mid],
+            valid_from: Some(2_500),
+            supersedes: Some(first[0].clone()),
+            ..ExtractedEvent::new(EVENT_V1, summary("The user moved to Munich"), 3_000)
+        }],
+        profile_changes: vec![ProfileChange::Set { key: "city".into(), value: json!("Munich") }],
+        profile_time: Some(2_800),
+        ..Default::default()
+    })
+    .await;
+    let (berlin, munich) = (first[0].clone(), second[0].clone());
+    let old = s.get_event(c.id, &berlin).await.unwrap().unwrap();
+    assert_eq!((old.valid_from, old.valid_to, old.status.as_str()), (500, Some(2_500), "superseded"));
+    let new = s.get_event(c.id, &munich).await.unwrap().unwrap();
+    assert_eq!((new.valid_from, new.valid_to, new.time), (2_500, None, 3_000));
+    let at = |t: Millis| EventFilter { user_id: vec!["u1".into()], as_of: Some(t), ..Default::default() };
+    for (t, want) in
+        [(400, vec![]), (500, vec![&berlin]), (2_499, vec![&berlin]), (2_500, vec![&munich]), (9_000, vec![&munich])]
+    {
+        let got = s.list_events(c.id, at(t), 10).await.unwrap();
+        assert_eq!(got.iter().map(|e| &e.id).collect::<Vec<_>>(), want, "as of {t}");
+    }
+    let q = CandidateQuery { vector: None, terms: vec!["user".into()], k: 10, vector_hits: None, corpus: None };
+    let found = s.search_candidates(c.id, at(1_000), q.clone()).await.unwrap();
+    assert_eq!(found.iter().map(|f| &f.event.id).collect::<Vec<_>>(), vec![&berlin], "the search's scope too");
+    let found = s.search_candidates(c.id, EventFilter { as_of: None, active_only: true, ..at(0) }, q).await.unwrap();
+    assert_eq!(found.iter().map(|f| &f.event.id).collect::<Vec<_>>(), vec![&munich], "without a time: current only");
+    let p = s.list_profiles(c.id, ProfileFilter::default(), 5).await.unwrap().remove(0);
+    assert_eq!(p.since.get("city"), Some(&json!(2_800)));
+    let h0 = &p.history[0];
+    assert_eq!((&h0.value, h0.valid_from, h0.valid_to), (&json!("Berlin"), Some(900), 2_800));
+    let city = |t| mnemo_core::profile::as_of(&p, t).attributes.get("city").cloned();
+    assert_eq!((city(800), city(1_000), city(2_800)), (None, Some(json!("Berlin")), Some(json!("Munich"))));
+    // A re-derivation (a session deleted) replaces the versions whole: the gone values leave.
+    let versions = ProfileVersions { history: vec![], since: info(json!({"city": 2_800})) };
+    let patch = ProfilePatch {
+        attributes: Some(info(json!({"city": "Munich"}))),
+        replace_attributes: true,
+        versions: Some(versions),
+        ..Default::default()
+    };
+    let p = s.update_profile(c.id, &p.id, patch, 4_000).await.unwrap();
+    let listed = s.list_profiles(c.id, ProfileFilter::default(), 5).await.unwrap().remove(0);
+    for p in [p, listed] {
+        assert!(p.history.is_empty(), "{:?}", p.history);
+        assert_eq!(p.since, info(json!({"city": 2_800})));
+    }
 }
 
 pub async fn idle_deadline_closes_once_and_survives_reopen(h: &impl StoreHarness) {

@@ -118,8 +118,6 @@ struct EventRow {
 struct ProfileRow {
     collection_id: CollectionId,
     profile: Profile,
-    /// Attribute → since when it holds (ms).
-    since: Map<String, Value>,
 }
 
 fn terms_of(memory_info: &Map<String, Value>) -> String {
@@ -150,7 +148,14 @@ fn matches(e: &Event, f: &EventFilter) -> bool {
         && (f.event_ids.is_empty() || f.event_ids.contains(&e.id))
         && f.start_time.is_none_or(|t| e.time >= t)
         && f.end_time.is_none_or(|t| e.time <= t)
-        && (!f.active_only || e.status == "active")
+        && match f.as_of {
+            Some(t) => {
+                matches!(e.status.as_str(), "active" | "superseded")
+                    && e.valid_from <= t
+                    && e.valid_to.is_none_or(|end| end > t)
+            }
+            None => !f.active_only || e.status == "active",
+        }
 }
 
 impl State {
@@ -377,6 +382,8 @@ impl State {
             updated_at: e.now,
             expires_at: e.expires_at,
             superseded_by: None,
+            valid_from: e.valid_from.unwrap_or(e.time),
+            valid_to: None,
         };
         let terms = terms_of(&event.memory_info);
         let turns = e.embedding.as_ref().and(e.turn_vectors.as_deref()).and_then(mnemo_core::turns::encode);
@@ -459,7 +466,7 @@ impl State {
                 row.profile.history.push(AttributeVersion {
                     attribute: attr.clone(),
                     value: old.clone(),
-                    valid_from: row.since.get(attr).and_then(Value::as_i64),
+                    valid_from: row.profile.since.get(attr).and_then(Value::as_i64),
                     valid_to: now,
                     session_id: session_id.map(String::from),
                 });
@@ -467,7 +474,7 @@ impl State {
             row.profile.history.sort_by_key(|v| v.valid_to);
         }
         let after = row.profile.attributes.clone();
-        profile::update_since(&mut row.since, before, &after, now);
+        profile::update_since(&mut row.profile.since, before, &after, now);
     }
 
     fn apply_profile_changes(
@@ -483,7 +490,6 @@ impl State {
         let Some(f) = profile::fold_session(existing, changes, session_id) else { return };
         let row = self.profiles.entry(f.id.clone()).or_insert_with(|| ProfileRow {
             collection_id: cid,
-            since: Map::new(),
             profile: Profile {
                 id: f.id.clone(),
                 profile_type: ptype.to_string(),
@@ -495,6 +501,7 @@ impl State {
                 created_at: now,
                 updated_at: now,
                 history: vec![],
+                since: Map::new(),
             },
         });
         row.profile.content = f.content.clone();
@@ -842,21 +849,24 @@ impl JobStore for MemoryStore {
                 ids.push(target.clone());
                 continue;
             }
-            let id = s.insert_event(&e.to_new_event(cid, &meta, &session, now));
+            let new = e.to_new_event(cid, &meta, &session, now);
+            let id = s.insert_event(&new);
             if let Some(old) = &e.supersedes
                 && let Some(r) = s.event_mut(cid, old).filter(|r| r.event.status == "active")
             {
                 r.event.status = "superseded".into();
                 r.event.superseded_by = Some(id.clone());
                 r.event.updated_at = now;
+                r.event.valid_to = Some(new.valid_from.unwrap_or(new.time));
             }
             ids.push(id);
         }
+        let changed_at = output.profile_time.unwrap_or(now);
         if let Some(user) = &meta.user_id {
             let typed = std::iter::once((PROFILE_V1.to_string(), output.profile_changes.clone()))
                 .chain(output.typed_profile_changes.iter().cloned());
             for (ptype, changes) in typed.filter(|(_, c)| !c.is_empty()) {
-                s.apply_profile_changes(cid, &ptype, user, &session.session_id, &changes, now);
+                s.apply_profile_changes(cid, &ptype, user, &session.session_id, &changes, changed_at);
             }
         }
         if let Some(x) = s.sessions.get_mut(&sid) {
@@ -1493,11 +1503,9 @@ impl ProfileStore for MemoryStore {
             created_at: p.now,
             updated_at: p.now,
             history: vec![],
+            since: Map::new(),
         };
-        s.profiles.insert(
-            profile.id.clone(),
-            ProfileRow { collection_id: p.collection_id, profile: profile.clone(), since: Map::new() },
-        );
+        s.profiles.insert(profile.id.clone(), ProfileRow { collection_id: p.collection_id, profile: profile.clone() });
         Ok(profile)
     }
 
@@ -1515,8 +1523,15 @@ impl ProfileStore for MemoryStore {
             .filter(|p| p.collection_id == collection_id)
             .ok_or_else(|| StoreError::NotFound(format!("profile_id: no profile \"{id}\"")))?;
         let before = row.profile.attributes.clone();
+        let mut patch = patch;
+        let rebuilt = patch.versions.take();
         let superseded = profile::apply_patch(&mut row.profile, patch);
         row.profile.updated_at = now;
+        if let Some(v) = rebuilt {
+            row.profile.history = v.history;
+            row.profile.since = v.since;
+            return Ok(row.profile.clone());
+        }
         let ptype = row.profile.profile_type.clone();
         let keep = s.keeps_history(collection_id, &ptype);
         s.record_versions(id, keep, &before, &superseded, None, now);

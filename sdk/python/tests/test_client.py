@@ -83,6 +83,27 @@ def test_entities_of_a_user(client):
     assert bad.value.status == 400 and "filter.kind" in bad.value.message
 
 
+def test_as_of_reads_what_was_true_then(client):
+    c = client.get_collection("py_as_of")
+    t = 1_700_000_000_000
+    c.add_event("event_v1", user_id="ana", memory_info={"summary": "Ana lives in Berlin"}, time=t)
+    found = c.search_event_memory(filter={"user_id": "ana"}, as_of=t)["result_list"]
+    assert [(e["valid_from"], e["valid_to"]) for e in found] == [(t, None)]
+    assert c.search_event_memory(filter={"user_id": "ana"}, as_of=t - 1)["count"] == 0
+    added = c.add_profile("ana", attributes={"city": "Berlin"})
+    moved = c.update_profile(added["profile_id"], attributes={"city": "Munich"})["profile"]
+    (berlin,) = [h for h in moved["history"] if h["attribute"] == "city"]
+    assert berlin["value"] == "Berlin" and moved["since"]["city"] == berlin["valid_to"]
+    then = c.search_profile_memory(filter={"user_id": "ana"}, as_of=berlin["valid_to"] - 1)["result_list"]
+    now = c.search_profile_memory(filter={"user_id": "ana"})["result_list"]
+    assert (then[0]["attributes"]["city"], now[0]["attributes"]["city"]) == ("Berlin", "Munich")
+    ctx = c.get_context("py-as-of", query="where", event_search_config={"filter": {"user_id": "ana"}}, as_of=t)
+    assert "Berlin" in ctx.context_str and "Munich" not in ctx.context_str
+    with pytest.raises(MnemoError) as bad:
+        c.search_memory(filter={"user_id": "ana"}, as_of=-1)
+    assert bad.value.status == 400 and bad.value.message.startswith("as_of")
+
+
 def test_errors_are_typed_and_name_the_field(client):
     c = client.get_collection("py_errors")
     with pytest.raises(MnemoError) as e:

@@ -927,6 +927,9 @@ export interface components {
             time: number;
             updated_at?: number;
             user_id: string[];
+            /** @description When what it tells became true (ms): a time the conversation states, else `time`. */
+            valid_from?: number;
+            valid_to?: number | null;
         };
         EventAddBody: {
             assistant_id?: components["schemas"]["StrOrList"] | (null);
@@ -1049,6 +1052,13 @@ export interface components {
             resource_id?: string;
         };
         EventSearchBody: {
+            /**
+             * Format: int64
+             * @description What was true at this time (ms since the epoch): events valid then (superseded ones
+             *     included, those begun later left out) and each profile value as it was.
+             * @default null
+             */
+            as_of?: number | null;
             collection_name?: string;
             /**
              * Format: double
@@ -1159,6 +1169,13 @@ export interface components {
         /** @enum {string} */
         FieldType: "string" | "int" | "float" | "bool" | "enum";
         GetContextBody: {
+            /**
+             * Format: int64
+             * @description What was true at this time (ms since the epoch): events valid then (superseded ones
+             *     included, those begun later left out) and each profile value as it was.
+             * @default null
+             */
+            as_of?: number | null;
             collection_name?: string;
             conversation_id: string;
             event_search_config?: components["schemas"]["EventSearchConfigDto"];
@@ -1274,6 +1291,13 @@ export interface components {
         };
         /** @description `search` (VikingDB's SearchMemory): events and profiles of a user or assistant at once. */
         MemorySearchBody: {
+            /**
+             * Format: int64
+             * @description What was true at this time (ms since the epoch): events valid then (superseded ones
+             *     included, those begun later left out) and each profile value as it was.
+             * @default null
+             */
+            as_of?: number | null;
             collection_name?: string;
             filter?: components["schemas"]["MemoryFilterDto"];
             /**
@@ -1348,6 +1372,10 @@ export interface components {
             profile_type: string;
             /** @description Closeness to the query, when one ranked it. */
             score?: number;
+            /** @description Attribute → since when its value holds (ms), when known. */
+            since?: {
+                [key: string]: number;
+            };
             source_session_ids?: string[];
             updated_at: number;
             user_id: string | null;
@@ -1410,6 +1438,13 @@ export interface components {
             resource_id?: string;
         };
         ProfileSearchBody: {
+            /**
+             * Format: int64
+             * @description What was true at this time (ms since the epoch): events valid then (superseded ones
+             *     included, those begun later left out) and each profile value as it was.
+             * @default null
+             */
+            as_of?: number | null;
             collection_name?: string;
             filter?: components["schemas"]["ProfileFilterDto"];
             /**

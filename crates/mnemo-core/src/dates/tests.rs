@@ -159,3 +159,20 @@ fn anchoring_annotates_relative_dates_once() {
     let none = anchor_text("no dates here, just words like todays or mayday", anchor());
     assert_eq!(none.event_date, None);
 }
+
+#[test]
+fn a_stated_start_is_when_a_fact_became_true() {
+    let start = |t: &str| stated_start(t, anchor()).map(|d| d.to_string());
+    // Anchor: Sunday 2026-11-29.
+    assert_eq!(start("I've lived in Munich since 2013").as_deref(), Some("2013-01-01"));
+    assert_eq!(start("Last month I moved to Munich").as_deref(), Some("2026-10-01"));
+    assert_eq!(start("I have been running for three years").as_deref(), Some("2023-11-29"));
+    assert_eq!(start("since March 3, 2024 I work at Acme").as_deref(), Some("2024-03-03"));
+    assert_eq!(start("我从2019年起就在上海工作").as_deref(), Some("2019-01-01"));
+    assert_eq!(start("上个月我搬到了杭州").as_deref(), Some("2026-10-01"));
+    // A named day dates the event itself; the future and the unresolved start nothing.
+    assert_eq!(start("Yesterday I went hiking"), None);
+    assert_eq!(start("Next month I move to Paris"), None);
+    assert_eq!(start("I have skied since I was ten"), None);
+    assert_eq!(start("我2023年5月去了成都").as_deref(), Some("2023-05-01"));
+}

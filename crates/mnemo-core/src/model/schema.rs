@@ -121,7 +121,9 @@ impl CollectionSchema {
                     required: false,
                 },
             ],
-            update_mode: ProfileUpdateMode::Overwrite,
+            // What a user's facts were keeps mattering ("lived in Berlin until 2024-04"): the
+            // replaced values are kept with their validity, and as-of reads answer from them.
+            update_mode: ProfileUpdateMode::KeepHistory,
         }
     }
 

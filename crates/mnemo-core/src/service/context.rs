@@ -174,12 +174,18 @@ impl Service {
             Some(profiles) => profiles,
             None => read_profiles(profile_filter(&filter.user_id)).await?,
         };
+        let as_of = req.event_filter.as_of;
+        let profiles = super::profiles::as_of_time(profiles, as_of);
         let mut cands = crate::context::Candidates { profiles, ..Default::default() };
         if req.include.short_term
             && let Some(conv) = &conv
         {
-            cands.short_term =
-                conv.short_term.iter().filter(|m| matches!(m.role, Role::User | Role::Assistant)).cloned().collect();
+            cands.short_term = conv
+                .short_term
+                .iter()
+                .filter(|m| matches!(m.role, Role::User | Role::Assistant) && as_of.is_none_or(|t| m.time <= t))
+                .cloned()
+                .collect();
         }
         let fresh = conv.as_ref().is_none_or(|c| c.short_term.is_empty() && c.sessions.is_empty());
         if req.include.recap && fresh && known {
@@ -237,6 +243,7 @@ impl Service {
 fn checked(mut req: ContextRequest) -> CoreResult<ContextRequest> {
     validate_conversation_id(&req.conversation_id)?;
     max_tokens(i64::from(req.max_tokens))?;
+    validate_time_range(&req.event_filter)?;
     if let Some(q) = &req.query
         && q.chars().count() > MAX_QUERY_CHARS
     {

@@ -180,6 +180,8 @@ impl Service {
             embedding: None,
             turn_vectors: None,
             expires_at,
+            // A write's `time` is when the fact became true.
+            valid_from: None,
             now,
         })
     }

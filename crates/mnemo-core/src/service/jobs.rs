@@ -339,27 +339,28 @@ impl Service {
                 .min()
                 .unwrap_or(first_time);
             let anchor = dates::local(anchor_ms, self.config.extraction.utc_offset);
-            let mut event_date = None;
+            let (mut event_date, mut start) = (None, None);
             for (k, v) in e.memory_info.iter_mut() {
                 if k == "original_messages" {
                     continue;
                 }
                 if let Value::String(s) = v {
+                    start = start.into_iter().chain(dates::stated_start(s, anchor)).min();
                     let a = dates::anchor_text(s, anchor);
                     event_date = event_date.or(a.event_date);
                     *s = a.text;
                 }
             }
+            let at = |d: chrono::NaiveDate, h: u32| {
+                let t = d.and_hms_opt(h, 0, 0).expect("the hour exists");
+                t.and_local_timezone(self.config.extraction.utc_offset).single().map(|t| t.timestamp_millis())
+            };
             e.time = match event_date {
-                Some(d) if d != anchor.date_naive() => {
-                    let noon = d.and_hms_opt(12, 0, 0).expect("noon exists");
-                    noon.and_local_timezone(self.config.extraction.utc_offset)
-                        .single()
-                        .map(|t| t.timestamp_millis())
-                        .unwrap_or(anchor_ms)
-                }
+                Some(d) if d != anchor.date_naive() => at(d, 12).unwrap_or(anchor_ms),
                 _ => anchor_ms,
             };
+            // 2b. When what it tells became true, if the conversation says ("since 2013").
+            e.valid_from = start.and_then(|d| at(d, 0)).filter(|from| *from < e.time);
             // 3. Corrections only of the user's own earlier events that the extractor was shown.
             if let Some(old) = &e.supersedes
                 && !related.iter().any(|r| &r.id == old)
@@ -411,6 +412,8 @@ impl Service {
             }
         }
         output.events = kept;
+        // Profile values hold from when the session said them, not from when the job ran.
+        output.profile_time = claimed.messages.iter().map(|m| m.time).max();
         Ok(output)
     }
 

@@ -113,6 +113,7 @@ impl Service {
                 embedding: Some(self.embed_one(&summary, EmbedKind::Document).await?),
                 turn_vectors: None,
                 expires_at: None,
+                valid_from: group.iter().map(|e| e.valid_from).min(),
                 now,
             };
             folded += group.len() as u64;

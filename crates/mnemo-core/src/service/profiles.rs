@@ -54,6 +54,7 @@ impl Service {
                     attributes: Some(attributes),
                     replace_attributes: true,
                     source_session_ids: None,
+                    versions: None,
                 };
                 return Ok(self.store.update_profile(c.id, &p.id, patch, self.now()).await?);
             }
@@ -108,13 +109,17 @@ impl Service {
         filter: ProfileFilter,
         query: Option<&str>,
         limit: u32,
+        as_of: Option<Millis>,
     ) -> CoreResult<Vec<(Profile, Option<f32>)>> {
+        if let Some(t) = as_of {
+            check_time("as_of", t)?;
+        }
         let c = self.collection_for_read(t).await?;
         let Some(query) = query.map(str::trim).filter(|q| !q.is_empty()) else {
-            let list = self.store.list_profiles(c.id, filter, limit).await?;
+            let list = as_of_time(self.store.list_profiles(c.id, filter, limit).await?, as_of);
             return Ok(list.into_iter().map(|p| (p, None)).collect());
         };
-        let list = self.store.list_profiles(c.id, filter, LIMIT_RANGE.1 as u32).await?;
+        let list = as_of_time(self.store.list_profiles(c.id, filter, LIMIT_RANGE.1 as u32).await?, as_of);
         if list.is_empty() {
             return Ok(vec![]);
         }
@@ -216,8 +221,13 @@ impl Service {
             CoreError::invalid("extractor", format!("{:?} is not configured on this server", c.schema.extractor))
         })?;
         let mut current = Profile { attributes: Map::new(), source_session_ids: vec![], history: vec![], ..p.clone() };
+        let keep_history =
+            c.schema.profile_type(&p.profile_type).is_some_and(|t| t.update_mode == ProfileUpdateMode::KeepHistory);
+        let mut versions = crate::model::ProfileVersions::default();
         for sid in p.source_session_ids.iter().filter(|s| !without.contains(s)) {
             let Some(d) = self.store.session_info(c.id, sid).await? else { continue };
+            // The session's values hold from when it said them, as when it was first extracted.
+            let said = d.messages.iter().map(|m| m.time).max().unwrap_or_else(|| self.now());
             let meta = ConversationMeta {
                 user_id: Some(p.user_id.clone()),
                 assistant_id: p.assistant_id.clone(),
@@ -245,7 +255,22 @@ impl Service {
                     .flat_map(|(_, c)| c)
                     .collect()
             };
-            crate::profile::apply_changes(&mut current.attributes, &changes);
+            let before = current.attributes.clone();
+            let applied = crate::profile::apply_changes(&mut current.attributes, &changes);
+            if keep_history {
+                for (attribute, value) in applied.superseded {
+                    let valid_from = versions.since.get(&attribute).and_then(Value::as_i64);
+                    let session_id = Some(sid.clone());
+                    versions.history.push(AttributeVersion {
+                        attribute,
+                        value,
+                        valid_from,
+                        valid_to: said,
+                        session_id,
+                    });
+                }
+            }
+            crate::profile::update_since(&mut versions.since, &before, &current.attributes, said);
             current.source_session_ids.push(sid.clone());
         }
         if current.source_session_ids.is_empty() {
@@ -257,8 +282,20 @@ impl Service {
             attributes: Some(current.attributes),
             replace_attributes: true,
             source_session_ids: Some(current.source_session_ids),
+            versions: Some(versions),
         };
         self.store.update_profile(c.id, &p.id, patch, self.now()).await?;
         Ok(())
     }
+}
+
+/// The profiles as they were at `as_of` ([`crate::profile::as_of`]); one made later with nothing
+/// known of then is left out. Unchanged without a time.
+pub(crate) fn as_of_time(profiles: Vec<Profile>, as_of: Option<Millis>) -> Vec<Profile> {
+    let Some(t) = as_of else { return profiles };
+    profiles
+        .iter()
+        .map(|p| crate::profile::as_of(p, t))
+        .filter(|p| p.created_at <= t || !p.attributes.is_empty())
+        .collect()
 }

@@ -244,7 +244,8 @@ impl Service {
         req: &EventSearch,
         qv: crate::store::PendingVector<'_>,
     ) -> CoreResult<(Vec<ScoredEvent>, Option<Vec<f32>>)> {
-        let now = self.now();
+        // As of a time, the search is asked then: decay, freshness and "last week" count from it.
+        let now = req.filter.as_of.unwrap_or_else(|| self.now());
         let filter = self.search_scope(req, now);
         let Some(query) = req.query.as_deref().map(str::trim).filter(|q| !q.is_empty()) else {
             return Ok((self.listing(c, req, filter, now).await?, None));

@@ -87,7 +87,7 @@ pub(super) fn validate_time_range(f: &EventFilter) -> CoreResult<()> {
     {
         return Err(CoreError::invalid("filter.start_time", format!("must be <= filter.end_time ({s} > {e})")));
     }
-    Ok(())
+    f.as_of.map_or(Ok(()), |t| check_time("as_of", t))
 }
 
 pub(super) fn validate_schema(events: &[EventTypeDef], profiles: &[ProfileTypeDef]) -> CoreResult<()> {

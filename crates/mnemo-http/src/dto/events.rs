@@ -61,6 +61,7 @@ impl EventFilterDto {
             start_time: self.start_time,
             end_time: self.end_time,
             active_only: false,
+            as_of: None,
         })
     }
 }
@@ -95,6 +96,10 @@ pub struct EventSearchBody {
     pub freshness_days: Option<f64>,
     #[serde(default)]
     pub include_archived: bool,
+    /// What was true at this time (ms since the epoch): events valid then (superseded ones
+    /// included, those begun later left out) and each profile value as it was.
+    #[serde(default)]
+    pub as_of: Option<i64>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -277,6 +282,8 @@ pub fn event_json(e: &Event, s: Option<Scores>) -> Value {
         "updated_at": e.updated_at,
         "expires_at": e.expires_at,
         "superseded_by": e.superseded_by,
+        "valid_from": e.valid_from,
+        "valid_to": e.valid_to,
     });
     if let Some(s) = s {
         let o = v.as_object_mut().expect("object");

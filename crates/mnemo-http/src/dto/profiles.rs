@@ -27,6 +27,10 @@ pub struct ProfileSearchBody {
     pub filter: ProfileFilterDto,
     #[serde(default)]
     pub limit: Option<i64>,
+    /// What was true at this time (ms since the epoch): events valid then (superseded ones
+    /// included, those begun later left out) and each profile value as it was.
+    #[serde(default)]
+    pub as_of: Option<i64>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -134,6 +138,7 @@ pub fn profile_json(p: &Profile) -> Value {
         "attributes": p.attributes,
         "source_session_ids": p.source_session_ids,
         "history": p.history,
+        "since": p.since,
         "created_at": p.created_at,
         "updated_at": p.updated_at,
     })

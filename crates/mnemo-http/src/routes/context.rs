@@ -53,6 +53,7 @@ pub async fn get_context(State(s): State<AppState>, ApiJson { ctx, body }: ApiJs
         );
         req.query = body.query;
         req.event_filter = ec.filter.into_filter().map_err(|e| prefix("event_search_config.", e))?;
+        req.event_filter.as_of = body.as_of;
         req.event_limit = event_limit;
         req.decay = decay;
         req.similarity_threshold = ec.similarity_threshold;

@@ -19,7 +19,8 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Ev
             Some(d) => TimeDecay::new(d.weight, d.no_decay_period, 30.0)?,
             None => TimeDecay::NONE,
         };
-        let (filter, entity) = body.filter.split_entity()?;
+        let (mut filter, entity) = body.filter.split_entity()?;
+        filter.as_of = body.as_of;
         Ok(EventSearch {
             target: Target { project: body.project_name, collection: body.collection_name },
             query: body.query.clone(),
@@ -194,7 +195,9 @@ pub async fn search_memory(State(s): State<AppState>, ApiJson { ctx, body }: Api
             assistant_id: assistant_id.clone(),
             profile_type: profile_types,
         };
-        for (p, score) in s.service.search_profiles(&t, pf, body.query.as_deref(), limit).await.map_err(err)? {
+        for (p, score) in
+            s.service.search_profiles(&t, pf, body.query.as_deref(), limit, body.as_of).await.map_err(err)?
+        {
             let mut v = scored_profile_json(&p, score);
             v["memory_category"] = json!("profile");
             out.push(v);
@@ -209,6 +212,7 @@ pub async fn search_memory(State(s): State<AppState>, ApiJson { ctx, body }: Api
             conversation_id: list(f.session_id, "session_id").map_err(err)?,
             start_time: f.start_time,
             end_time: f.end_time,
+            as_of: body.as_of,
             ..Default::default()
         };
         let req = EventSearch {

@@ -29,7 +29,7 @@ pub async fn search(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Pr
     let t = Target { project: body.project_name, collection: body.collection_name.clone() };
     let ps = s
         .service
-        .search_profiles(&t, filter, body.query.as_deref(), limit)
+        .search_profiles(&t, filter, body.query.as_deref(), limit, body.as_of)
         .await
         .map_err(|e| ApiError::from_core(rid, e))?;
     let list: Vec<_> = ps.iter().map(|(p, score)| scored_profile_json(p, *score)).collect();
@@ -73,6 +73,7 @@ pub async fn update(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Pr
         attributes,
         replace_attributes: body.replace_attributes,
         source_session_ids: None,
+        versions: None,
     };
     let p = s.service.update_profile(&t, &body.profile_id, patch).await.map_err(|e| ApiError::from_core(rid, e))?;
     Ok(ApiOk::new(rid, json!({"profile_id": p.id, "profile": profile_json(&p)})))

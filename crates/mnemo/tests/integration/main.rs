@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod as_of;
 mod auth;
 mod bad_input;
 mod cli;

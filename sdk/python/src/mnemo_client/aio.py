@@ -289,15 +289,18 @@ class AsyncCollection:
         max_tokens: Optional[int] = None,
         headers: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
+        as_of: Optional[int] = None,
         **extra: Any,
     ) -> ContextResponse:
-        """The prompt-ready memory for the next LLM call, within ``max_tokens``."""
+        """The prompt-ready memory for the next LLM call, within ``max_tokens`` (``as_of``: what
+        was true at that time, in ms since the epoch)."""
         body = {
             "conversation_id": conversation_id,
             "query": query,
             "event_search_config": event_search_config,
             "profile_search_config": profile_search_config,
             "max_tokens": max_tokens,
+            "as_of": as_of,
             **extra,
         }
         data = await self._call("get_context", body, headers, timeout, project_name)
@@ -316,16 +319,30 @@ class AsyncCollection:
         limit: Optional[int] = None,
         headers: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
+        as_of: Optional[int] = None,
         **extra: Any,
     ) -> Dict[str, Any]:
-        """Semantic (hybrid) search with a query; the newest events matching ``filter`` without."""
-        body = {"query": query, "filter": filter, "time_decay_config": time_decay_config, "limit": limit, **extra}
+        """Semantic (hybrid) search with a query; the newest events matching ``filter`` without
+        (``as_of``: the events true at that time, superseded ones included)."""
+        body = {
+            "query": query,
+            "filter": filter,
+            "time_decay_config": time_decay_config,
+            "limit": limit,
+            "as_of": as_of,
+            **extra,
+        }
         return await self._call("event/search", body, headers, timeout)
 
     async def search_profile_memory(
-        self, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None, **extra: Any
+        self,
+        filter: Optional[Dict[str, Any]] = None,
+        limit: Optional[int] = None,
+        as_of: Optional[int] = None,
+        **extra: Any,
     ) -> Dict[str, Any]:
-        return await self._call("profile/search", {"filter": filter or {}, "limit": limit, **extra})
+        """The user's profiles (``as_of``: each value as it was at that time, ms since the epoch)."""
+        return await self._call("profile/search", {"filter": filter or {}, "limit": limit, "as_of": as_of, **extra})
 
     async def list_entities(
         self,
@@ -428,10 +445,14 @@ class AsyncCollection:
         return await self._call("profile/trigger_update", {"filters": filters, "update_profile_type": update_profile_type})
 
     async def search_memory(
-        self, query: Optional[str] = None, filter: Optional[Dict[str, Any]] = None, limit: Optional[int] = None
+        self,
+        query: Optional[str] = None,
+        filter: Optional[Dict[str, Any]] = None,
+        limit: Optional[int] = None,
+        as_of: Optional[int] = None,
     ) -> Dict[str, Any]:
         """Profiles and events of a user at once (VikingDB's SearchMemory); each item's memory_category says which."""
-        return await self._call("search", {"query": query, "filter": filter, "limit": limit})
+        return await self._call("search", {"query": query, "filter": filter, "limit": limit, "as_of": as_of})
 
     # ------------------------------------------------------------------ users, jobs, stats
 
