@@ -501,6 +501,16 @@ pub trait StatsStore: Send + Sync {
 
     /// Row counts and size, for monitoring.
     async fn stats(&self) -> StoreResult<StoreStats>;
+
+    /// The users of a collection — named by a conversation's metadata or by an active event —
+    /// whose id contains `contains` (ASCII case aside; any when `None`), ordered by
+    /// [`order_users`](crate::model::order_users), at most `limit`.
+    async fn list_users(
+        &self,
+        collection_id: CollectionId,
+        contains: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Vec<UserSummary>>;
 }
 
 /// A user's data as a whole: export and forgetting.

@@ -323,6 +323,16 @@ pub fn answer(path: &str) -> Value {
                 }))),
             }),
         ),
+        "/user/list" => object(
+            &["count", "users"],
+            json!({"collection_name": {"type": "string"}, "count": count, "users": array(object(
+                &["user_id", "event_count", "conversation_count"],
+                json!({
+                    "user_id": {"type": "string"}, "event_count": count, "conversation_count": count,
+                    "last_active": {"type": "integer", "nullable": true, "description": "The latest write to their conversations or change to their events (ms)."},
+                }),
+            ))}),
+        ),
         "/user/export" => {
             json!({"description": "Not the envelope: JSON lines — a header, then {kind, collection_name, record} per record.", "type": "object", "additionalProperties": true})
         }

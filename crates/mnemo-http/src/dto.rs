@@ -283,7 +283,23 @@ pub struct ClockBody {
     pub advance_ms: i64,
 }
 
+/// `user/list`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserListBody {
+    pub collection_name: String,
+    #[serde(default = "default_project")]
+    pub project_name: String,
+    /// Only users whose id contains this (ASCII case aside; `%` and `_` are plain characters).
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// 1..=5000, default 100.
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
 scoped!(
+    UserListBody,
     ClockBody,
     MaintenanceBody,
     UserBody,

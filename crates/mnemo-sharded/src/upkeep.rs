@@ -42,6 +42,29 @@ impl StoreEngine for ShardedStore {
 
 #[async_trait]
 impl StatsStore for ShardedStore {
+    /// A user's rows live on the shard their id hashes to, but the lists are merged by user all
+    /// the same (an event shared by users of two shards is counted where it is stored).
+    async fn list_users(
+        &self,
+        collection_id: CollectionId,
+        contains: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Vec<UserSummary>> {
+        let parts = each!(self, |s| s.list_users(collection_id, contains.clone(), limit))?;
+        let mut by_user: BTreeMap<String, UserSummary> = BTreeMap::new();
+        for u in parts.into_iter().flatten() {
+            let merged = by_user
+                .entry(u.user_id.clone())
+                .or_insert_with(|| UserSummary { user_id: u.user_id.clone(), ..Default::default() });
+            merged.events += u.events;
+            merged.conversations += u.conversations;
+            merged.last_active = merged.last_active.max(u.last_active);
+        }
+        let mut users: Vec<UserSummary> = by_user.into_values().collect();
+        order_users(&mut users, limit);
+        Ok(users)
+    }
+
     async fn memory_stats(
         &self,
         collection_id: CollectionId,

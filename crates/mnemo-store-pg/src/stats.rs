@@ -85,8 +85,45 @@ pub async fn memory_stats(
     Ok(out)
 }
 
+/// The users of a collection: conversations by their metadata's user, active events by their
+/// subject rows.
+const USERS_SQL: &str = "
+    WITH ev AS (
+        SELECT s.subject_id AS u, count(*) AS n, max(e.updated_at) AS last
+        FROM event_subjects s JOIN events e ON e.id = s.event_id
+        WHERE s.collection_id = $1 AND s.kind = 'u' AND e.status = 'active' GROUP BY s.subject_id),
+    cv AS (
+        SELECT meta_json::jsonb ->> 'user_id' AS u, count(*) AS n, max(last_write_at) AS last
+        FROM conversations WHERE collection_id = $1 AND meta_json::jsonb ->> 'user_id' IS NOT NULL GROUP BY 1),
+    users AS (SELECT u FROM ev UNION SELECT u FROM cv)
+    SELECT users.u, coalesce(ev.n, 0)::int8, coalesce(cv.n, 0)::int8, nullif(greatest(coalesce(ev.last, 0), coalesce(cv.last, 0)), 0)::int8 AS active
+    FROM users LEFT JOIN ev ON ev.u = users.u LEFT JOIN cv ON cv.u = users.u
+    WHERE $2::text IS NULL OR users.u ILIKE $2::text ESCAPE '\\'
+    ORDER BY active DESC NULLS LAST, users.u COLLATE \"C\" LIMIT $3";
+
 #[async_trait]
 impl StatsStore for PgStore {
+    async fn list_users(
+        &self,
+        cid: CollectionId,
+        contains: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Vec<UserSummary>> {
+        let mut conn = self.client().await?;
+        let tx = begin_read(&mut conn).await?;
+        let pattern = contains.as_deref().map(like_contains);
+        let rows = query_all(&tx, USERS_SQL, &[&cid, &pattern, &i64::from(limit)]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| UserSummary {
+                user_id: r.get(0),
+                events: r.get::<_, i64>(1) as u64,
+                conversations: r.get::<_, i64>(2) as u64,
+                last_active: r.get(3),
+            })
+            .collect())
+    }
+
     async fn memory_stats(
         &self,
         cid: CollectionId,

@@ -99,8 +99,48 @@ pub fn memory_stats(
     Ok(out)
 }
 
+/// The users of a collection: conversations by their metadata's user, active events by their
+/// subject rows (`event_subjects`' primary key leads with the collection and kind).
+const USERS_SQL: &str = "
+    WITH ev AS (
+        SELECT s.subject_id AS u, count(*) AS n, max(e.updated_at) AS last
+        FROM event_subjects s JOIN events e ON e.id = s.event_id
+        WHERE s.collection_id = ?1 AND s.kind = 'u' AND e.status = 'active' GROUP BY s.subject_id),
+    cv AS (
+        SELECT json_extract(meta_json, '$.user_id') AS u, count(*) AS n, max(last_write_at) AS last
+        FROM conversations WHERE collection_id = ?1 AND json_extract(meta_json, '$.user_id') IS NOT NULL GROUP BY 1),
+    users AS (SELECT u FROM ev UNION SELECT u FROM cv)
+    SELECT users.u, coalesce(ev.n, 0), coalesce(cv.n, 0), nullif(max(coalesce(ev.last, 0), coalesce(cv.last, 0)), 0) AS active
+    FROM users LEFT JOIN ev ON ev.u = users.u LEFT JOIN cv ON cv.u = users.u
+    WHERE ?2 IS NULL OR users.u LIKE ?2 ESCAPE '\\'
+    ORDER BY active IS NULL, active DESC, users.u LIMIT ?3";
+
 #[async_trait]
 impl StatsStore for SqliteStore {
+    async fn list_users(
+        &self,
+        cid: CollectionId,
+        contains: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Vec<UserSummary>> {
+        let pattern = contains.as_deref().map(like_contains);
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(USERS_SQL).map_err(backend)?;
+            let rows = stmt
+                .query_map(params![cid, pattern, limit], |r| {
+                    Ok(UserSummary {
+                        user_id: r.get(0)?,
+                        events: r.get::<_, i64>(1)? as u64,
+                        conversations: r.get::<_, i64>(2)? as u64,
+                        last_active: r.get(3)?,
+                    })
+                })
+                .map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
+        .await
+    }
+
     async fn memory_stats(
         &self,
         cid: CollectionId,

@@ -53,6 +53,7 @@ pub async fn run_all<H: StoreHarness, F: AsyncFn() -> H>(fresh: F) {
     scenario!(failed_jobs_are_retried_by_hand_and_transient_failures_requeued_a_bounded_number_of_times);
     scenario!(merges_refresh_supersedes_hide_and_keep_history_profiles_remember);
     scenario!(as_of_reads_what_was_true_then);
+    scenario!(users_are_listed_most_recently_active_first);
     scenario!(idle_deadline_closes_once_and_survives_reopen);
     scenario!(event_filters_and_batch_delete);
     scenario!(concurrent_writes_are_all_durable);
@@ -434,6 +435,40 @@ pub async fn as_of_reads_what_was_true_then(h: &impl StoreHarness) {
         assert!(p.history.is_empty(), "{:?}", p.history);
         assert_eq!(p.since, info(json!({"city": 2_800})));
     }
+}
+
+/// `user/list`: the users a conversation's metadata or an active event names, with their counts
+/// and last activity (a conversation's last write, an event's last change), most recent first;
+/// `contains` matches part of the id, its `%` and `_` literally.
+pub async fn users_are_listed_most_recently_active_first(h: &impl StoreHarness) {
+    let (s, c) = setup(h).await;
+    let t = ExtractTrigger::from_parts(None, Some(100), None, Default::default()).unwrap();
+    s.append_messages(append(&c, "c-u1", vec![msg(Role::User, "hi", 5, None)], t, 1_000)).await.unwrap();
+    let bob = AppendRequest {
+        meta: ConversationMeta { user_id: Some("Bob_1".into()), ..Default::default() },
+        ..append(&c, "c-bob", vec![msg(Role::User, "hello", 5, None)], t, 2_000)
+    };
+    s.append_messages(bob).await.unwrap();
+    for (user, at) in [("u1", 500), ("u1", 600), ("alice", 3_000)] {
+        s.insert_event(NewEvent::of_user(c.id, EVENT_V1, user, summary("x"), at)).await.unwrap();
+    }
+    let gone = s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "carol", summary("x"), 9_000)).await.unwrap();
+    assert!(s.delete_event(c.id, &gone.id).await.unwrap());
+    let other = NewCollection { collection_name: "other".into(), ..new_coll(CollectionSchema::default()) };
+    let other = s.ensure_collection(other).await.unwrap();
+    s.insert_event(NewEvent::of_user(other.id, EVENT_V1, "dave", summary("x"), 9_000)).await.unwrap();
+    let list = |contains: Option<&str>, limit| s.list_users(c.id, contains.map(String::from), limit);
+    let users = list(None, 10).await.unwrap();
+    let row = |u: &str, events, conversations, last| UserSummary {
+        user_id: u.into(),
+        events,
+        conversations,
+        last_active: Some(last),
+    };
+    assert_eq!(users, vec![row("alice", 1, 0, 3_000), row("Bob_1", 0, 1, 2_000), row("u1", 2, 1, 1_000)]);
+    assert_eq!(list(Some("b_"), 10).await.unwrap(), vec![row("Bob_1", 0, 1, 2_000)], "part of the id, any case");
+    assert!(list(Some("%"), 10).await.unwrap().is_empty(), "% is no wildcard");
+    assert_eq!(list(None, 1).await.unwrap(), vec![row("alice", 1, 0, 3_000)]);
 }
 
 pub async fn idle_deadline_closes_once_and_survives_reopen(h: &impl StoreHarness) {

@@ -86,6 +86,7 @@ struct Conversation {
     open_tokens: u64,
     idle_deadline: Option<Millis>,
     created_at: Millis,
+    last_write_at: Millis,
 }
 
 struct Message {
@@ -207,8 +208,10 @@ impl State {
             open_tokens: 0,
             idle_deadline: None,
             created_at: req.now,
+            last_write_at: req.now,
         });
         c.meta.merge(&req.meta);
+        c.last_write_at = req.now;
         c
     }
 
@@ -1229,6 +1232,40 @@ impl SearchStore for MemoryStore {
 #[async_trait]
 impl StatsStore for MemoryStore {
     // ------------------------------------------------------------------ lifecycle and numbers
+
+    async fn list_users(
+        &self,
+        collection_id: CollectionId,
+        contains: Option<String>,
+        limit: u32,
+    ) -> StoreResult<Vec<UserSummary>> {
+        let s = self.lock();
+        let mut by_user: BTreeMap<String, UserSummary> = BTreeMap::new();
+        fn entry<'a>(by_user: &'a mut BTreeMap<String, UserSummary>, u: &str) -> &'a mut UserSummary {
+            by_user.entry(u.to_string()).or_insert_with(|| UserSummary { user_id: u.to_string(), ..Default::default() })
+        }
+        for ((cid, _), c) in &s.conversations {
+            if let Some(u) = c.meta.user_id.as_deref().filter(|_| *cid == collection_id) {
+                let e = entry(&mut by_user, u);
+                e.conversations += 1;
+                e.last_active = e.last_active.max(Some(c.last_write_at));
+            }
+        }
+        for r in s.events.values().filter(|r| r.collection_id == collection_id && r.event.status == "active") {
+            for u in &r.event.user_id {
+                let e = entry(&mut by_user, u);
+                e.events += 1;
+                e.last_active = e.last_active.max(Some(r.event.updated_at));
+            }
+        }
+        let wanted = contains.map(|c| c.to_ascii_lowercase());
+        let mut users: Vec<UserSummary> = by_user
+            .into_values()
+            .filter(|u| wanted.as_deref().is_none_or(|w| u.user_id.to_ascii_lowercase().contains(w)))
+            .collect();
+        order_users(&mut users, limit);
+        Ok(users)
+    }
 
     async fn memory_stats(
         &self,

@@ -99,6 +99,8 @@ def test_as_of_reads_what_was_true_then(client):
     assert (then[0]["attributes"]["city"], now[0]["attributes"]["city"]) == ("Berlin", "Munich")
     ctx = c.get_context("py-as-of", query="where", event_search_config={"filter": {"user_id": "ana"}}, as_of=t)
     assert "Berlin" in ctx.context_str and "Munich" not in ctx.context_str
+    (ana,) = c.list_users(contains="AN")
+    assert (ana["user_id"], ana["event_count"], ana["conversation_count"]) == ("ana", 1, 0)
     with pytest.raises(MnemoError) as bad:
         c.search_memory(filter={"user_id": "ana"}, as_of=-1)
     assert bad.value.status == 400 and bad.value.message.startswith("as_of")

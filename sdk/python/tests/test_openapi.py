@@ -28,7 +28,7 @@ def test_the_sdk_has_a_method_for_every_endpoint():
         "profile/add": Collection.add_profile, "profile/update": Collection.update_profile,
         "profile/delete": Collection.delete_profile, "profile/batch_delete": Collection.batch_delete_profile,
         "profile/trigger_update": Collection.trigger_update_profile, "search": Collection.search_memory, "job/list": Collection.list_jobs, "job/retry": Collection.retry_jobs, "get_context": Collection.get_context,
-        "entity/list": Collection.list_entities, "entity/get": Collection.get_entity,
+        "entity/list": Collection.list_entities, "entity/get": Collection.get_entity, "user/list": Collection.list_users,
         "stats": Collection.stats, "collection/info": Collection.info, "user/export": Collection.export_user, "user/forget": Collection.forget_user,
         "webhook/create": MemoryClient.create_webhook, "webhook/list": MemoryClient.list_webhooks,
         "webhook/delete": MemoryClient.delete_webhook, "webhook/deliveries": MemoryClient.list_webhook_deliveries,

@@ -582,6 +582,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/memory/user/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The collection's users (id search by `contains`), most recently active first, with their event and conversation counts. */
+        post: operations["user_list"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/memory/webhook/create": {
         parameters: {
             query?: never;
@@ -1595,6 +1612,25 @@ export interface components {
             /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
             resource_id?: string;
             user_id: string;
+        };
+        /** @description `user/list`. */
+        UserListBody: {
+            collection_name?: string;
+            /**
+             * @description Only users whose id contains this (ASCII case aside; `%` and `_` are plain characters).
+             * @default null
+             */
+            contains?: string | null;
+            /**
+             * Format: int64
+             * @description 1..=5000, default 100.
+             * @default null
+             */
+            limit?: number | null;
+            /** @default default */
+            project_name?: string;
+            /** @description VikingDB's other name for a collection: `<project_name>/<collection_name>` (collection/info answers it); instead of collection_name and project_name. */
+            resource_id?: string;
         };
         /**
          * @description VikingDB's CreateCollection body (PascalCase), accepted on `collection/create` beside mnemo's
@@ -3138,6 +3174,49 @@ export interface operations {
                             would_delete?: {
                                 [key: string]: unknown;
                             };
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    user_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserListBody"];
+            };
+        };
+        responses: {
+            /** @description Success: `code` 0 and the result in `data`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope"] & {
+                        data: {
+                            collection_name?: string;
+                            count: number;
+                            users: {
+                                conversation_count: number;
+                                event_count: number;
+                                /** @description The latest write to their conversations or change to their events (ms). */
+                                last_active?: number | null;
+                                user_id: string;
+                            }[];
                         };
                     };
                 };

@@ -250,6 +250,8 @@ export class Collection {
   listEntities(body: Body<"EntityListBody">, opts?: CallOptions) { return this.call("entity/list", body, opts); }
   /** One of a user's entities (its entity_id, name or an alias) and its events, newest first. */
   getEntity(body: Body<"EntityGetBody">, opts?: CallOptions) { return this.call("entity/get", body, opts); }
+  /** The collection's users (`contains`: part of the id), most recently active first. */
+  listUsers(body: Body<"UserListBody">, opts?: CallOptions) { return this.call("user/list", body, opts); }
   /** Profiles and events of a user at once (VikingDB's SearchMemory). */
   searchMemory(body: Body<"MemorySearchBody">, opts?: CallOptions) { return this.call("search", body, opts); }
 

@@ -161,7 +161,7 @@ test("the client has a method for every endpoint, and api.gen.ts is current", ()
     "collection/create": "createCollection", "collection/list": "listCollections", "collection/delete": "deleteCollection",
     "collection/info": "info", "session/streaming_write": "streamingWrite", "session/add": "sessionAdd",
     "session/flush": "flush", "session/info": "sessionInfo", "session/delete": "deleteConversation", "get_context": "getContext", "event/search": "searchEventMemory",
-    "profile/search": "searchProfileMemory", "entity/list": "listEntities", "entity/get": "getEntity", "search": "searchMemory", "event/add": "addEvent", "event/batch_add": "addEvents", "event/update": "updateEvent",
+    "profile/search": "searchProfileMemory", "entity/list": "listEntities", "entity/get": "getEntity", "user/list": "listUsers", "search": "searchMemory", "event/add": "addEvent", "event/batch_add": "addEvents", "event/update": "updateEvent",
     "event/delete": "deleteEvent", "event/batch_delete": "batchDeleteEvent", "profile/add": "addProfile",
     "profile/update": "updateProfile", "profile/delete": "deleteProfile", "profile/batch_delete": "batchDeleteProfile",
     "profile/trigger_update": "triggerUpdateProfile", "job/list": "listJobs", "job/retry": "retryJobs", "stats": "stats",

@@ -15,6 +15,32 @@ pub struct UserData {
     pub profiles: Vec<Profile>,
 }
 
+/// One user of a collection (`user/list`): how much is remembered about them, and when they were
+/// last active.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct UserSummary {
+    pub user_id: String,
+    /// Active events about the user.
+    pub events: u64,
+    /// Conversations whose metadata names the user.
+    pub conversations: u64,
+    /// The latest write to their conversations or change to their active events (ms).
+    pub last_active: Option<Millis>,
+}
+
+/// A `LIKE` pattern for "contains `s`": `%`, `_` and `\` taken literally (escape `\`).
+pub fn like_contains(s: &str) -> String {
+    let escaped: String =
+        s.chars().flat_map(|c| if matches!(c, '%' | '_' | '\\') { vec!['\\', c] } else { vec![c] }).collect();
+    format!("%{escaped}%")
+}
+
+/// Users most recently active first (never active last), then by id; at most `limit`.
+pub fn order_users(users: &mut Vec<UserSummary>, limit: u32) {
+    users.sort_by(|a, b| b.last_active.cmp(&a.last_active).then_with(|| a.user_id.cmp(&b.user_id)));
+    users.truncate(limit as usize);
+}
+
 /// What `user/forget` removed, per kind.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
 pub struct ForgetCounts {

@@ -17,6 +17,16 @@ impl Service {
         Ok(self.store.memory_stats(c.id, user_id, days, self.now()).await?)
     }
 
+    /// `user/list`: the collection's users whose id contains `contains`, most recently active
+    /// first, with how many events and conversations each has.
+    pub async fn list_users(&self, t: &Target, contains: Option<String>, limit: u32) -> CoreResult<Vec<UserSummary>> {
+        if let Some(c) = &contains {
+            check_len("contains", c, 1, MAX_ID_CHARS)?;
+        }
+        let c = self.collection_for_read(t).await?;
+        Ok(self.store.list_users(c.id, contains, limit).await?)
+    }
+
     // ------------------------------------------------------------------ privacy
 
     /// The collections a user-level call covers: one, or every collection of the project.

@@ -160,6 +160,11 @@ pub fn endpoints() -> Vec<Endpoint> {
             "One prompt-ready context string within max_tokens: user profile, recent turns, this conversation's events and other conversations' events matching the query; with its structured parts.",
             context::get_context,
         ),
+        ep::<UserListBody, _, _>(
+            "/user/list",
+            "The collection's users (id search by `contains`), most recently active first, with their event and conversation counts.",
+            stats::users,
+        ),
         ep::<StatsBody, _, _>(
             "/stats",
             "Memories created and hit per day, top and never-hit events, jobs and token usage.",
@@ -215,7 +220,9 @@ pub fn endpoints() -> Vec<Endpoint> {
 pub fn scope_of(path: &str) -> Scope {
     match path {
         "/collection/list" | "/collection/info" | "/session/info" | "/event/search" | "/profile/search" | "/search"
-        | "/entity/list" | "/entity/get" | "/job/list" | "/get_context" | "/stats" | "/user/export" => Scope::Read,
+        | "/entity/list" | "/entity/get" | "/job/list" | "/get_context" | "/stats" | "/user/list" | "/user/export" => {
+            Scope::Read
+        }
         "/collection/delete" | "/user/forget" | "/maintenance/run" | "/maintenance/list" | "/admin/clock" => {
             Scope::Admin
         }

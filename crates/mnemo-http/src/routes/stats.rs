@@ -8,6 +8,21 @@ use axum::extract::State;
 use mnemo_core::service::Target;
 use serde_json::json;
 
+/// `user/list`: who the collection remembers, most recently active first.
+pub async fn users(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<UserListBody>) -> ApiResult {
+    let rid = &ctx.request_id;
+    let limit = limit(body.limit, 100).map_err(|e| ApiError::from_core(rid, e))?;
+    let t = Target { project: body.project_name, collection: body.collection_name.clone() };
+    let users = s.service.list_users(&t, body.contains, limit).await.map_err(|e| ApiError::from_core(rid, e))?;
+    let list: Vec<_> = users
+        .iter()
+        .map(|u| {
+            json!({"user_id": u.user_id, "event_count": u.events, "conversation_count": u.conversations, "last_active": u.last_active})
+        })
+        .collect();
+    Ok(ApiOk::new(rid, json!({"collection_name": body.collection_name, "count": list.len(), "users": list})))
+}
+
 pub async fn stats(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<StatsBody>) -> ApiResult {
     let rid = &ctx.request_id;
     let days = match body.days {

@@ -129,6 +129,12 @@ async fn as_of_answers_with_what_was_true_then() {
     let text = ctx["context_str"].as_str().unwrap();
     assert!(text.contains("City: Berlin") && !text.contains("Munich") && !text.contains("BMW"), "{text}");
 
+    // The dashboard's list of users: two conversations, the events extracted from them.
+    let users = s.ok("user/list", json!({"collection_name": "c"})).await;
+    let u = &users["users"][0];
+    assert_eq!((u["user_id"].clone(), u["conversation_count"].clone()), (json!("u"), json!(2)), "{users}");
+    assert!(u["event_count"].as_u64().unwrap() >= 2 && u["last_active"].as_i64().is_some(), "{users}");
+
     // A time that is no time is refused, naming the field.
     for (path, body) in [
         ("event/search", json!({"collection_name": "c", "filter": {"user_id": "u"}, "as_of": -1})),

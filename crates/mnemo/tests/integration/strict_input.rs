@@ -165,6 +165,11 @@ async fn unknown_and_misspelled_fields_are_refused_on_every_endpoint() {
             bad: vec![("", "entity_id", "entity_id"), ("", "user", "user")],
         },
         Case {
+            path: "user/list",
+            valid: json!({"collection_name": "c", "contains": "u", "limit": 5}),
+            bad: vec![("", "contain", "contain"), ("", "filter", "filter")],
+        },
+        Case {
             path: "profile/search",
             valid: json!({"collection_name": "c", "filter": {"user_id": "u1"}}),
             bad: vec![("/filter", "profle_type", "filter.profle_type"), ("", "limt", "limt")],

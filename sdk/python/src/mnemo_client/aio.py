@@ -456,6 +456,13 @@ class AsyncCollection:
 
     # ------------------------------------------------------------------ users, jobs, stats
 
+    async def list_users(self, contains: Optional[str] = None, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The collection's users, most recently active first: ``user_id``, ``event_count``,
+        ``conversation_count``, ``last_active`` (ms); ``contains``: part of the id."""
+        data = await self._call("user/list", {"contains": contains, "limit": limit})
+        users: List[Dict[str, Any]] = data["users"]
+        return users
+
     async def export_user(self, user_id: str) -> Dict[str, Any]:
         """Everything stored about the user in this collection, grouped by kind:
         ``{"header", "conversations", "messages", "sessions", "jobs", "events", "profiles"}``."""
