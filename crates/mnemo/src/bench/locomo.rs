@@ -175,7 +175,8 @@ pub async fn run(
     let dump_k = if dump.is_some() { 1000 } else { 50 };
     for q in &questions {
         let user = user_of.get(q.conversation_id.as_str()).context("question of an unknown conversation")?.to_string();
-        let filter = EventFilter { user_id: vec![user.clone()], active_only: true, ..Default::default() };
+        let as_of = q.as_of_ms()?;
+        let filter = EventFilter { user_id: vec![user.clone()], active_only: true, as_of, ..Default::default() };
         let to_turns = |ids: Vec<String>| -> Vec<HashSet<String>> {
             ids.into_iter().map(|id| turn_of.get(&id).cloned().into_iter().collect()).collect()
         };
@@ -219,7 +220,7 @@ pub async fn run(
             .search_events(EventSearch::new(
                 target.clone(),
                 Some(q.question.clone()),
-                EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                EventFilter { user_id: vec![user.clone()], as_of, ..Default::default() },
                 10,
             ))
             .await?;

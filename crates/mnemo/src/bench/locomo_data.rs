@@ -35,6 +35,20 @@ pub(super) struct Question {
     pub(super) evidence_turn_ids: Vec<String>,
     #[serde(default)]
     pub(super) answer: Option<String>,
+    /// Asked as of this time (`YYYY-MM-DDTHH:MM:SS`, UTC): the reads answer with what was true
+    /// then (`as_of`). The project's own sets have such questions; LoCoMo has none.
+    #[serde(default)]
+    pub(super) as_of: Option<String>,
+    /// Words that must not be in the context: a value not yet (or no longer) true at `as_of`.
+    #[serde(default)]
+    pub(super) not_shown: Vec<String>,
+}
+
+impl Question {
+    /// [`Question::as_of`] in milliseconds.
+    pub(super) fn as_of_ms(&self) -> Result<Option<i64>> {
+        self.as_of.as_deref().map(parse_time).transpose()
+    }
 }
 
 pub(super) fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {

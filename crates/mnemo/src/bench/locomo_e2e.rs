@@ -290,15 +290,18 @@ pub(super) async fn run(
         let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
         let mut missing: BTreeMap<&str, usize> = BTreeMap::new();
         let (mut lat, mut tokens) = (Vec::new(), Vec::new());
+        // (questions whose context shows a value not true at their as_of, questions with such values)
+        let mut stale = (0usize, 0usize);
         for (i, q) in questions.iter().enumerate() {
             let user = user_of[q.conversation_id.as_str()].to_string();
+            let as_of = q.as_of_ms()?;
             let t = Instant::now();
             let out = svc
                 .get_context(ContextRequest {
                     target: target.clone(),
                     conversation_id: format!("question-{i}"),
                     query: Some(q.question.clone()),
-                    event_filter: EventFilter { user_id: vec![user], ..Default::default() },
+                    event_filter: EventFilter { user_id: vec![user], as_of, ..Default::default() },
                     event_limit,
                     decay: TimeDecay::NONE,
                     similarity_threshold: None,
@@ -326,6 +329,15 @@ pub(super) async fn run(
                 .flat_map(|e| e.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m).map(String::as_str)))
                 .collect();
             let shown: HashSet<String> = words(&out.assembled.context_str).into_iter().collect();
+            if !q.not_shown.is_empty() {
+                let context = out.assembled.context_str.to_lowercase();
+                let leaked = q.not_shown.iter().any(|w| context.contains(&w.to_lowercase()));
+                stale.0 += leaked as usize;
+                stale.1 += 1;
+                if leaked && list {
+                    println!("not true then, shown at {max_tokens}/{event_limit}: {}", q.question);
+                }
+            }
             let tally = tallies.entry(q.category.clone()).or_default();
             if q.evidence_turn_ids.is_empty() {
                 continue;
@@ -368,7 +380,7 @@ pub(super) async fn run(
                     .search_events(mnemo_core::service::EventSearch::new(
                         target.clone(),
                         Some(q.question.clone()),
-                        EventFilter { user_id: vec![user], ..Default::default() },
+                        EventFilter { user_id: vec![user], as_of, ..Default::default() },
                         60,
                     ))
                     .await?;
@@ -425,14 +437,14 @@ pub(super) async fn run(
                     .search_events(mnemo_core::service::EventSearch::new(
                         target.clone(),
                         Some(q.question.clone()),
-                        EventFilter { user_id: vec![user.clone()], ..Default::default() },
+                        EventFilter { user_id: vec![user.clone()], as_of, ..Default::default() },
                         100,
                     ))
                     .await?
                     .iter()
                     .map(|r| r.event.source_message_ids.iter().filter_map(|m| turn_of_msg.get(m)).collect())
                     .collect();
-                let filter = EventFilter { user_id: vec![user], active_only: true, ..Default::default() };
+                let filter = EventFilter { user_id: vec![user], active_only: true, as_of, ..Default::default() };
                 let qv = svc
                     .embedder()
                     .embed(std::slice::from_ref(&q.question), mnemo_core::EmbedKind::Query)
@@ -495,6 +507,12 @@ pub(super) async fn run(
             total.add(t);
         }
         println!("| **overall** | {} |", total.row());
+        if stale.1 > 0 {
+            println!(
+                "values not true at the question's as_of shown in the context: {} of {} questions",
+                stale.0, stale.1
+            );
+        }
         if debug {
             println!("evidence not present: depth at which the ranking holds all of it: {depths:?}");
             println!("evidence turns not cited: {missing:?}");
