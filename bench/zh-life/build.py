@@ -1,39 +1,15 @@
 #!/usr/bin/env python3
 """Builds conversations.jsonl and questions.jsonl (the LoCoMo layout `mnemo bench locomo` reads)
 from data1.py … data5.py. Run from this folder: python3 build.py"""
-import json
-from data1 import U1
-from data2 import U2
-from data3 import U3
-from data4 import U4
-from data5 import U5
+import os
+import sys
 
-convs, questions = [], []
-for user_id, name, conversations in (U1, U2, U3, U4, U5):
-    for conv_id, sessions, qs in conversations:
-        out_sessions = []
-        for s, (time, turns) in enumerate(sessions, 1):
-            msgs = []
-            for i, text in enumerate(turns, 1):
-                user = i % 2 == 1
-                msgs.append({"role": "user" if user else "assistant", "speaker": name if user else "助手",
-                             "content": text, "turn_id": f"{conv_id}:D{s}:{i}"})
-            out_sessions.append({"session_id": f"session_{s}", "time": time, "messages": msgs})
-        turn_ids = {m["turn_id"] for s in out_sessions for m in s["messages"]}
-        convs.append({"dataset": "zh-life", "conversation_id": conv_id, "user_id": user_id, "sessions": out_sessions})
-        for k, (q, a, evidence, category) in enumerate(qs):
-            ev = [f"{conv_id}:{e}" for e in evidence]
-            assert all(e in turn_ids for e in ev), (conv_id, q, ev)
-            questions.append({"dataset": "zh-life", "conversation_id": conv_id, "question_id": f"{conv_id}:q{k}",
-                              "question": q, "answer": a, "category": category, "evidence_turn_ids": ev})
-with open("conversations.jsonl", "w", encoding="utf-8") as f:
-    for c in convs:
-        f.write(json.dumps(c, ensure_ascii=False) + "\n")
-with open("questions.jsonl", "w", encoding="utf-8") as f:
-    for q in questions:
-        f.write(json.dumps(q, ensure_ascii=False) + "\n")
-turns = sum(len(s["messages"]) for c in convs for s in c["sessions"])
-cats = {}
-for q in questions:
-    cats[q["category"]] = cats.get(q["category"], 0) + 1
-print(f"{len(convs)} conversations, {turns} turns, {len(questions)} questions: {cats}")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from build_set import build  # noqa: E402
+from data1 import U1  # noqa: E402
+from data2 import U2  # noqa: E402
+from data3 import U3  # noqa: E402
+from data4 import U4  # noqa: E402
+from data5 import U5  # noqa: E402
+
+build("zh-life", (U1, U2, U3, U4, U5), "助手")
