@@ -176,9 +176,11 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
     for rule in rules() {
         for c in rule.re.captures_iter(text) {
             let m = c.get(0).expect("whole match");
-            // "the last week of June" names a part of June, not last week.
+            // "the last week of June" names a part of June, not last week; 每周日 is every
+            // Sunday, no one day.
             let of = text[m.end()..].trim_start().get(..3).is_some_and(|w| w.eq_ignore_ascii_case("of "));
-            if rule.relative && of {
+            let every = text[..m.start()].trim_end().ends_with('每') || text[..m.start()].ends_with("每个");
+            if rule.relative && (of || every) {
                 continue;
             }
             if let Some((date, granularity)) = (rule.resolve)(&c, a) {
@@ -470,7 +472,14 @@ pub fn stated_start(text: &str, anchor: DateTime<FixedOffset>) -> Option<NaiveDa
     let mut starts: Vec<NaiveDate> = Vec::new();
     for m in find_dates(text, anchor) {
         let cued = cue.is_match(&text[..m.start]);
-        if m.date < a && (cued || matches!(m.granularity, Granularity::Month | Granularity::Year)) {
+        // A month or a year on its own counts once it is over: "last month", 去年 — not "this
+        // year" (今年三岁 says nothing of when it began).
+        let past_period = match m.granularity {
+            Granularity::Month => (m.date.year(), m.date.month()) < (a.year(), a.month()),
+            Granularity::Year => m.date.year() < a.year(),
+            _ => false,
+        };
+        if m.date < a && (cued || past_period) {
             starts.push(m.date);
         }
     }

@@ -114,7 +114,10 @@ fn words(text: &str) -> Vec<Word<'_>> {
     let mut opens = true;
     let mut start = None;
     for (i, c) in text.char_indices() {
-        let part = c.is_alphanumeric() || c == '\'' || c == '’' || (c == '-' && start.is_some());
+        // A Chinese character is no part of an English word: "NT一点二" is "NT", then Chinese
+        // (which jieba reads).
+        let han = ('\u{3400}'..='\u{9fff}').contains(&c) || ('\u{f900}'..='\u{faff}').contains(&c);
+        let part = (c.is_alphanumeric() && !han) || c == '\'' || c == '’' || (c == '-' && start.is_some());
         match (part, start) {
             (true, None) => start = Some(i),
             (false, Some(s)) => {
@@ -497,6 +500,10 @@ mod tests {
             names("Jon went home. Later I saw Jon again.", &[]),
             vec![("Jon".into(), "other", None)],
             "one entry per name"
+        );
+        assert!(
+            names("我的NT一点二在正常范围内，医生说Anna的报告也没问题", &[]).iter().all(|(n, _, _)| n.is_ascii()),
+            "an English name ends where Chinese begins"
         );
     }
 

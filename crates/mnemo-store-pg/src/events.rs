@@ -286,9 +286,10 @@ pub(crate) async fn merge_event_row(
     execute(
         tx,
         "UPDATE events SET memory_info=$3, time=GREATEST(time, $4), source_message_ids=$5, updated_at=$6,
-             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE GREATEST(expires_at, COALESCE($7, expires_at)) END
+             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE GREATEST(expires_at, COALESCE($7, expires_at)) END,
+             valid_from=LEAST(COALESCE(valid_from, time), COALESCE($8, $4))
          WHERE collection_id=$1 AND id=$2",
-        &[&cid, &id, &json(&info), &e.time, &json(&sources), &now, &e.expires_at],
+        &[&cid, &id, &json(&info), &e.time, &json(&sources), &now, &e.expires_at, &e.valid_from],
     )
     .await?;
     Ok(true)

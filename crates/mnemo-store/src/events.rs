@@ -275,9 +275,10 @@ pub(crate) fn merge_event_row(
     index_event(conn, cid, id, rowid, &info, e.embedding.as_deref(), e.turn_vectors.as_deref())?;
     conn.execute(
         "UPDATE events SET memory_info=?3, time=MAX(time, ?4), source_message_ids=?5, updated_at=?6,
-             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE MAX(expires_at, COALESCE(?7, expires_at)) END
+             expires_at=CASE WHEN expires_at IS NULL THEN NULL ELSE MAX(expires_at, COALESCE(?7, expires_at)) END,
+             valid_from=MIN(COALESCE(valid_from, time), COALESCE(?8, ?4))
          WHERE collection_id=?1 AND id=?2",
-        params![cid, id, json(&info), e.time, json(&sources), now, e.expires_at],
+        params![cid, id, json(&info), e.time, json(&sources), now, e.expires_at, e.valid_from],
     )
     .map_err(backend)?;
     Ok(true)

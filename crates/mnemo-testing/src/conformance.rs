@@ -349,6 +349,7 @@ pub async fn merges_refresh_supersedes_hide_and_keep_history_profiles_remember(h
     let merged = s.get_event(c.id, &run).await.unwrap().unwrap();
     assert_eq!(merged.memory_info["summary"], json!("用户每个周末跑步"));
     assert_eq!((merged.time, merged.hit_count), (2_000, 1), "time refreshed, hits kept");
+    assert_eq!(merged.valid_from, 1_000, "true since the first mention");
     assert_eq!(merged.source_message_ids.len(), 2, "provenance of both sessions");
     let old = s.get_event(c.id, &trip).await.unwrap().unwrap();
     assert_eq!((old.status.as_str(), old.superseded_by.as_deref()), ("superseded", Some(second[1].as_str())));

@@ -427,6 +427,8 @@ impl State {
         }
         let ev = &mut row.event;
         ev.memory_info = info;
+        // True since the first mention (or an earlier start the new one states).
+        ev.valid_from = ev.valid_from.min(e.valid_from.unwrap_or(e.time));
         ev.time = ev.time.max(e.time);
         ev.source_message_ids = sources;
         ev.updated_at = now;

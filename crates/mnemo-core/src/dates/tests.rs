@@ -174,5 +174,14 @@ fn a_stated_start_is_when_a_fact_became_true() {
     assert_eq!(start("Yesterday I went hiking"), None);
     assert_eq!(start("Next month I move to Paris"), None);
     assert_eq!(start("I have skied since I was ten"), None);
+    assert_eq!(start("豆豆的妹妹朵朵今年三岁"), None, "this year is not over: no start");
+    assert_eq!(start("去年我开始学书法").as_deref(), Some("2025-01-01"));
     assert_eq!(start("我2023年5月去了成都").as_deref(), Some("2023-05-01"));
+}
+
+#[test]
+fn every_weekday_is_no_date() {
+    assert!(resolve("我每周日上午学粤语，每周三下午接孙子").is_empty());
+    assert!(resolve("每个星期五都去吃小龙虾").is_empty());
+    assert_eq!(resolve("上周日去了西湖"), vec!["上周日=2026-11-22"]);
 }

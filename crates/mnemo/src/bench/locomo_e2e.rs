@@ -62,14 +62,37 @@ impl Tally {
 }
 
 /// Lowercase words of letters and digits.
+/// The words of a text, lowercased; Chinese has no spaces, so a run of Chinese characters gives
+/// its character pairs (a date the service writes into a turn — `周日（2024-12-01）` — then
+/// splits no word it would have been part of).
 pub fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    let han = |c: char| ('\u{3400}'..='\u{9fff}').contains(&c);
+    let mut out = Vec::new();
+    for token in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let chars: Vec<char> = token.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let cjk = han(chars[i]);
+            let j = (i..chars.len()).find(|&k| han(chars[k]) != cjk).unwrap_or(chars.len());
+            let run = &chars[i..j];
+            match (cjk, run.len()) {
+                (true, n) if n > 1 => out.extend(run.windows(2).map(|p| p.iter().collect::<String>())),
+                _ => out.push(run.iter().collect::<String>().to_lowercase()),
+            }
+            i = j;
+        }
+    }
+    out
 }
 
-/// Whether most of a turn's words (those of 3+ letters, or all when it has none) are in `shown`.
+/// Whether most of a turn's words (those of 3+ letters and Chinese character pairs, or all when
+/// it has none) are in `shown`.
 pub fn mostly_shown(turn: &str, shown: &HashSet<String>) -> bool {
     let all = words(turn);
-    let long: Vec<&String> = all.iter().filter(|w| w.chars().count() >= 3).collect();
+    let long: Vec<&String> = all
+        .iter()
+        .filter(|w| w.chars().count() >= 3 || w.chars().any(|c| ('\u{3400}'..='\u{9fff}').contains(&c)))
+        .collect();
     let ws: Vec<&String> = if long.is_empty() { all.iter().collect() } else { long };
     if ws.is_empty() {
         return true;
@@ -593,5 +616,9 @@ mod tests {
         let shown: HashSet<String> = words("Caroline: I went to a LGBTQ support group yesterday").into_iter().collect();
         assert!(mostly_shown("I went to a LGBTQ support group yesterday and it was so powerful", &shown));
         assert!(!mostly_shown("The transgender stories were inspiring and I felt accepted by everyone there", &shown));
+        // A date written into a Chinese turn does not hide it; another turn is not shown.
+        let shown: HashSet<String> = words("张晓：我周末在学粤语，每周日（2024-12-01）上午。").into_iter().collect();
+        assert!(mostly_shown("我周末在学粤语，每周日上午。", &shown));
+        assert!(!mostly_shown("我买了明年二月五月天上海场的票。", &shown));
     }
 }
