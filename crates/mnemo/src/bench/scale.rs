@@ -347,6 +347,15 @@ pub async fn run(
                 service.get_context(context_request(&target, live, QUERIES[i % QUERIES.len()], user)).await?;
                 ctx_live.push(ms(t));
             }
+            // The dashboard's opening read: the collection's users, most recently active first.
+            let mut user_list = Vec::new();
+            for _ in 0..20 {
+                let t = Instant::now();
+                service.list_users(&target, None, 100).await?;
+                user_list.push(ms(t));
+            }
+            let u = p50_p95(user_list);
+            println!("  user/list ({users} users, the 100 most recently active): p50 / p95 {:.1} / {:.1} ms", u.0, u.1);
             let _ = service.flush_hits().await;
             let bytes = match store.as_str() {
                 "postgres" | "sharded" => db.stats().await?.bytes,
