@@ -439,7 +439,7 @@ pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
         let rest = text[m.end..].trim_start_matches(' ');
         let annotated = rest.starts_with('(') || rest.starts_with('（');
         if m.relative && !annotated {
-            let zh = text[m.start..m.end].chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+            let zh = text[m.start..m.end].chars().any(crate::text::is_han);
             if zh {
                 out.push_str(&format!("（{}）", m.render()));
             } else {

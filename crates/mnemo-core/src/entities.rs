@@ -116,8 +116,8 @@ fn words(text: &str) -> Vec<Word<'_>> {
     for (i, c) in text.char_indices() {
         // A Chinese character is no part of an English word: "NT一点二" is "NT", then Chinese
         // (which jieba reads).
-        let han = ('\u{3400}'..='\u{9fff}').contains(&c) || ('\u{f900}'..='\u{faff}').contains(&c);
-        let part = (c.is_alphanumeric() && !han) || c == '\'' || c == '’' || (c == '-' && start.is_some());
+        let part =
+            (c.is_alphanumeric() && !crate::text::is_han(c)) || c == '\'' || c == '’' || (c == '-' && start.is_some());
         match (part, start) {
             (true, None) => start = Some(i),
             (false, Some(s)) => {

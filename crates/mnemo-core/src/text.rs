@@ -232,11 +232,16 @@ pub fn asks(text: &str) -> bool {
         .is_some_and(|c| matches!(c, '?' | '？'))
 }
 
+/// Whether `c` is a Chinese (CJK unified or compatibility) ideograph.
+pub fn is_han(c: char) -> bool {
+    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF | 0x20000..=0x2A6DF)
+}
+
 /// Whether the text reads as Chinese (for `locale: auto`).
 pub fn looks_chinese(text: &str) -> bool {
     let (mut cjk, mut latin) = (0usize, 0usize);
     for c in text.chars() {
-        if matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF) {
+        if is_han(c) {
             cjk += 1;
         } else if c.is_ascii_alphabetic() {
             latin += 1;

@@ -20,7 +20,7 @@
 use async_trait::async_trait;
 use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor};
 use mnemo_core::model::{EVENT_V1, Role, StoredMessage};
-use mnemo_core::text::asks;
+use mnemo_core::text::{asks, is_han};
 use regex::Regex;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -184,7 +184,7 @@ fn vocabulary(text: &str) -> HashSet<String> {
     let mut word = String::new();
     let mut prev_cjk: Option<char> = None;
     for c in text.chars() {
-        if is_cjk(c) {
+        if is_han(c) {
             if let Some(p) = prev_cjk {
                 out.insert(format!("{p}{c}"));
             }
@@ -192,7 +192,7 @@ fn vocabulary(text: &str) -> HashSet<String> {
         } else {
             prev_cjk = None;
         }
-        if c.is_alphanumeric() && !is_cjk(c) {
+        if c.is_alphanumeric() && !is_han(c) {
             word.extend(c.to_lowercase());
         } else if !word.is_empty() {
             if word.chars().count() > 2 && !STOPWORDS.contains(&word.as_str()) {
@@ -227,13 +227,9 @@ fn overlap(a: &[Clean], b: &[Clean]) -> f64 {
     va.intersection(&vb).count() as f64 / smaller as f64
 }
 
-pub(crate) fn is_cjk(c: char) -> bool {
-    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF | 0x20000..=0x2A6DF)
-}
-
 fn mostly_chinese(text: &str) -> bool {
     let (cjk, letters) = text.chars().fold((0, 0), |(c, l), ch| {
-        if is_cjk(ch) {
+        if is_han(ch) {
             (c + 1, l)
         } else if ch.is_alphabetic() {
             (c, l + 1)

@@ -61,12 +61,11 @@ impl Tally {
     }
 }
 
-/// Lowercase words of letters and digits.
 /// The words of a text, lowercased; Chinese has no spaces, so a run of Chinese characters gives
 /// its character pairs (a date the service writes into a turn — `周日（2024-12-01）` — then
 /// splits no word it would have been part of).
 pub fn words(text: &str) -> Vec<String> {
-    let han = |c: char| ('\u{3400}'..='\u{9fff}').contains(&c);
+    let han = mnemo_core::text::is_han;
     let mut out = Vec::new();
     for token in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
         let chars: Vec<char> = token.chars().collect();
@@ -89,10 +88,8 @@ pub fn words(text: &str) -> Vec<String> {
 /// it has none) are in `shown`.
 pub fn mostly_shown(turn: &str, shown: &HashSet<String>) -> bool {
     let all = words(turn);
-    let long: Vec<&String> = all
-        .iter()
-        .filter(|w| w.chars().count() >= 3 || w.chars().any(|c| ('\u{3400}'..='\u{9fff}').contains(&c)))
-        .collect();
+    let long: Vec<&String> =
+        all.iter().filter(|w| w.chars().count() >= 3 || w.chars().any(mnemo_core::text::is_han)).collect();
     let ws: Vec<&String> = if long.is_empty() { all.iter().collect() } else { long };
     if ws.is_empty() {
         return true;
@@ -177,7 +174,7 @@ pub fn normalize(text: &str) -> String {
 pub fn answer_in(answer: &str, context_norm: &str) -> bool {
     let padded = format!(" {context_norm} ");
     // Chinese has no spaces between words: there a normalised answer only has to be a substring.
-    let cjk = |s: &str| s.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+    let cjk = |s: &str| s.chars().any(mnemo_core::text::is_han);
     let unspaced = context_norm.replace(' ', "");
     let has = |a: &str| {
         let a = normalize(a);
