@@ -87,6 +87,26 @@ pub fn apply_patch(p: &mut crate::model::Profile, patch: crate::model::ProfilePa
     before.into_iter().filter(|(k, v)| p.attributes.get(k) != Some(v)).collect()
 }
 
+/// The versions a change leaves behind: each replaced value, valid from since when its attribute
+/// held it (`since`, before the change) to `at`. Every store records these (`keep_history`).
+pub fn replaced_versions(
+    since: &Map<String, Value>,
+    superseded: &[(String, Value)],
+    session_id: Option<&str>,
+    at: i64,
+) -> Vec<crate::model::AttributeVersion> {
+    superseded
+        .iter()
+        .map(|(attribute, value)| crate::model::AttributeVersion {
+            attribute: attribute.clone(),
+            value: value.clone(),
+            valid_from: since.get(attribute).and_then(Value::as_i64),
+            valid_to: at,
+            session_id: session_id.map(String::from),
+        })
+        .collect()
+}
+
 /// Since when each attribute holds: attributes whose value changed from `before` to `after` hold
 /// since `now`; removed ones are dropped. `since` maps attribute → milliseconds.
 pub fn update_since(since: &mut Map<String, Value>, before: &Map<String, Value>, after: &Map<String, Value>, now: i64) {

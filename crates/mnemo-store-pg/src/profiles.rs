@@ -79,18 +79,22 @@ pub(crate) async fn record_versions(
     let raw = query_opt(tx, "SELECT attribute_since FROM profiles WHERE id=$1", &[&profile_id]).await?;
     let mut since: Since = raw.and_then(|r| serde_json::from_str(r.get::<_, &str>(0)).ok()).unwrap_or_default();
     if keep_history {
-        for (attr, old) in superseded {
-            let from = since.get(attr).and_then(|v| v.as_i64());
-            execute(
-                tx,
-                "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES ($1,$2,$3,$4,$5,$6)",
-                &[&profile_id, attr, &json(old), &from, &now, &session_id],
-            )
-            .await?;
-        }
+        insert_versions(tx, profile_id, &profile::replaced_versions(&since, superseded, session_id, now)).await?;
     }
     profile::update_since(&mut since, before, after, now);
     Ok(json(&since))
+}
+
+async fn insert_versions(tx: &Tx<'_>, profile_id: &str, versions: &[AttributeVersion]) -> StoreResult<()> {
+    for h in versions {
+        execute(
+            tx,
+            "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES ($1,$2,$3,$4,$5,$6)",
+            &[&profile_id, &h.attribute, &json(&h.value), &h.valid_from, &h.valid_to, &h.session_id],
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 pub(crate) async fn keeps_history(tx: &Tx<'_>, cid: CollectionId, profile_type: &str) -> StoreResult<bool> {
@@ -202,14 +206,7 @@ impl ProfileStore for PgStore {
             Some(v) => {
                 // A re-derivation's versions replace the stored ones whole.
                 execute(&tx, "DELETE FROM profile_history WHERE profile_id=$1", &[&id]).await?;
-                for h in &v.history {
-                    execute(
-                        &tx,
-                        "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES ($1,$2,$3,$4,$5,$6)",
-                        &[&id, &h.attribute, &json(&h.value), &h.valid_from, &h.valid_to, &h.session_id],
-                    )
-                    .await?;
-                }
+                insert_versions(&tx, id, &v.history).await?;
                 json(&v.since)
             }
             None => {

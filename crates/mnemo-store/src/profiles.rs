@@ -101,18 +101,23 @@ pub(crate) fn record_versions(
     let AttributeChange { before, after, superseded } = change;
     let mut since = attribute_since(conn, profile_id)?;
     if keep_history {
-        let mut ins = conn
-            .prepare_cached(
-                "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES (?1,?2,?3,?4,?5,?6)",
-            )
-            .map_err(backend)?;
-        for (attr, old) in superseded {
-            let from = since.get(attr).and_then(|v| v.as_i64());
-            ins.execute(params![profile_id, attr, json(old), from, now, session_id]).map_err(backend)?;
-        }
+        insert_versions(conn, profile_id, &profile::replaced_versions(&since, superseded, session_id, now))?;
     }
     profile::update_since(&mut since, before, after, now);
     Ok(json(&since))
+}
+
+fn insert_versions(conn: &Connection, profile_id: &str, versions: &[AttributeVersion]) -> StoreResult<()> {
+    let mut ins = conn
+        .prepare_cached(
+            "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES (?1,?2,?3,?4,?5,?6)",
+        )
+        .map_err(backend)?;
+    for h in versions {
+        ins.execute(params![profile_id, h.attribute, json(&h.value), h.valid_from, h.valid_to, h.session_id])
+            .map_err(backend)?;
+    }
+    Ok(())
 }
 
 /// Replaces a profile's history and since-times with a re-derivation's; answers the since JSON.
@@ -122,15 +127,7 @@ fn replace_versions(
     v: &mnemo_core::model::ProfileVersions,
 ) -> StoreResult<String> {
     conn.execute("DELETE FROM profile_history WHERE profile_id=?1", [profile_id]).map_err(backend)?;
-    let mut ins = conn
-        .prepare_cached(
-            "INSERT INTO profile_history(profile_id, attribute, value, valid_from, valid_to, session_id) VALUES (?1,?2,?3,?4,?5,?6)",
-        )
-        .map_err(backend)?;
-    for h in &v.history {
-        ins.execute(params![profile_id, h.attribute, json(&h.value), h.valid_from, h.valid_to, h.session_id])
-            .map_err(backend)?;
-    }
+    insert_versions(conn, profile_id, &v.history)?;
     Ok(json(&v.since))
 }
 

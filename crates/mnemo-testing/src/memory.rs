@@ -467,15 +467,8 @@ impl State {
     ) {
         let row = self.profiles.get_mut(id).expect("profile");
         if keep_history {
-            for (attr, old) in superseded {
-                row.profile.history.push(AttributeVersion {
-                    attribute: attr.clone(),
-                    value: old.clone(),
-                    valid_from: row.profile.since.get(attr).and_then(Value::as_i64),
-                    valid_to: now,
-                    session_id: session_id.map(String::from),
-                });
-            }
+            let replaced = profile::replaced_versions(&row.profile.since, superseded, session_id, now);
+            row.profile.history.extend(replaced);
             row.profile.history.sort_by_key(|v| v.valid_to);
         }
         let after = row.profile.attributes.clone();

@@ -258,17 +258,8 @@ impl Service {
             let before = current.attributes.clone();
             let applied = crate::profile::apply_changes(&mut current.attributes, &changes);
             if keep_history {
-                for (attribute, value) in applied.superseded {
-                    let valid_from = versions.since.get(&attribute).and_then(Value::as_i64);
-                    let session_id = Some(sid.clone());
-                    versions.history.push(AttributeVersion {
-                        attribute,
-                        value,
-                        valid_from,
-                        valid_to: said,
-                        session_id,
-                    });
-                }
+                let replaced = crate::profile::replaced_versions(&versions.since, &applied.superseded, Some(sid), said);
+                versions.history.extend(replaced);
             }
             crate::profile::update_since(&mut versions.since, &before, &current.attributes, said);
             current.source_session_ids.push(sid.clone());
