@@ -423,6 +423,8 @@ pub struct Anchored {
     pub text: String,
     /// The first mention precise to the day, if any: when the event happened.
     pub event_date: Option<NaiveDate>,
+    /// When what the text tells became true, if it says ([`stated_start`]).
+    pub start: Option<NaiveDate>,
 }
 
 /// Writes the absolute date after each relative expression (`yesterday (2026-11-28)`,
@@ -431,6 +433,7 @@ pub struct Anchored {
 pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
     let mentions = find_dates(text, anchor);
     let event_date = mentions.iter().find(|m| m.granularity == Granularity::Day).map(|m| m.date);
+    let start = start_among(text, &mentions, anchor);
     let mut out = String::with_capacity(text.len() + mentions.len() * 14);
     let mut at = 0;
     for m in &mentions {
@@ -448,7 +451,7 @@ pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
         }
     }
     out.push_str(&text[at..]);
-    Anchored { text: out, event_date }
+    Anchored { text: out, event_date, start }
 }
 
 /// When what a text tells became true, if it says so: a time after "since", "from", "started",
@@ -457,6 +460,11 @@ pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
 /// the month's first day — a named day sets an event's time instead). The earliest such start
 /// before the anchor's day; `None` when the text names none ("since I was ten" is not resolved).
 pub fn stated_start(text: &str, anchor: DateTime<FixedOffset>) -> Option<NaiveDate> {
+    start_among(text, &find_dates(text, anchor), anchor)
+}
+
+/// [`stated_start`] given the text's date mentions (found once for anchoring and this alike).
+fn start_among(text: &str, mentions: &[DateMention], anchor: DateTime<FixedOffset>) -> Option<NaiveDate> {
     static CUES: OnceLock<[Regex; 3]> = OnceLock::new();
     let [cue, year, lasting] = CUES.get_or_init(|| {
         [
@@ -470,7 +478,7 @@ pub fn stated_start(text: &str, anchor: DateTime<FixedOffset>) -> Option<NaiveDa
     });
     let a = anchor.date_naive();
     let mut starts: Vec<NaiveDate> = Vec::new();
-    for m in find_dates(text, anchor) {
+    for m in mentions {
         let cued = cue.is_match(&text[..m.start]);
         // A month or a year on its own counts once it is over: "last month", 去年 — not "this
         // year" (今年三岁 says nothing of when it began).

@@ -345,8 +345,8 @@ impl Service {
                     continue;
                 }
                 if let Value::String(s) = v {
-                    start = start.into_iter().chain(dates::stated_start(s, anchor)).min();
                     let a = dates::anchor_text(s, anchor);
+                    start = start.into_iter().chain(a.start).min();
                     event_date = event_date.or(a.event_date);
                     *s = a.text;
                 }
