@@ -2,7 +2,8 @@
 //! conversations, messages, sessions, the durable job queue, events and profiles.
 //!
 //! Writes go through one writer thread with group commit ([`writer`]); reads use a small pool of
-//! connections on `spawn_blocking`. Every `Store` method is one transaction, so a method that
+//! connections on `spawn_blocking`, at most `readers` at once (the rest wait their turn without a
+//! thread). Every `Store` method is one transaction, so a method that
 //! returned `Ok` is on disk (WAL, `synchronous=NORMAL` survives a killed process; `full` also
 //! survives power loss). This crate knows SQL and nothing of HTTP or models.
 
@@ -52,6 +53,11 @@ pub struct SqliteOptions {
     pub cache_mib: u32,
     /// `PRAGMA mmap_size`, MiB (0: reads copy pages through each connection's cache).
     pub mmap_mib: u32,
+    /// Reads running at once, each on its own connection (kept open). Reads beyond it wait for
+    /// one to finish: without the bound, 200 concurrent requests ran 200 blocking threads, each
+    /// opening a connection (schema parsed, statements prepared, a page cache filled) that was
+    /// closed again after one read — 3× the memory and a slower server (docs/benchmarks.md,
+    /// "Overload").
     pub readers: usize,
 }
 
@@ -65,6 +71,8 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// One permit per reader: held while a read has its connection.
+    read_permits: Arc<tokio::sync::Semaphore>,
     options: SqliteOptions,
     relocation: upgrade::Relocation,
     f16_fill: upgrade::F16Fill,
@@ -117,6 +125,7 @@ impl SqliteStore {
             path,
             writer: Writer::spawn(conn, checkpoints),
             readers: Arc::new(Mutex::new(Vec::new())),
+            read_permits: Arc::new(tokio::sync::Semaphore::new(options.readers.max(1))),
             options,
             relocation,
             f16_fill,
@@ -135,7 +144,9 @@ impl SqliteStore {
         let pool = self.readers.clone();
         let path = self.path.clone();
         let options = self.options.clone();
+        let permit = self.read_permits.clone().acquire_owned().await.expect("the read semaphore is never closed");
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let conn = pool.lock().expect("reader pool").pop();
             let conn = match conn {
                 Some(c) => c,

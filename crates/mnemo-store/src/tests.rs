@@ -757,3 +757,32 @@ async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     assert_eq!(s.events_without_turns(None, 10).await.unwrap(), None, "done for good");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_beyond_the_readers_wait_their_turn_instead_of_opening_connections() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(SqliteStore::open(dir.path(), SqliteOptions { readers: 2, ..Default::default() }).unwrap());
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let reads: Vec<_> = (0..32)
+        .map(|_| {
+            let (s, now, most) = (s.clone(), now.clone(), most.clone());
+            tokio::spawn(async move {
+                s.read(move |conn| {
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    let one: i64 = conn.query_row("SELECT 1", [], |r| r.get(0)).map_err(backend)?;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok(one)
+                })
+                .await
+            })
+        })
+        .collect();
+    for r in reads {
+        assert_eq!(r.await.unwrap().unwrap(), 1);
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 2, "at most `readers` reads at once, and both used");
+    assert_eq!(s.readers.lock().unwrap().len(), 2, "their connections are kept");
+}

@@ -155,11 +155,14 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
                 "power_loss" => Durability::PowerLoss,
                 other => bail!("store.durability: must be process or power_loss, got {other:?}"),
             };
+            if !(1..=64).contains(&cfg.store.readers) {
+                bail!("store.readers: must be 1..=64, got {}", cfg.store.readers);
+            }
             let opts = SqliteOptions {
                 durability,
                 cache_mib: cfg.store.cache_mib,
                 mmap_mib: cfg.store.mmap_mib,
-                ..Default::default()
+                readers: cfg.store.readers,
             };
             Arc::new(
                 SqliteStore::open(&cfg.store.path, opts)

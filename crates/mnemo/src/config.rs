@@ -252,6 +252,10 @@ pub struct StoreConfig {
     /// server that is written to between its reads (every app streaming turns) is faster
     /// without; a read-mostly store may set it. Mapped pages count in RSS as file pages.
     pub mmap_mib: u32,
+    /// sqlite: reads running at once, each on a connection of its own (1..=64; default 4);
+    /// others wait their turn. More helps a store that reads from disk; on a cached one, more
+    /// than twice the cores only adds threads.
+    pub readers: usize,
     /// postgres: `postgres://user:password@host:port/database`.
     pub url: Option<String>,
     /// postgres: connections in this replica's pool.
@@ -282,6 +286,7 @@ impl Default for StoreConfig {
             durability: "process".into(),
             cache_mib: 64,
             mmap_mib: 0,
+            readers: 4,
             url: None,
             pool: 16,
             schema: None,
