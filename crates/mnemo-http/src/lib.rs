@@ -65,6 +65,10 @@ pub struct HttpConfig {
     pub metrics_key: Option<String>,
     /// Reads (search, context) running longer are stopped with 503.
     pub request_timeout: std::time::Duration,
+    /// Reads running at once (0: no limit); a read that waits longer than `read_queue` for its
+    /// turn is shed (503, `Retry-After`).
+    pub max_concurrent_reads: usize,
+    pub read_queue: std::time::Duration,
 }
 
 impl Default for HttpConfig {
@@ -78,6 +82,8 @@ impl Default for HttpConfig {
             sites: guard::SitePolicy::for_bind(std::net::Ipv4Addr::LOCALHOST.into(), &[], vec![]),
             metrics_key: None,
             request_timeout: std::time::Duration::from_secs(30),
+            max_concurrent_reads: 8,
+            read_queue: std::time::Duration::from_millis(500),
         }
     }
 }
@@ -99,6 +105,10 @@ pub struct Shared {
     keys: Arc<Vec<ApiKey>>,
     metrics_key: Option<Arc<String>>,
     request_timeout: std::time::Duration,
+    /// Admission of reads: one permit per read running (`None`: no limit).
+    reads: Option<Arc<tokio::sync::Semaphore>>,
+    max_reads: usize,
+    read_queue: std::time::Duration,
     max_body_bytes: usize,
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
@@ -184,6 +194,10 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         keys: Arc::new(config.api_keys),
         metrics_key: config.metrics_key.map(Arc::new),
         request_timeout: config.request_timeout,
+        reads: (config.max_concurrent_reads > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_reads))),
+        max_reads: config.max_concurrent_reads,
+        read_queue: config.read_queue,
         max_body_bytes: config.max_body_bytes,
         max_in_flight: config.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),

@@ -534,6 +534,12 @@ impl Running {
 pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
     let keys = cfg.api_keys()?;
     check_bind_security(&bind, &keys)?;
+    if cfg.server.concurrent_reads() > 100_000 {
+        bail!("server.max_concurrent_reads: must be 0 (no limit) to 100000, got {}", cfg.server.concurrent_reads());
+    }
+    if !(1..=600_000).contains(&cfg.server.read_queue_ms) {
+        bail!("server.read_queue_ms: must be 1..=600000, got {}", cfg.server.read_queue_ms);
+    }
     let clock = Arc::new(mnemo_core::clock::OffsetClock::default());
     if cfg.testing.clock_control {
         tracing::warn!("testing.clock_control is on: POST /api/memory/admin/clock can move this server's clock");
@@ -555,6 +561,8 @@ pub async fn start(cfg: &Config, bind: SocketAddr) -> Result<Running> {
                 cfg.server.cors_origins.clone(),
             ),
             request_timeout: Duration::from_millis(cfg.server.request_timeout_ms.clamp(100, 3_600_000)),
+            max_concurrent_reads: cfg.server.concurrent_reads(),
+            read_queue: Duration::from_millis(cfg.server.read_queue_ms),
             metrics_key: match &cfg.server.metrics_key_env {
                 Some(var) => Some(
                     std::env::var(var)

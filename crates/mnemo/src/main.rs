@@ -292,6 +292,12 @@ enum BenchCommand {
         write_pct: u32,
         #[arg(long, default_value_t = 20)]
         context_pct: u32,
+        /// Every query a new text (each one embedded) instead of a few repeated topics.
+        #[arg(long)]
+        fresh_queries: bool,
+        /// After the run, wait up to this many seconds for the extraction backlog to drain.
+        #[arg(long, default_value_t = 0)]
+        drain_seconds: u64,
     },
     /// Concurrent streaming_write clients: messages/s and ack latency, against GET /healthz as baseline.
     Write {
@@ -450,7 +456,19 @@ fn run() -> Result<()> {
             rt.block_on(bench::extraction::run(llm_url, model, timeout_secs, verbose))
         }
         Command::Bench {
-            which: BenchCommand::Load { url, key, pid, clients, seconds, users, write_pct, context_pct },
+            which:
+                BenchCommand::Load {
+                    url,
+                    key,
+                    pid,
+                    clients,
+                    seconds,
+                    users,
+                    write_pct,
+                    context_pct,
+                    fresh_queries,
+                    drain_seconds,
+                },
         } => {
             if write_pct + context_pct > 100 {
                 anyhow::bail!("--write-pct + --context-pct: must be at most 100, got {}", write_pct + context_pct);
@@ -465,6 +483,8 @@ fn run() -> Result<()> {
                     users,
                     write_pct,
                     context_pct,
+                    fresh_queries,
+                    drain_seconds,
                 },
                 cfg,
             ))

@@ -235,14 +235,48 @@ pub fn api_routes(state: &AppState) -> Router<AppState> {
     endpoints().into_iter().fold(Router::new(), |r, e| {
         let need = scope_of(e.path);
         let handler = e.handler.route_layer(axum::middleware::from_fn(move |req, next| require(need, req, next)));
-        // Reads (search, context) have a deadline; writes are short and must not be cut midway.
+        // Reads (search, context) wait for their turn and have a deadline (outermost, so it
+        // counts the wait too); writes are short and must not be cut midway.
         let handler = if need == Scope::Read {
-            handler.route_layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
+            handler
+                .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
+                .route_layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
         } else {
             handler
         };
         r.route(e.path, handler)
     })
+}
+
+/// Lets a read run when fewer than `server.max_concurrent_reads` are running; one that waited
+/// `server.read_queue_ms` for its turn is shed with 503 and `Retry-After` at once. Past the
+/// machine's capacity, reads queued without this bound: with 200 clients on 2 cores and every
+/// query new, get_context p99 was 6.9 s and the slowest request 8.2 s (docs/benchmarks.md,
+/// "Overload"); now an answered read waits at most the queue bound, and the rest hear at once
+/// that they should come back.
+async fn admit(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(reads) = state.reads.clone() else { return next.run(req).await };
+    match tokio::time::timeout(state.read_queue, reads.acquire_owned()).await {
+        Ok(Ok(_running)) => next.run(req).await,
+        _ => {
+            let rid = req.extensions().get::<crate::Ctx>().map(|c| c.request_id.clone()).unwrap_or_default();
+            crate::error::ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                &rid,
+                format!(
+                    "overloaded: {} reads are running (server.max_concurrent_reads) and this one waited {} ms for its turn (server.read_queue_ms); retry after Retry-After seconds",
+                    state.max_reads,
+                    state.read_queue.as_millis()
+                ),
+            )
+            .into_response()
+        }
+    }
 }
 
 /// Answers 503 when a read runs past `server.request_timeout_ms`, and stops its work.

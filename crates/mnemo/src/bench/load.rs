@@ -21,12 +21,36 @@ pub struct LoadBench {
     /// Percent of operations that are writes, contexts and searches (the rest).
     pub write_pct: u32,
     pub context_pct: u32,
+    /// Every query a text never asked before (so each is embedded: the model-bound case); by
+    /// default queries repeat from a few topics and the query cache answers most of them.
+    pub fresh_queries: bool,
+    /// After the run, wait up to this long for the extraction queue to empty (0: do not wait).
+    pub drain_seconds: u64,
 }
 
 #[derive(Default)]
 struct Tally {
+    /// Answered requests' latencies, by endpoint.
     latencies: BTreeMap<&'static str, Vec<f64>>,
+    /// Requests shed (503, `Retry-After`): by endpoint, their latencies.
+    shed: BTreeMap<&'static str, Vec<f64>>,
     errors: BTreeMap<String, usize>,
+    /// The slowest request of any outcome, ms.
+    slowest: f64,
+}
+
+/// The extraction queue from the server's `/metrics`: (queued, running, done).
+async fn queue(client: &reqwest::Client, base: &str, key: Option<&str>) -> Option<(u64, u64, u64)> {
+    let mut req = client.get(format!("{base}/metrics"));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let text = req.send().await.ok()?.text().await.ok()?;
+    let state = |s: &str| {
+        let prefix = format!("mnemo_jobs{{state=\"{s}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or(0)
+    };
+    Some((state("queued"), state("running"), state("done")))
 }
 
 const TOPICS: [&str; 8] = [
@@ -54,13 +78,14 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
     let rss_pid = if b.url.is_some() { b.pid } else { None };
     let can_sample = b.url.is_none() || b.pid.is_some();
     println!(
-        "load: {} clients for {} s over {} users; mix {}% streaming_write / {}% get_context / {}% event/search; server {}",
+        "load: {} clients for {} s over {} users; mix {}% streaming_write / {}% get_context / {}% event/search; {} queries; server {}",
         b.clients,
         b.seconds,
         b.users,
         b.write_pct,
         b.context_pct,
         100 - b.write_pct - b.context_pct,
+        if b.fresh_queries { "fresh" } else { "repeated" },
         if b.url.is_some() { base.as_str() } else { "in-process (temporary data dir)" }
     );
     let client = crate::http_client()?.pool_max_idle_per_host(b.clients * 2).build()?;
@@ -83,7 +108,7 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
     let mut tasks = Vec::new();
     for c in 0..b.clients {
         let (client, base, key, tally) = (client.clone(), base.clone(), b.key.clone(), tally.clone());
-        let (users, write_pct, context_pct) = (b.users.max(1), b.write_pct, b.context_pct);
+        let (users, write_pct, context_pct, fresh) = (b.users.max(1), b.write_pct, b.context_pct, b.fresh_queries);
         tasks.push(tokio::spawn(async move {
             let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1);
             let mut next = move || {
@@ -98,6 +123,7 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
                 let user = (next() % users as u64) as usize;
                 let roll = (next() % 100) as u32;
                 let topic = TOPICS[(next() % TOPICS.len() as u64) as usize];
+                let query = if fresh { format!("{topic} ({c}-{})", next() % 1_000_000) } else { topic.to_string() };
                 let conv = format!("load-u{user}-c{}", user % 3);
                 let (path, name, body): (&str, &'static str, Value) = if roll < write_pct {
                     i += 1;
@@ -108,32 +134,45 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
                         "extract_trigger": {"message_count": 10}}))
                 } else if roll < write_pct + context_pct {
                     ("get_context", "get_context", json!({
-                        "collection_name": "load", "conversation_id": conv, "query": topic, "max_tokens": 800}))
+                        "collection_name": "load", "conversation_id": conv, "query": query, "max_tokens": 800}))
                 } else {
                     ("event/search", "event/search", json!({
-                        "collection_name": "load", "query": topic, "filter": {"user_id": format!("user-{user}")}, "limit": 5}))
+                        "collection_name": "load", "query": query, "filter": {"user_id": format!("user-{user}")}, "limit": 5}))
                 };
                 let mut req = client.post(format!("{base}/api/memory/{path}")).json(&body);
                 if let Some(k) = &key {
                     req = req.bearer_auth(k);
                 }
                 let t0 = Instant::now();
-                let outcome = match req.send().await {
-                    Ok(r) if r.status().is_success() => None,
+                let sent = req.send().await;
+                let ms = t0.elapsed().as_secs_f64() * 1000.0;
+                local.slowest = local.slowest.max(ms);
+                match sent {
                     // A search before the user's first write finds no collection yet: not an error of the server.
-                    Ok(r) if r.status().as_u16() == 404 => None,
-                    Ok(r) => Some(format!("{name} HTTP {}", r.status().as_u16())),
-                    Err(e) => Some(format!("{name} transport: {}", if e.is_timeout() { "timeout" } else { "error" })),
-                };
-                local.latencies.entry(name).or_default().push(t0.elapsed().as_secs_f64() * 1000.0);
-                if let Some(e) = outcome {
-                    *local.errors.entry(e).or_default() += 1;
+                    Ok(r) if r.status().is_success() || r.status().as_u16() == 404 => {
+                        local.latencies.entry(name).or_default().push(ms)
+                    }
+                    // Shed: a client that honours `Retry-After` (as the SDKs do) waits before its next request.
+                    Ok(r) if r.status().as_u16() == 503 && r.headers().contains_key("retry-after") => {
+                        local.shed.entry(name).or_default().push(ms);
+                        let secs = r.headers()["retry-after"].to_str().ok().and_then(|v| v.parse::<u64>().ok());
+                        tokio::time::sleep(Duration::from_secs(secs.unwrap_or(1).min(5))).await;
+                    }
+                    Ok(r) => *local.errors.entry(format!("{name} HTTP {}", r.status().as_u16())).or_default() += 1,
+                    Err(e) => {
+                        let what = if e.is_timeout() { "timeout" } else { "error" };
+                        *local.errors.entry(format!("{name} transport: {what}")).or_default() += 1
+                    }
                 }
             }
             let mut t = tally.lock().expect("tally");
             for (k, v) in local.latencies {
                 t.latencies.entry(k).or_default().extend(v);
             }
+            for (k, v) in local.shed {
+                t.shed.entry(k).or_default().extend(v);
+            }
+            t.slowest = t.slowest.max(local.slowest);
             for (k, v) in local.errors {
                 *t.errors.entry(k).or_default() += v;
             }
@@ -145,18 +184,26 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
     let elapsed = start.elapsed().as_secs_f64();
     let samples = sampler.await.unwrap_or_default();
     let t = std::mem::take(&mut *tally.lock().expect("tally"));
-    let total: usize = t.latencies.values().map(Vec::len).sum();
-    println!("{total} requests in {elapsed:.1} s: {:.0} req/s", total as f64 / elapsed);
-    println!("| endpoint | requests | req/s | p50 ms | p99 ms |");
-    println!("| --- | --- | --- | --- | --- |");
+    let answered: usize = t.latencies.values().map(Vec::len).sum();
+    let shed: usize = t.shed.values().map(Vec::len).sum();
+    println!(
+        "{answered} requests answered in {elapsed:.1} s: {:.0} req/s; {shed} shed (503, Retry-After); slowest request {:.0} ms",
+        answered as f64 / elapsed,
+        t.slowest
+    );
+    println!("| endpoint | answered | req/s | p50 ms | p99 ms | shed | shed after, max ms |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for (name, mut lat) in t.latencies {
         lat.sort_by(f64::total_cmp);
+        let shed = t.shed.get(name).map_or(&[][..], Vec::as_slice);
         println!(
-            "| {name} | {} | {:.0} | {:.2} | {:.2} |",
+            "| {name} | {} | {:.0} | {:.2} | {:.2} | {} | {:.0} |",
             lat.len(),
             lat.len() as f64 / elapsed,
             percentile(&lat, 0.5),
-            percentile(&lat, 0.99)
+            percentile(&lat, 0.99),
+            shed.len(),
+            shed.iter().copied().fold(0.0, f64::max)
         );
     }
     let errors: usize = t.errors.values().sum();
@@ -175,19 +222,28 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
             timeline.join(", ")
         );
     }
-    // How far extraction kept up.
-    let mut req =
-        client.post(format!("{base}/api/memory/job/list")).json(&json!({"collection_name": "load", "limit": 5000}));
-    if let Some(k) = &b.key {
-        req = req.bearer_auth(k);
-    }
-    if let Ok(v) = req.send().await?.json::<Value>().await {
-        let jobs = v["data"]["jobs"].as_array().cloned().unwrap_or_default();
-        let mut by_state: BTreeMap<String, usize> = BTreeMap::new();
-        for j in &jobs {
-            *by_state.entry(j["state"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+    // How far extraction kept up, and how long its backlog takes to drain once the load stops.
+    if let Some((queued, running, done)) = queue(&client, &base, b.key.as_deref()).await {
+        println!(
+            "extraction during the run: {done} jobs done ({:.2}/s), {queued} queued and {running} running at the end",
+            done as f64 / elapsed
+        );
+        if b.drain_seconds > 0 && queued + running > 0 {
+            let t0 = Instant::now();
+            let mut last = (queued, running, done);
+            while t0.elapsed() < Duration::from_secs(b.drain_seconds) && last.0 + last.1 > 0 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                last = queue(&client, &base, b.key.as_deref()).await.unwrap_or(last);
+            }
+            let s = t0.elapsed().as_secs_f64();
+            let rate = (last.2 - done) as f64 / s;
+            match last.0 + last.1 {
+                0 => println!("backlog drained in {s:.1} s ({rate:.2} jobs/s with no load)"),
+                left => {
+                    println!("backlog not drained after {s:.0} s: {left} jobs left ({rate:.2} jobs/s with no load)")
+                }
+            }
         }
-        println!("extraction jobs at the end (newest 5000): {by_state:?}");
     }
     if let Some(r) = running {
         r.shutdown().await;

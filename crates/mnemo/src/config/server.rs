@@ -93,6 +93,24 @@ pub struct ServerConfig {
     pub metrics_key_env: Option<String>,
     /// Reads (search, get_context, listings) running longer than this are stopped with 503.
     pub request_timeout_ms: u64,
+    /// Reads (search, get_context, listings) running at once (null, the default: 4 per core; 0:
+    /// no limit; at most 100,000). Past it a read waits for its turn, up to `read_queue_ms`, then is shed:
+    /// 503 with `Retry-After`, so an overloaded server answers the reads it admits in bounded
+    /// time and tells the rest to come back instead of queueing every one for seconds. A read
+    /// mostly waits for the embedding model (two sessions on two cores), so more in flight only
+    /// lengthens each one; a server whose reads wait on I/O (PostgreSQL, a store larger than
+    /// the page cache) may raise it.
+    pub max_concurrent_reads: Option<usize>,
+    /// How long a read may wait for its turn before it is shed (ms, 1..=600,000; default 500).
+    /// An answered read's latency is at most about this plus its own time.
+    pub read_queue_ms: u64,
+}
+
+impl ServerConfig {
+    /// `max_concurrent_reads`, the default resolved: 4 per core.
+    pub fn concurrent_reads(&self) -> usize {
+        self.max_concurrent_reads.unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, usize::from))
+    }
 }
 
 impl Default for ServerConfig {
@@ -106,6 +124,8 @@ impl Default for ServerConfig {
             cors_origins: vec![],
             metrics_key_env: None,
             request_timeout_ms: 30_000,
+            max_concurrent_reads: None,
+            read_queue_ms: 500,
         }
     }
 }

@@ -10,20 +10,26 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 struct Fake {
     url: String,
     down: Arc<AtomicBool>,
+    /// While set, every call waits (a slow model).
+    hold: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
 }
 
 async fn fake_embeddings(dim: usize) -> Fake {
     use axum::{Json, Router, http::StatusCode, routing::post};
     let down = Arc::new(AtomicBool::new(false));
+    let hold = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
-    let (d, c) = (down.clone(), calls.clone());
+    let (d, h, c) = (down.clone(), hold.clone(), calls.clone());
     let app = Router::new().route(
         "/v1/embeddings",
         post(move |Json(body): Json<Value>| {
-            let (d, c) = (d.clone(), c.clone());
+            let (d, h, c) = (d.clone(), h.clone(), c.clone());
             async move {
                 c.fetch_add(1, Ordering::SeqCst);
+                while h.load(Ordering::SeqCst) {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
                 if d.load(Ordering::SeqCst) {
                     return Err(StatusCode::SERVICE_UNAVAILABLE);
                 }
@@ -48,7 +54,7 @@ async fn fake_embeddings(dim: usize) -> Fake {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Fake { url: format!("http://{addr}/v1"), down, calls }
+    Fake { url: format!("http://{addr}/v1"), down, hold, calls }
 }
 
 async fn ids(s: &Server, query: &str) -> Vec<String> {
@@ -155,4 +161,51 @@ async fn a_dead_embedding_endpoint_loses_nothing_and_recovers() {
     .await;
     let p = s.ok("profile/search", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
     assert_eq!(p["result_list"][0]["attributes"]["city"], "Porto", "nothing lost");
+}
+
+#[tokio::test]
+async fn reads_past_the_limit_are_shed_with_retry_after_while_writes_go_on() {
+    let fake = fake_embeddings(32).await;
+    let s = Arc::new(Server::start(&format!(
+        "server:\n  max_concurrent_reads: 1\n  read_queue_ms: 100\nembedding:\n  provider: openai\n  base_url: {}\n  model: fake\n  dimension: 32\n",
+        fake.url
+    )));
+    s.ok("event/add", json!({"collection_name": "c", "event_type": "event_v1", "user_id": "u", "memory_info": {"summary": "delta memory"}})).await;
+    // One search holds the only read slot: its query's embedding waits on the model.
+    fake.hold.store(true, Ordering::SeqCst);
+    let calls = fake.calls.load(Ordering::SeqCst);
+    let first = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.post("event/search", json!({"collection_name": "c", "query": "delta first", "filter": {"user_id": "u"}}))
+                .await
+        })
+    };
+    eventually(10, "the first search to reach the model", || async {
+        (fake.calls.load(Ordering::SeqCst) > calls).then_some(())
+    })
+    .await;
+    // A second read waits its 100 ms, then is told to come back.
+    let resp = http_client()
+        .post(format!("{}/api/memory/get_context", s.base))
+        .json(&json!({"collection_name": "c", "conversation_id": "x", "query": "delta second"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body: Value = resp.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("server.max_concurrent_reads") && message.contains("server.read_queue_ms"), "{body}");
+    // Writes are not reads: they go on.
+    s.write("conv", msgs(&[("user", "echo: still writing")]), json!({"message_count": 50}), "u").await;
+    // The model answers; the held search is answered, and the next read gets its turn.
+    fake.hold.store(false, Ordering::SeqCst);
+    let (status, first) = first.await.unwrap();
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["data"]["result_list"][0]["memory_info"]["summary"], "delta memory");
+    let (status, _) = s
+        .post("event/search", json!({"collection_name": "c", "query": "delta third", "filter": {"user_id": "u"}}))
+        .await;
+    assert_eq!(status, 200);
 }
