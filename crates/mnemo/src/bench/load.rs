@@ -35,6 +35,8 @@ struct Tally {
     /// Requests shed (503, `Retry-After`): by endpoint, their latencies.
     shed: BTreeMap<&'static str, Vec<f64>>,
     errors: BTreeMap<String, usize>,
+    /// Reads answered on full text alone (`"semantic": false`: the query was not embedded).
+    full_text: BTreeMap<&'static str, usize>,
     /// The slowest request of any outcome, ms.
     slowest: f64,
 }
@@ -150,7 +152,12 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
                 match sent {
                     // A search before the user's first write finds no collection yet: not an error of the server.
                     Ok(r) if r.status().is_success() || r.status().as_u16() == 404 => {
-                        local.latencies.entry(name).or_default().push(ms)
+                        local.latencies.entry(name).or_default().push(ms);
+                        if name != "streaming_write"
+                            && r.json::<Value>().await.is_ok_and(|v| v["data"]["semantic"] == json!(false))
+                        {
+                            *local.full_text.entry(name).or_default() += 1;
+                        }
                     }
                     // Shed: a client that honours `Retry-After` (as the SDKs do) waits before its next request.
                     Ok(r) if r.status().as_u16() == 503 && r.headers().contains_key("retry-after") => {
@@ -172,6 +179,9 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
             for (k, v) in local.shed {
                 t.shed.entry(k).or_default().extend(v);
             }
+            for (k, v) in local.full_text {
+                *t.full_text.entry(k).or_default() += v;
+            }
             t.slowest = t.slowest.max(local.slowest);
             for (k, v) in local.errors {
                 *t.errors.entry(k).or_default() += v;
@@ -191,14 +201,15 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
         answered as f64 / elapsed,
         t.slowest
     );
-    println!("| endpoint | answered | req/s | p50 ms | p99 ms | shed | shed after, max ms |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| endpoint | answered | on full text alone | req/s | p50 ms | p99 ms | shed | shed after, max ms |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for (name, mut lat) in t.latencies {
         lat.sort_by(f64::total_cmp);
         let shed = t.shed.get(name).map_or(&[][..], Vec::as_slice);
         println!(
-            "| {name} | {} | {:.0} | {:.2} | {:.2} | {} | {:.0} |",
+            "| {name} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {:.0} |",
             lat.len(),
+            t.full_text.get(name).copied().unwrap_or(0),
             lat.len() as f64 / elapsed,
             percentile(&lat, 0.5),
             percentile(&lat, 0.99),
