@@ -259,24 +259,28 @@ async fn admit(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
     let Some(reads) = state.reads.clone() else { return next.run(req).await };
     match tokio::time::timeout(state.read_queue, reads.acquire_owned()).await {
         Ok(Ok(_running)) => next.run(req).await,
-        _ => {
-            let rid = req.extensions().get::<crate::Ctx>().map(|c| c.request_id.clone()).unwrap_or_default();
-            crate::error::ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                &rid,
-                format!(
-                    "overloaded: {} reads are running (server.max_concurrent_reads) and this one waited {} ms for its turn (server.read_queue_ms); retry after Retry-After seconds",
-                    state.max_reads,
-                    state.read_queue.as_millis()
-                ),
-            )
-            .into_response()
-        }
+        _ => unavailable(
+            &request_id(&req),
+            format!(
+                "overloaded: {} reads are running (server.max_concurrent_reads) and this one waited {} ms for its turn (server.read_queue_ms); retry after Retry-After seconds",
+                state.max_reads,
+                state.read_queue.as_millis()
+            ),
+        ),
     }
+}
+
+fn request_id(req: &axum::extract::Request) -> String {
+    req.extensions().get::<crate::Ctx>().map(|c| c.request_id.clone()).unwrap_or_default()
+}
+
+/// 503 with `Retry-After` (set by `ApiError` for every 503).
+fn unavailable(rid: &str, message: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    crate::error::ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, rid, message).into_response()
 }
 
 /// Answers 503 when a read runs past `server.request_timeout_ms`, and stops its work.
@@ -285,19 +289,16 @@ async fn deadline(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let rid = req.extensions().get::<crate::Ctx>().map(|c| c.request_id.clone()).unwrap_or_default();
+    let rid = request_id(&req);
     match tokio::time::timeout(state.request_timeout, next.run(req)).await {
         Ok(resp) => resp,
-        Err(_) => crate::error::ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        Err(_) => unavailable(
             &rid,
             format!(
                 "request_timeout: the request ran past {} ms and was stopped; narrow it (limit, max_tokens) or retry",
                 state.request_timeout.as_millis()
             ),
-        )
-        .into_response(),
+        ),
     }
 }
 

@@ -162,8 +162,8 @@ pub async fn run(b: LoadBench, mut cfg: crate::config::Config) -> Result<()> {
                     // Shed: a client that honours `Retry-After` (as the SDKs do) waits before its next request.
                     Ok(r) if r.status().as_u16() == 503 && r.headers().contains_key("retry-after") => {
                         local.shed.entry(name).or_default().push(ms);
-                        let secs = r.headers()["retry-after"].to_str().ok().and_then(|v| v.parse::<u64>().ok());
-                        tokio::time::sleep(Duration::from_secs(secs.unwrap_or(1).min(5))).await;
+                        let pause = mnemo_providers::http::retry_after(r.headers(), Duration::from_secs(5));
+                        tokio::time::sleep(pause.unwrap_or(Duration::from_secs(1))).await;
                     }
                     Ok(r) => *local.errors.entry(format!("{name} HTTP {}", r.status().as_u16())).or_default() += 1,
                     Err(e) => {
