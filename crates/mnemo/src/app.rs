@@ -1,12 +1,15 @@
 //! The composition root: builds the store, providers and `Service` from config, and runs the
 //! HTTP server until a shutdown signal. The only place that names concrete implementations.
 
-use crate::config::Config;
+use crate::config::{Config, EmbeddingConfig};
 use anyhow::{Context, Result, bail};
 use mnemo_core::ranking::TimeDecay;
 use mnemo_core::service::{ExtractionPolicy, RetrievalConfig, ServiceConfig};
 use mnemo_core::{Clock, Embedder, Extractor, Extractors, Service, Store};
-use mnemo_providers::embed::{LocalEmbedder, LocalModel, OpenAiEmbedder, OpenAiEmbedderConfig, find_model_dir};
+use mnemo_providers::embed::local::{Device, Runtime};
+use mnemo_providers::embed::{
+    LocalEmbedder, LocalModel, OpenAiEmbedder, OpenAiEmbedderConfig, SplitEmbedder, find_model_dir,
+};
 use mnemo_providers::llm::TokenLimit;
 use mnemo_providers::{FaultInjectingExtractor, JsonMode, LlmConfig, LlmExtractor, RulesConfig, RulesExtractor};
 use mnemo_store::{Durability, SqliteOptions, SqliteStore};
@@ -16,10 +19,29 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// The embedder the configuration names: one provider, or queries on one and documents on
+/// another running the same model (`embedding.documents`).
 pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
     let e = &cfg.embedding;
+    let Some(documents) = &e.documents else { return one_embedder(e, cfg, false) };
+    if documents.documents.is_some() {
+        bail!("embedding.documents.documents: documents have one provider");
+    }
+    let queries = one_embedder(e, cfg, true)?;
+    // The section's own settings named as they are written, e.g. embedding.documents.base_url.
+    let documents = one_embedder(documents, cfg, false)
+        .map_err(|err| anyhow::anyhow!("{}", err.to_string().replace("embedding.", "embedding.documents.")))?;
+    Ok(Arc::new(SplitEmbedder::new(queries, documents).map_err(anyhow::Error::msg)?))
+}
+
+/// One provider's embedder; `queries_only`: it embeds no documents (another one does).
+fn one_embedder(e: &EmbeddingConfig, cfg: &Config, queries_only: bool) -> Result<Arc<dyn Embedder>> {
     Ok(match e.provider.as_str() {
         "local" => {
+            let runtime = Runtime {
+                device: Device::parse(&e.device).map_err(anyhow::Error::msg)?,
+                library: e.onnxruntime.clone(),
+            };
             // Unset: EmbeddingGemma, or the USE + e5 pair when EmbeddingGemma is not installed
             // (it could not be fetched, or its terms were not wanted) — said, not failed.
             let chosen = e.local_model.as_deref().unwrap_or("embeddinggemma-300m");
@@ -47,16 +69,24 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
                 }
                 Err(missing) => bail!(missing),
             };
-            Arc::new(
-                LocalEmbedder::open(&dir, model, e.sessions.max(1))
-                    .map_err(anyhow::Error::msg)?
-                    .with_max_waiting_queries(match e.max_waiting_queries {
-                        0 => usize::MAX,
-                        n => n,
-                    }),
-            )
+            let local = LocalEmbedder::open_on(&dir, model, e.sessions.max(1), &runtime)
+                .map_err(anyhow::Error::msg)?
+                .with_max_waiting_queries(match e.max_waiting_queries {
+                    0 => usize::MAX,
+                    n => n,
+                });
+            Arc::new(if queries_only { local.for_queries_only() } else { local })
         }
         "openai" => {
+            if e.device != "cpu" || e.onnxruntime.is_some() {
+                bail!(
+                    "embedding.device and embedding.onnxruntime are settings of the local provider; with provider \
+                     openai the endpoint decides where the model runs"
+                );
+            }
+            if !(1..=2048).contains(&e.max_batch) {
+                bail!("embedding.max_batch: must be in 1..=2048, got {}", e.max_batch);
+            }
             let need = |v: &Option<String>, k: &str| {
                 v.clone().with_context(|| format!("embedding.{k} is required with provider openai"))
             };
@@ -87,6 +117,7 @@ pub fn build_embedder(cfg: &Config) -> Result<Arc<dyn Embedder>> {
                 api_version: e.api_version.clone(),
                 api_key_header: e.api_key_header.clone(),
                 served,
+                max_batch: e.max_batch,
                 tls: cfg.tls.options(),
             };
             Arc::new(OpenAiEmbedder::new(config).map_err(anyhow::Error::msg)?)
@@ -679,5 +710,56 @@ mod tests {
         assert_eq!(e, "retrieval.reply_hits: must be in 0..=50, got 51");
         let e = with(&|c| c.retrieval.turn_weight = 1.2).unwrap_err().to_string();
         assert_eq!(e, "retrieval.turn_weight: must be in [0,1], got 1.2");
+    }
+
+    #[test]
+    fn embedding_settings_are_checked_before_anything_loads_and_named_where_written() {
+        let err = |f: &dyn Fn(&mut EmbeddingConfig)| {
+            let mut cfg = Config::default();
+            f(&mut cfg.embedding);
+            build_embedder(&cfg).err().expect("refused").to_string()
+        };
+        let served = |e: &mut EmbeddingConfig| {
+            e.provider = "openai".into();
+            e.base_url = Some("http://127.0.0.1:9/v1".into());
+            e.model = Some("google/embeddinggemma-300m".into());
+            e.same_as = Some("embeddinggemma-300m".into());
+        };
+        assert!(err(&|e| e.device = "gpu".into()).starts_with("embedding.device: must be cpu, cuda or cuda:N"));
+        assert_eq!(
+            err(&|e| {
+                served(e);
+                e.max_batch = 0;
+            }),
+            "embedding.max_batch: must be in 1..=2048, got 0"
+        );
+        assert!(
+            err(&|e| {
+                served(e);
+                e.device = "cuda".into();
+            })
+            .starts_with("embedding.device and embedding.onnxruntime are settings of the local provider")
+        );
+        // The documents' section names its own keys.
+        let documents = |f: &dyn Fn(&mut EmbeddingConfig)| {
+            err(&|e| {
+                let mut d = EmbeddingConfig::default();
+                served(&mut d);
+                f(&mut d);
+                e.documents = Some(Box::new(d));
+            })
+        };
+        assert_eq!(documents(&|d| d.max_batch = 5000), "embedding.documents.max_batch: must be in 1..=2048, got 5000");
+        assert_eq!(documents(&|d| d.base_url = None), "embedding.documents.base_url is required with provider openai");
+        assert_eq!(
+            documents(&|d| d.documents = Some(Box::default())),
+            "embedding.documents.documents: documents have one provider"
+        );
+        // Another model for documents than for queries: refused, whatever the server would say.
+        let e = documents(&|d| {
+            d.same_as = None;
+            d.dimension = Some(768);
+        });
+        assert!(e.starts_with("embedding.documents: runs openai:google/embeddinggemma-300m (768 dimensions)"), "{e}");
     }
 }

@@ -113,6 +113,13 @@ pub struct EmbeddingConfig {
     pub local_model: Option<String>,
     /// local: parallel inference sessions (one thread each).
     pub sessions: usize,
+    /// local: `cpu` (default), or `cuda` / `cuda:N` (an NVIDIA GPU: a build with the `cuda`
+    /// feature and ONNX Runtime's GPU library from `./scripts/setup-model --gpu`). Same vectors,
+    /// same model id: no reindex either way.
+    pub device: String,
+    /// local: the ONNX Runtime shared library to load (default: the model directory's, or its
+    /// `gpu/` one for CUDA).
+    pub onnxruntime: Option<PathBuf>,
     /// local: searches waiting for the model at most; past it a search runs on full text alone
     /// instead of queueing (0: never fall back — searches always wait for their embedding).
     pub max_waiting_queries: usize,
@@ -132,7 +139,15 @@ pub struct EmbeddingConfig {
     /// text-embeddings server): its prompts are sent and its vectors read as the local ones, under
     /// the local model's id — no reindex when moving embedding there or back.
     pub same_as: Option<String>,
+    /// openai: texts per request at most (text-embeddings-inference refuses more than its
+    /// `--max-client-batch-size`, 32 by default; OpenAI more than 2,048); 1..=2048.
+    pub max_batch: usize,
     pub timeout_secs: u64,
+    /// Memories being stored embedded by another provider running the same model (e.g.
+    /// EmbeddingGemma on a GPU's text-embeddings server: `{provider: openai, base_url, model,
+    /// same_as: embeddinggemma-300m}`); searches' queries stay with the settings above. Unset:
+    /// one provider for both.
+    pub documents: Option<Box<EmbeddingConfig>>,
 }
 
 impl Default for EmbeddingConfig {
@@ -142,6 +157,8 @@ impl Default for EmbeddingConfig {
             model_dir: None,
             local_model: None,
             sessions: 2,
+            device: "cpu".into(),
+            onnxruntime: None,
             max_waiting_queries: mnemo_providers::embed::local::MAX_WAITING_QUERIES,
             query_cache: 4096,
             base_url: None,
@@ -151,7 +168,9 @@ impl Default for EmbeddingConfig {
             api_version: None,
             api_key_header: None,
             same_as: None,
+            max_batch: 32,
             timeout_secs: 30,
+            documents: None,
         }
     }
 }

@@ -36,6 +36,8 @@ use mnemo_core::embed::{EmbedError, EmbedKind, Embedder, normalize};
 use mnemo_core::ranking::Fusion;
 use ort::session::Session;
 use ort::value::Tensor;
+use runtime::ORT_LIB;
+pub use runtime::{Device, Runtime};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::Tokenizer;
@@ -49,7 +51,6 @@ pub const E5_DIMENSION: usize = 384;
 /// The default: EmbeddingGemma-300M (768 dims).
 pub const GEMMA_MODEL_ID: &str = "embeddinggemma-300m-int8";
 pub const GEMMA_DIMENSION: usize = 768;
-const ORT_LIB: &str = "libonnxruntime.so.1.31.1";
 const GEMMA_GRAPH: &str = "embeddinggemma.onnx";
 const GEMMA_WEIGHTS: &str = "embeddinggemma.onnx.data";
 const GEMMA_TOKENIZER: &str = "embeddinggemma.tokenizer.json";
@@ -218,8 +219,13 @@ struct Sessions {
 }
 
 impl Sessions {
-    fn build(env: &ort::environment::Environment, dir: &Path, model: LocalModel) -> Result<Self, String> {
-        let load = |runs: bool, graph: &str| runs.then(|| session(env, &dir.join(graph))).transpose();
+    fn build(
+        env: &ort::environment::Environment,
+        dir: &Path,
+        model: LocalModel,
+        device: Device,
+    ) -> Result<Self, String> {
+        let load = |runs: bool, graph: &str| runs.then(|| session(env, &dir.join(graph), device)).transpose();
         Ok(Self {
             use_: load(model != LocalModel::Gemma, "model.onnx")?,
             e5: load(model == LocalModel::UseE5, E5_GRAPH)?,
@@ -285,10 +291,11 @@ fn missing(d: &Path, model: LocalModel) -> String {
     )
 }
 
-fn session(env: &ort::environment::Environment, graph: &Path) -> Result<Session, String> {
+fn session(env: &ort::environment::Environment, graph: &Path, device: Device) -> Result<Session, String> {
     let t = std::time::Instant::now();
     let s = Session::builder(env)
         .and_then(|b| b.with_intra_threads(1).map_err(Into::into))
+        .and_then(|b| runtime::on_device(b, device))
         .and_then(|mut b| b.commit_from_file(graph))
         .map_err(|e| format!("loading {}: {e}", graph.display()));
     tracing::debug!(graph = %graph.display(), ms = t.elapsed().as_millis() as u64, "inference session built");
@@ -300,11 +307,21 @@ impl LocalEmbedder {
     /// sessions is built before this returns; the others are built on a background thread and
     /// join the pool as they are ready, so a server answers its first request sooner (cold start).
     pub fn open(dir: &Path, model: LocalModel, sessions: usize) -> Result<Self, String> {
+        Self::open_on(dir, model, sessions, &Runtime::default())
+    }
+
+    /// [`Self::open`] on the given runtime: its library (the first one a process opens stays
+    /// loaded) and device.
+    pub fn open_on(dir: &Path, model: LocalModel, sessions: usize, runtime: &Runtime) -> Result<Self, String> {
+        let device = runtime.device;
+        let library = runtime.library_in(dir);
         let env = ENVIRONMENT
             .get_or_init(|| {
-                let lib = dir.join(ORT_LIB);
-                ort::init_from(&lib)
-                    .map_err(|e| format!("loading ONNX Runtime from {}: {e}", lib.display()))?
+                let lib = &library;
+                ort::init_from(lib)
+                    .map_err(|e| {
+                        format!("loading ONNX Runtime from {}: {e}{}", lib.display(), runtime::cuda_hint(device, lib))
+                    })?
                     .with_name("mnemo")
                     .build()
                     .map_err(|e| format!("starting ONNX Runtime: {e}"))
@@ -328,7 +345,8 @@ impl LocalEmbedder {
         let (tokenizers, first) = std::thread::scope(|scope| {
             let large = large.map(|f| scope.spawn(move || load(f)));
             let use_tok = (model != LocalModel::Gemma).then(|| load("tokenizer.json")).transpose();
-            let first = Sessions::build(env, dir, model);
+            let first = Sessions::build(env, dir, model, device)
+                .map_err(|e| format!("{e}{}", runtime::cuda_hint(device, &library)));
             let panicked = |_| "a model-loading thread panicked".to_string();
             let large = large.map(|h| h.join().map_err(panicked)?).transpose()?;
             let (e5, gemma) = if model == LocalModel::Gemma { (None, large) } else { (large, None) };
@@ -355,7 +373,7 @@ impl LocalEmbedder {
                     // Linux a thread id names the thread alone).
                     let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
                     for _ in 1..target {
-                        match Sessions::build(env, &dir, model) {
+                        match Sessions::build(env, &dir, model, device) {
                             Ok(s) => {
                                 pool.lock().expect("session pool").push(s);
                                 lanes.add(1);
@@ -383,6 +401,13 @@ impl LocalEmbedder {
     /// alone (`usize::MAX`: they always wait).
     pub fn with_max_waiting_queries(mut self, max_waiting: usize) -> Self {
         self.queries = Arc::new(QueryGate::new(self.target, max_waiting));
+        self
+    }
+
+    /// Documents are embedded elsewhere (`embedding.documents`): queries may take every session
+    /// instead of leaving one to writes.
+    pub fn for_queries_only(mut self) -> Self {
+        self.queries = Arc::new(QueryGate::with_slots(self.target, self.queries.max_waiting));
         self
     }
 
@@ -662,8 +687,13 @@ pub struct QueryGate {
 
 impl QueryGate {
     pub fn new(sessions: usize, max_waiting: usize) -> Self {
+        Self::with_slots(sessions.saturating_sub(1), max_waiting)
+    }
+
+    /// `slots` queries at a time (at least one).
+    fn with_slots(slots: usize, max_waiting: usize) -> Self {
         Self {
-            running: tokio::sync::Semaphore::new(sessions.saturating_sub(1).max(1)),
+            running: tokio::sync::Semaphore::new(slots.max(1)),
             waiting: std::sync::atomic::AtomicUsize::new(0),
             max_waiting,
         }
@@ -688,5 +718,6 @@ impl QueryGate {
     }
 }
 
+mod runtime;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,9 @@ mod lanes;
 pub mod local;
 pub mod openai;
 pub mod served;
+pub mod split;
 
 pub use local::{LocalEmbedder, LocalModel, find_model_dir};
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use served::ServedModel;
+pub use split::SplitEmbedder;

@@ -26,6 +26,10 @@ pub struct OpenAiEmbedderConfig {
     pub api_key_header: Option<String>,
     /// The local model the server runs, if it is one (its prompts, id and calibration).
     pub served: Option<ServedModel>,
+    /// Texts per request at most (`embedding.max_batch`); a longer call is sent as several
+    /// requests in order. Servers cap it: text-embeddings-inference answers 413 past its
+    /// `--max-client-batch-size` (32 by default), OpenAI past 2,048.
+    pub max_batch: usize,
     pub tls: crate::http::TlsOptions,
 }
 
@@ -92,9 +96,13 @@ impl Embedder for OpenAiEmbedder {
         if !self.breaker.allow() {
             return Err(EmbedError::Transient("embedding endpoint unavailable (circuit open)".into()));
         }
-        let out = self.call(texts, kind).await;
-        self.breaker.record(!matches!(out, Err(EmbedError::Transient(_))));
-        out
+        let mut vectors = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(self.config.max_batch.max(1)) {
+            let out = self.call(batch, kind).await;
+            self.breaker.record(!matches!(out, Err(EmbedError::Transient(_))));
+            vectors.extend(out?);
+        }
+        Ok(vectors)
     }
 }
 

@@ -11,10 +11,13 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An embeddings server running EmbeddingGemma; records the texts it was sent.
-async fn embeddings_server(model: Arc<LocalEmbedder>) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+/// The texts of each request an embeddings server was sent.
+type Requests = Arc<std::sync::Mutex<Vec<Vec<String>>>>;
+
+/// An embeddings server running EmbeddingGemma; records the requests it was sent.
+async fn embeddings_server(model: Arc<LocalEmbedder>) -> (String, Requests) {
     use axum::{Json, Router, routing::post};
-    let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen: Requests = Arc::default();
     let got = seen.clone();
     let app = Router::new().route(
         "/v1/embeddings",
@@ -23,7 +26,7 @@ async fn embeddings_server(model: Arc<LocalEmbedder>) -> (String, Arc<std::sync:
             async move {
                 let texts: Vec<String> =
                     body["input"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
-                got.lock().unwrap().extend(texts.iter().cloned());
+                got.lock().unwrap().push(texts.clone());
                 let vectors = tokio::task::spawn_blocking(move || {
                     texts.iter().map(|t| model.embed_unprompted(t).unwrap()).collect::<Vec<_>>()
                 })
@@ -88,6 +91,7 @@ async fn a_served_embeddinggemma_stands_in_for_the_local_model_without_reindexin
         api_version: None,
         api_key_header: None,
         served: Some(LocalModel::Gemma.served().unwrap()),
+        max_batch: 32,
         tls: Default::default(),
     })
     .unwrap();
@@ -107,7 +111,7 @@ async fn a_served_embeddinggemma_stands_in_for_the_local_model_without_reindexin
             assert!((nr - nh).abs() < 1e-3, "{kind:?}: scaled alike ({nr} vs {nh})");
         }
     }
-    let sent = seen.lock().unwrap().clone();
+    let sent = seen.lock().unwrap().concat();
     assert!(sent.iter().any(|t| t.starts_with("title: none | text: The baby")), "document prompt sent: {sent:?}");
     assert!(sent.iter().any(|t| t.starts_with("task: search result | query: ")), "query prompt sent: {sent:?}");
 
@@ -144,4 +148,62 @@ async fn a_served_embeddinggemma_stands_in_for_the_local_model_without_reindexin
     drop(s);
     let s = Server::spawn(&cfg_local, &data, "127.0.0.1:0", &[]).unwrap();
     assert_eq!(search(&s, "food allergy").await[0].0, MEMORIES[3], "a served vector is found by the local model");
+}
+
+/// Documents on the server, queries here (`embedding.documents`): every memory written — an
+/// extraction's chunk and turns, `event/add` — reaches the server with the document prompt, in
+/// requests of at most `max_batch` texts; no query does; searches answer on vectors either way,
+/// and the directory stays the local model's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_embedded_by_a_server_queries_here_in_one_index() {
+    let (url, seen) = embeddings_server(local()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cfg_split, cfg_local) =
+        (dir.path().join("data"), dir.path().join("split.yaml"), dir.path().join("local.yaml"));
+    std::fs::write(&cfg_local, "").unwrap();
+    std::fs::write(
+        &cfg_split,
+        format!(
+            "embedding:\n  documents:\n    provider: openai\n    base_url: {url}\n    model: google/embeddinggemma-300m\n    same_as: embeddinggemma-300m\n    max_batch: 2\n"
+        ),
+    )
+    .unwrap();
+    let s = Server::spawn(&cfg_split, &data, "127.0.0.1:0", &[]).unwrap();
+    for m in &MEMORIES[..3] {
+        add(&s, m).await;
+    }
+    // A conversation extracted by the rules: a chunk of four turns and each turn's vector.
+    let turns = [
+        ("user", "We finally booked the flights for our anniversary trip to Lisbon in October."),
+        ("assistant", "How exciting! Are you staying in Alfama?"),
+        ("user", "Yes, a small guesthouse with a view of the river."),
+        ("assistant", "That sounds perfect for an anniversary."),
+    ];
+    s.write("trip", msgs(&turns), json!({"message_count": 4}), "u").await;
+    eventually(120, "the conversation extracted", || async {
+        let events = s.events("u").await;
+        events.iter().any(|e| e["memory_info"]["summary"].as_str().is_some_and(|t| t.contains("Lisbon"))).then_some(())
+    })
+    .await;
+    let requests = seen.lock().unwrap().clone();
+    let texts = requests.concat();
+    assert!(
+        requests.iter().all(|r| !r.is_empty() && r.len() <= 2),
+        "max_batch 2: {:?}",
+        requests.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert!(texts.iter().all(|t| t.starts_with("title: none | text: ")), "documents only: {texts:?}");
+    for (_, turn) in turns {
+        assert!(texts.iter().any(|t| t.contains(turn)), "the turn's vector came from the server: {turn}");
+    }
+    let sent = texts.len();
+    // Queries are embedded here: the server hears nothing of them.
+    assert_eq!(search(&s, "which instrument").await[0].0, MEMORIES[2]);
+    let trip = search(&s, "where will they celebrate their anniversary").await;
+    assert!(trip[0].0.contains("Lisbon"), "{trip:?}");
+    assert_eq!(seen.lock().unwrap().concat().len(), sent, "no query reached the server");
+    // The directory is the local model's: the local model alone serves it.
+    drop(s);
+    let s = Server::spawn(&cfg_local, &data, "127.0.0.1:0", &[]).expect("no reindex is asked for");
+    assert_eq!(search(&s, "what upsets the infant's stomach").await[0].0, MEMORIES[0]);
 }

@@ -263,3 +263,23 @@ fn retrieval_across_languages_ranks_the_right_memory_first() {
         assert!(hits >= least, "{model:?}: cross-lingual top-1: {hits}/6");
     }
 }
+
+/// `embedding.device: cuda` on a library without the CUDA provider (the CPU build
+/// `scripts/setup-model` installs: what every test machine has) refuses to start, saying what to
+/// install — it never falls back to the CPU silently. Built and run by CI with `--features cuda`;
+/// a GPU itself is not tested (README "GPU").
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_on_the_cpu_library_fails_with_what_to_install() {
+    let dir = find_model_dir(None, LocalModel::Gemma).expect("run ./scripts/setup-model first (./scripts/test does)");
+    // The CPU library named, so that the process's one ONNX Runtime is the one the other tests load.
+    let runtime = Runtime { device: Device::Cuda(0), library: Some(dir.join(ORT_LIB)) };
+    let err = match LocalEmbedder::open_on(&dir, LocalModel::Gemma, 1, &runtime) {
+        Ok(_) => panic!("CUDA started on the CPU build of ONNX Runtime"),
+        Err(e) => e,
+    };
+    assert!(err.contains("CUDA"), "ONNX Runtime's own reason is kept: {err}");
+    assert!(err.contains("setup-model --gpu") && err.contains("embedding.device: cpu"), "{err}");
+    // The CPU still works in the same process.
+    assert!(LocalEmbedder::open_on(&dir, LocalModel::Gemma, 1, &Runtime::default()).is_ok());
+}
