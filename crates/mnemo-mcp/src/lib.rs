@@ -139,6 +139,7 @@ impl MemoryTools {
             }
         };
         let floor = scope.min_score.unwrap_or_else(|| self.service.embedder().relevance_floor());
+        let as_of = as_of(str_arg("as_of").as_deref(), self.service.config().extraction.utc_offset)?;
         match name {
             "remember" => {
                 let conversation_id = str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone());
@@ -202,7 +203,7 @@ impl MemoryTools {
                 let conversation_id = str_arg("conversation_id").unwrap_or_else(|| scope.conversation_id.clone());
                 let mut req = ContextRequest::new(target, conversation_id, d);
                 req.query = str_arg("query").filter(|q| !q.trim().is_empty());
-                req.event_filter = user_filter();
+                req.event_filter = EventFilter { as_of, ..user_filter() };
                 req.similarity_threshold = Some(d.similarity_threshold.unwrap_or(0.0).max(floor));
                 req.profile_filter = ProfileFilter { user_id: vec![scope.user_id.clone()], ..Default::default() };
                 req.max_tokens = int_arg("max_tokens", d.max_tokens, MAX_TOKENS_RANGE.1)?;
@@ -214,8 +215,8 @@ impl MemoryTools {
                 })
             }
             "search_memory" => {
-                let mut req =
-                    EventSearch::new(target, Some(required("query")?), user_filter(), int_arg("limit", 5, 50)?);
+                let filter = EventFilter { as_of, ..user_filter() };
+                let mut req = EventSearch::new(target, Some(required("query")?), filter, int_arg("limit", 5, 50)?);
                 req.similarity_threshold = Some(floor);
                 let answer = self.service.search(req).await?;
                 // Matched by words alone (the query could not be embedded): the agent should know.
@@ -281,6 +282,26 @@ impl MemoryTools {
             }
             other => Err(CoreError::invalid("name", format!("no tool {other:?}"))),
         }
+    }
+}
+
+/// A tool's `as_of`: a date (`YYYY-MM-DD`: what was true at the end of that day, in the server's
+/// `extraction.utc_offset`) or an RFC 3339 time; as milliseconds, which core checks for range.
+fn as_of(v: Option<&str>, offset: chrono::FixedOffset) -> Result<Option<i64>, CoreError> {
+    let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(None) };
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
+        return Ok(Some(t.timestamp_millis()));
+    }
+    let end_of_day = chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 999))
+        .and_then(|t| t.and_local_timezone(offset).single());
+    match end_of_day {
+        Some(t) => Ok(Some(t.timestamp_millis())),
+        None => Err(CoreError::invalid(
+            "as_of",
+            format!("must be a date (YYYY-MM-DD) or an RFC 3339 time (2024-06-01T12:00:00Z), got {v:?}"),
+        )),
     }
 }
 
@@ -380,7 +401,8 @@ pub fn tools() -> Vec<Tool> {
             schema(json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "What the user is asking about now (improves which memories come back)."},
                 "max_tokens": {"type": "integer", "minimum": MAX_TOKENS_RANGE.0, "maximum": MAX_TOKENS_RANGE.1, "description": "Budget for the returned text (default: the server's inject.max_tokens)."},
-                "conversation_id": {"type": "string", "description": "Optional: the conversation whose recent turns to include."}
+                "conversation_id": {"type": "string", "description": "Optional: the conversation whose recent turns to include."},
+                "as_of": {"type": "string", "description": "Optional: answer with what was true then — a date (YYYY-MM-DD, the end of that day) or an RFC 3339 time. Facts that changed later (a move, a new job) show their value of that time; memories from after it are left out."}
             }, "additionalProperties": false})),
         ),
         Tool::new(
@@ -391,7 +413,8 @@ pub fn tools() -> Vec<Tool> {
              forget_memory.",
             schema(json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "What to look for.", "minLength": 1, "maxLength": 4000},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5}
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+                "as_of": {"type": "string", "description": "Optional: answer with what was true then — a date (YYYY-MM-DD, the end of that day) or an RFC 3339 time. Facts that changed later (a move, a new job) show their value of that time; memories from after it are left out."}
             }, "required": ["query"], "additionalProperties": false})),
         ),
         Tool::new(
@@ -520,7 +543,7 @@ mod tests {
         assert!(check("recall", json!({})).is_ok());
         assert!(check("remember", json!({"content": "x", "role": null})).is_ok(), "null: left out");
         let e = check("search_memory", json!({"query": "x", "limt": 3})).unwrap_err();
-        assert_eq!(e, "limt: unknown argument; the arguments of search_memory are limit, query");
+        assert_eq!(e, "limt: unknown argument; the arguments of search_memory are as_of, limit, query");
         let e = check("search_memory", json!({"limit": 3})).unwrap_err();
         assert!(e.starts_with("query: is required;"), "{e}");
         let e = check("search_memory", json!({"query": "x", "limit": 51})).unwrap_err();
@@ -537,5 +560,21 @@ mod tests {
         assert_eq!(e, "batched: must be true or false, got \"yes\"");
         let e = check("add_memory", json!({"summary": "x", "class": "forever"})).unwrap_err();
         assert!(e.starts_with("class: must be one of \"temporary\", \"conclusion\", \"process\""), "{e}");
+    }
+
+    #[test]
+    fn as_of_is_a_date_or_a_time_and_a_clear_error_otherwise() {
+        let utc = chrono::FixedOffset::east_opt(0).unwrap();
+        let cst = chrono::FixedOffset::east_opt(8 * 3600).unwrap();
+        assert_eq!(as_of(None, utc).unwrap(), None);
+        assert_eq!(as_of(Some(" "), utc).unwrap(), None);
+        // The end of the day, in the server's offset.
+        assert_eq!(as_of(Some("2024-06-01"), utc).unwrap(), Some(1_717_286_399_999));
+        assert_eq!(as_of(Some("2024-06-01"), cst).unwrap(), Some(1_717_286_399_999 - 8 * 3_600_000));
+        assert_eq!(as_of(Some("2024-06-01T12:00:00+02:00"), cst).unwrap(), Some(1_717_236_000_000));
+        for bad in ["June 2024", "2024-13-01", "1717286399999"] {
+            let e = as_of(Some(bad), utc).unwrap_err().to_string();
+            assert!(e.contains("as_of") && e.contains("YYYY-MM-DD"), "{bad}: {e}");
+        }
     }
 }

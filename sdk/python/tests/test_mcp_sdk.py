@@ -41,7 +41,7 @@ async def agent_session(client_factory):
         # Input validation failures are tool results the model reads (MCP 2025-11-25), naming the
         # argument: unknown, out of range, ill-typed, missing.
         for args, says in [
-            ({"query": "x", "limt": 3}, "limt: unknown argument; the arguments of search_memory are limit, query"),
+            ({"query": "x", "limt": 3}, "limt: unknown argument; the arguments of search_memory are as_of, limit, query"),
             ({"query": "x", "limit": 99}, "limit: must be an integer in 1..=50, got 99"),
             ({"query": 7}, "query: must be a string, got 7"),
             ({}, "query: is required"),

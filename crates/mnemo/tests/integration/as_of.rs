@@ -1,6 +1,6 @@
 //! Time validity over HTTP: a user who moved and changed jobs. The profile keeps what it was
 //! (`history`, `since`) and get_context shows the change with its span; `as_of` on
-//! `profile/search`, `event/search` and `get_context` answers with what was true then; events
+//! `profile/search`, `event/search`, `get_context` and the MCP tools answers with what was true then; events
 //! carry `valid_from` (a stated "last month" starts before the message) and `valid_to`.
 
 use crate::harness::*;
@@ -128,6 +128,30 @@ async fn as_of_answers_with_what_was_true_then() {
     let ctx = context(Some(T1 + 10 * DAY)).await;
     let text = ctx["context_str"].as_str().unwrap();
     assert!(text.contains("City: Berlin") && !text.contains("Munich") && !text.contains("BMW"), "{text}");
+
+    // The MCP tools answer as of then too: a date is the end of that day (2023-11-24 here).
+    let tool = |name: &'static str, args: Value| {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}});
+        let s = &s;
+        async move {
+            let (_, v) =
+                crate::mcp::mcp_post(s, None, &[("x-mnemo-collection", "c"), ("x-mnemo-user", "u")], body).await;
+            (
+                v["result"]["isError"] == json!(true),
+                v["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string(),
+            )
+        }
+    };
+    let (_, now) = tool("recall", json!({"query": "where do I live?"})).await;
+    assert!(now.contains("City: Munich"), "{now}");
+    let (_, then) = tool("recall", json!({"query": "where do I live?", "as_of": "2023-11-24"})).await;
+    assert!(then.contains("City: Berlin") && !then.contains("Munich") && !then.contains("BMW"), "{then}");
+    let (_, then) =
+        tool("search_memory", json!({"query": "where does the user live", "as_of": "2023-11-24T12:00:00Z"})).await;
+    assert!(then.contains("Berlin") && !then.contains("Munich"), "{then}");
+    let (error, text) = tool("search_memory", json!({"query": "where", "as_of": "last spring"})).await;
+    assert!(error && text.starts_with("as_of: must be a date (YYYY-MM-DD) or an RFC 3339 time"), "{text}");
 
     // The dashboard's list of users: two conversations, the events extracted from them.
     let users = s.ok("user/list", json!({"collection_name": "c"})).await;

@@ -122,7 +122,7 @@ fn stdio_mcp_initialize_list_and_call_every_tool() {
     assert!(unknown["error"].is_object(), "{unknown}");
 }
 
-async fn mcp_post(s: &Server, key: Option<&str>, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
+pub(crate) async fn mcp_post(s: &Server, key: Option<&str>, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
     let mut req = s
         .client
         .post(format!("{}/mcp", s.base))
