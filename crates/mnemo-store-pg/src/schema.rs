@@ -479,6 +479,39 @@ const MIGRATIONS: &[&str] = &[
     UPDATE events o SET valid_to = coalesce(n.valid_from, n.time)
     FROM events n WHERE n.id = o.superseded_by AND o.superseded_by IS NOT NULL;
     "#,
+    // v9: the memory.* webhooks' payloads carry the event's validity (`valid_from`, `valid_to`),
+    // and a change of it alone is a memory.updated: v3's function and trigger, written again.
+    r#"
+    CREATE OR REPLACE FUNCTION mnemo_webhook_events() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE r events; v_kind TEXT; v_at BIGINT;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM webhooks) THEN RETURN NULL; END IF;
+        IF TG_OP = 'INSERT' THEN
+            r := NEW; v_kind := 'memory.created'; v_at := NEW.updated_at;
+        ELSIF TG_OP = 'DELETE' THEN
+            r := OLD; v_kind := 'memory.deleted'; v_at := mnemo_webhook_now();
+        ELSIF NEW.status = 'superseded' AND OLD.status IS DISTINCT FROM 'superseded' THEN
+            r := NEW; v_kind := 'memory.superseded'; v_at := NEW.updated_at;
+        ELSIF (NEW.memory_info, NEW.memory_type, NEW.user_ids, NEW.assistant_ids, NEW.time, NEW.scope, NEW.class, NEW.expires_at, NEW.status, NEW.valid_from, NEW.valid_to) IS DISTINCT FROM (OLD.memory_info, OLD.memory_type, OLD.user_ids, OLD.assistant_ids, OLD.time, OLD.scope, OLD.class, OLD.expires_at, OLD.status, OLD.valid_from, OLD.valid_to) THEN
+            r := NEW; v_kind := 'memory.updated'; v_at := NEW.updated_at;
+        ELSE
+            RETURN NULL;
+        END IF;
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, v_kind, c.id, r.id, r.user_ids,
+            (CASE WHEN TG_OP = 'DELETE'
+                THEN json_build_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', r.id, 'event_type', r.memory_type, 'user_ids', r.user_ids::json, 'assistant_ids', r.assistant_ids::json, 'conversation_id', r.conversation_id, 'session_id', r.session_id)
+                ELSE json_build_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', r.id, 'event_type', r.memory_type, 'user_ids', r.user_ids::json, 'assistant_ids', r.assistant_ids::json, 'group_id', r.group_id, 'conversation_id', r.conversation_id, 'session_id', r.session_id, 'scope', r.scope, 'class', r.class, 'status', r.status, 'time', r.time, 'memory_info', r.memory_info::json, 'created_at', r.created_at, 'updated_at', r.updated_at, 'expires_at', r.expires_at, 'superseded_by', r.superseded_by, 'valid_from', r.valid_from, 'valid_to', r.valid_to)
+            END)::TEXT,
+            v_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = r.collection_id AND strpos(w.events, ' ' || v_kind || ' ') > 0;
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER webhook_events ON events;
+    CREATE TRIGGER webhook_events AFTER INSERT OR DELETE OR UPDATE OF memory_info, memory_type, user_ids, assistant_ids, time, scope, class, expires_at, status, valid_from, valid_to ON events
+        FOR EACH ROW EXECUTE FUNCTION mnemo_webhook_events();
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -386,6 +386,36 @@ const MIGRATIONS: &[&str] = &[
     UPDATE events SET valid_to = (SELECT coalesce(n.valid_from, n.time) FROM events n WHERE n.id = events.superseded_by)
     WHERE superseded_by IS NOT NULL;
     "#,
+    // v15: the memory.* webhooks' payloads carry the event's validity (`valid_from`, `valid_to`),
+    // and a change of it alone is a memory.updated. The triggers of v10, written again with them.
+    r#"
+    DROP TRIGGER webhook_event_created;
+    DROP TRIGGER webhook_event_updated;
+    DROP TRIGGER webhook_event_superseded;
+    CREATE TRIGGER webhook_event_created AFTER INSERT ON events WHEN EXISTS (SELECT 1 FROM webhooks)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.created', c.id, NEW.id, NEW.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', NEW.id, 'event_type', NEW.memory_type, 'user_ids', json(NEW.user_ids), 'assistant_ids', json(NEW.assistant_ids), 'group_id', NEW.group_id, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'scope', NEW.scope, 'class', NEW.class, 'status', NEW.status, 'time', NEW.time, 'memory_info', json(NEW.memory_info), 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'expires_at', NEW.expires_at, 'superseded_by', NEW.superseded_by, 'valid_from', NEW.valid_from, 'valid_to', NEW.valid_to), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.created ') > 0;
+    END;
+    CREATE TRIGGER webhook_event_updated AFTER UPDATE OF memory_info, memory_type, user_ids, assistant_ids, time, scope, class, status, expires_at, valid_from, valid_to ON events
+    WHEN EXISTS (SELECT 1 FROM webhooks) AND NOT (NEW.status = 'superseded' AND OLD.status IS NOT 'superseded') AND (NEW.memory_info IS NOT OLD.memory_info OR NEW.memory_type IS NOT OLD.memory_type OR NEW.user_ids IS NOT OLD.user_ids OR NEW.assistant_ids IS NOT OLD.assistant_ids OR NEW.time IS NOT OLD.time OR NEW.scope IS NOT OLD.scope OR NEW.class IS NOT OLD.class OR NEW.expires_at IS NOT OLD.expires_at OR NEW.status IS NOT OLD.status OR NEW.valid_from IS NOT OLD.valid_from OR NEW.valid_to IS NOT OLD.valid_to)
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.updated', c.id, NEW.id, NEW.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', NEW.id, 'event_type', NEW.memory_type, 'user_ids', json(NEW.user_ids), 'assistant_ids', json(NEW.assistant_ids), 'group_id', NEW.group_id, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'scope', NEW.scope, 'class', NEW.class, 'status', NEW.status, 'time', NEW.time, 'memory_info', json(NEW.memory_info), 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'expires_at', NEW.expires_at, 'superseded_by', NEW.superseded_by, 'valid_from', NEW.valid_from, 'valid_to', NEW.valid_to), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.updated ') > 0;
+    END;
+    CREATE TRIGGER webhook_event_superseded AFTER UPDATE OF status ON events
+    WHEN EXISTS (SELECT 1 FROM webhooks) AND NEW.status = 'superseded' AND OLD.status IS NOT 'superseded'
+    BEGIN
+        INSERT INTO webhook_outbox(webhook_id, kind, collection_id, subject_id, user_ids, payload, created_at)
+        SELECT w.id, 'memory.superseded', c.id, NEW.id, NEW.user_ids, json_object('project_name', c.project_name, 'collection_name', c.collection_name, 'event_id', NEW.id, 'event_type', NEW.memory_type, 'user_ids', json(NEW.user_ids), 'assistant_ids', json(NEW.assistant_ids), 'group_id', NEW.group_id, 'conversation_id', NEW.conversation_id, 'session_id', NEW.session_id, 'scope', NEW.scope, 'class', NEW.class, 'status', NEW.status, 'time', NEW.time, 'memory_info', json(NEW.memory_info), 'created_at', NEW.created_at, 'updated_at', NEW.updated_at, 'expires_at', NEW.expires_at, 'superseded_by', NEW.superseded_by, 'valid_from', NEW.valid_from, 'valid_to', NEW.valid_to), NEW.updated_at
+        FROM collections c JOIN webhooks w ON w.project_name = c.project_name
+        WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.superseded ') > 0;
+    END;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

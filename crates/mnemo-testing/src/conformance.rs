@@ -13,7 +13,7 @@ use mnemo_core::model::*;
 use mnemo_core::store::Store;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
 use mnemo_core::{ExtractTrigger, StoreError, TriggerReason};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -1256,6 +1256,16 @@ pub async fn every_change_is_announced_in_its_own_transaction(h: &impl StoreHarn
         (Some("default"), Some("c1"))
     );
     assert_eq!(updated.data["user_ids"], json!(["u1"]));
+    // Its validity: from its time (none stated), still current.
+    let created = all.iter().find(|d| d.kind == "memory.created").unwrap();
+    assert_eq!(
+        (&created.data["valid_from"], &created.data["valid_to"]),
+        (&Value::Null, &Value::Null),
+        "{:?}",
+        created.data
+    );
+    let keys = created.data.as_object().unwrap();
+    assert!(keys.contains_key("valid_from") && keys.contains_key("valid_to"), "{keys:?}");
 
     // Delivery: claimed under a lease, retried, delivered or dead-lettered, redelivered.
     let claimed = s.claim_deliveries(100, 5_000, 3).await.unwrap();
@@ -1399,22 +1409,24 @@ pub async fn every_change_is_announced_in_its_own_transaction(h: &impl StoreHarn
         .list_deliveries("default", DeliveryFilter { webhook_id: Some("fix".into()), limit: 10, ..Default::default() })
         .await
         .unwrap();
-    let mut fixes: Vec<(String, String, Option<String>)> = fixes
+    let mut fixes: Vec<(String, String, Option<String>, Option<i64>)> = fixes
         .iter()
         .map(|d| {
             (
                 d.kind.clone(),
                 d.data["event_id"].as_str().unwrap().to_string(),
                 d.data["superseded_by"].as_str().map(String::from),
+                d.data["valid_to"].as_i64(),
             )
         })
         .collect();
     fixes.sort();
+    // The superseded one's validity ends when its successor's begins (that session's time).
     assert_eq!(
         fixes,
         vec![
-            ("memory.superseded".to_string(), first[1].clone(), Some(second[1].clone())),
-            ("memory.updated".to_string(), first[0].clone(), None),
+            ("memory.superseded".to_string(), first[1].clone(), Some(second[1].clone()), Some(2_000)),
+            ("memory.updated".to_string(), first[0].clone(), None, None),
         ]
     );
 }
