@@ -201,6 +201,31 @@ pub fn merged_content(
         let skip = both.chars().count().saturating_sub(MERGED_ORIGINAL_CHARS);
         info.insert("original_messages".into(), serde_json::Value::String(both.chars().skip(skip).collect()));
     }
+    // The entities stated in either session, one entry per name (aliases joined).
+    use crate::model::STATED_ENTITIES;
+    if let Some(serde_json::Value::Array(before)) = old.memory_info.get(STATED_ENTITIES) {
+        let mut all: Vec<serde_json::Value> = before.clone();
+        if let Some(serde_json::Value::Array(now_stated)) = new.memory_info.get(STATED_ENTITIES) {
+            for e in now_stated {
+                let same = |o: &serde_json::Value| {
+                    o["name"].as_str().map(crate::entities::key) == e["name"].as_str().map(crate::entities::key)
+                };
+                match all.iter_mut().find(|o| same(o)) {
+                    Some(o) => {
+                        let mut aliases = o["aliases"].as_array().cloned().unwrap_or_default();
+                        for a in e["aliases"].as_array().into_iter().flatten() {
+                            if !aliases.contains(a) {
+                                aliases.push(a.clone());
+                            }
+                        }
+                        o["aliases"] = serde_json::Value::Array(aliases);
+                    }
+                    None => all.push(e.clone()),
+                }
+            }
+        }
+        info.insert(STATED_ENTITIES.into(), serde_json::Value::Array(all));
+    }
     (info, sources)
 }
 

@@ -316,6 +316,11 @@ pub fn original_message_turns(raw: &str) -> Option<Vec<(&str, Role, &str)>> {
 }
 
 /// The text of an event's `memory_info`: its summary, or its fields (not the raw messages).
+/// The `memory_info` key of the entities an extractor stated for an event (the `llm` extractor:
+/// `[{"name", "kind", "aliases"}]`), beside `original_messages`; an event type with a field of
+/// this name keeps it as its field.
+pub const STATED_ENTITIES: &str = "entities";
+
 pub fn event_text(memory_info: &Map<String, Value>) -> String {
     {
         if let Some(Value::String(s)) = memory_info.get("summary") {
@@ -323,7 +328,7 @@ pub fn event_text(memory_info: &Map<String, Value>) -> String {
         }
         memory_info
             .iter()
-            .filter(|(k, _)| k.as_str() != "original_messages")
+            .filter(|(k, v)| k.as_str() != "original_messages" && !(k.as_str() == STATED_ENTITIES && v.is_array()))
             .map(|(k, v)| match v {
                 Value::String(s) => format!("{k}: {s}"),
                 other => format!("{k}: {other}"),

@@ -19,7 +19,7 @@ use crate::rules::{Clean, RulesConfig, clean, original_messages, truncate_chars}
 use async_trait::async_trait;
 use mnemo_core::TokenCounter;
 use mnemo_core::extract::{ExtractError, ExtractedEvent, ExtractionInput, ExtractionOutput, Extractor, ProfileChange};
-use mnemo_core::model::{CollectionSchema, EventTypeDef, FieldType, PROFILE_V1, Role};
+use mnemo_core::model::{CollectionSchema, EventTypeDef, FieldType, PROFILE_V1, Role, STATED_ENTITIES};
 use mnemo_core::service::validate_memory_info;
 use serde_json::{Map, Value, json};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -357,7 +357,8 @@ fn system_prompt(schema: &CollectionSchema) -> String {
          Answer with one JSON object only: {\"events\": [...], \"profile\": [...]}.\n\n\
          events: things the user did, experienced, decided, planned, or asked for help with that are worth remembering later.\n\
          - One topic per event. Skip small talk and greetings. Never record the assistant's suggestions as facts about the user.\n\
-         - Each event: {\"type\": <event type>, \"fields\": {...}, \"source\": [numbers of the messages it comes from], \"supersedes\": <id like \"E2\" of an earlier memory that this event corrects or replaces, or null>}.\n\
+         - Each event: {\"type\": <event type>, \"fields\": {...}, \"source\": [numbers of the messages it comes from], \"supersedes\": <id like \"E2\" of an earlier memory that this event corrects or replaces, or null>, \"entities\": [...]}.\n\
+         - entities: the people, places, organisations, pets and other named things (products, activities) the event is about, each {\"name\": <the name, or the role when no name is given, e.g. \"sister\">, \"kind\": \"person\" | \"place\" | \"organization\" | \"pet\" | \"other\", \"aliases\": [other ways the conversation refers to it: \"my sister\", a nickname]}. Not the user.\n\
          - Write summaries in the language of the conversation, in the third person (\"The user ...\" / \"用户……\"), at most 200 characters.\n\
          - Keep time expressions exactly as the user said them (\"yesterday\", \"last Tuesday\", \"上周三\", \"明天\"). Do NOT turn them into dates and do not invent years.\n\n\
          profile: changes to stable facts about the user themselves (not about other people they mention).\n\
@@ -469,8 +470,18 @@ fn output_schema(schema: &CollectionSchema) -> Value {
                     "fields": {"type": "object", "properties": fields, "required": field_names, "additionalProperties": false},
                     "source": {"type": "array", "maxItems": 40, "items": {"type": "integer"}},
                     "supersedes": {"type": ["string", "null"]},
+                    "entities": {"type": "array", "maxItems": 10, "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "kind": {"type": "string", "enum": ["person", "place", "organization", "pet", "other"]},
+                            "aliases": {"type": "array", "maxItems": 5, "items": {"type": "string"}},
+                        },
+                        "required": ["name", "kind", "aliases"],
+                        "additionalProperties": false,
+                    }},
                 },
-                "required": ["type", "fields", "source", "supersedes"],
+                "required": ["type", "fields", "source", "supersedes", "entities"],
                 "additionalProperties": false,
             }},
             "profile": {"type": "array", "maxItems": 20, "items": {
@@ -593,6 +604,11 @@ fn validate(parsed: &Value, input: &ExtractionInput, cleaned: &[Clean], summary_
         }
         let chunk: Vec<Clean> = sources.iter().map(|m| (*m).clone()).collect();
         info.insert("original_messages".into(), Value::String(original_messages(&chunk)));
+        if let Some(stated) =
+            entities::stated(&item["entities"]).filter(|_| !def.fields.iter().any(|f| f.name == STATED_ENTITIES))
+        {
+            info.insert(STATED_ENTITIES.into(), stated);
+        }
         let mut event =
             ExtractedEvent::new(def.name.clone(), info, chunk.first().map(|m| m.time).unwrap_or(session_start));
         event.source_message_ids = chunk.iter().map(|m| m.message_id).collect();
@@ -658,5 +674,6 @@ fn validate(parsed: &Value, input: &ExtractionInput, cleaned: &[Clean], summary_
     out
 }
 
+mod entities;
 #[cfg(test)]
 mod tests;

@@ -66,13 +66,50 @@ pub fn event_mentions(e: &Event) -> Vec<Mention> {
         }
     }
     let refs: Vec<&str> = speakers.iter().map(String::as_str).collect();
-    let mut out: Vec<Mention> =
-        speakers.iter().map(|s| Mention { name: s.clone(), kind: Kind::Person, role: None, named: true }).collect();
+    // What the extractor stated first (its kinds and aliases), then the speakers, then what the
+    // rules find in the text that neither named.
+    let mut out = stated(e);
+    for s in &speakers {
+        if !out.iter().any(|o| key(&o.name) == key(s)) {
+            out.push(Mention { name: s.clone(), kind: Kind::Person, role: None, named: true });
+        }
+    }
     for t in &texts {
         for m in mentions(t, &refs) {
-            if !out.iter().any(|o| o.named == m.named && key(&o.name) == key(&m.name)) {
+            let known = |o: &Mention| {
+                (o.named == m.named && key(&o.name) == key(&m.name))
+                    || (m.named && o.role.as_deref().is_some_and(|r| key(r) == key(&m.name)))
+            };
+            if !out.iter().any(known) {
                 out.push(m);
             }
+        }
+    }
+    out
+}
+
+/// The entities an extractor stated for the event (`memory_info.entities`, the `llm`
+/// extractor's): one mention per alias (an alias is kept as a role is), kinds it does not know
+/// read as `other`.
+fn stated(e: &Event) -> Vec<Mention> {
+    let Some(serde_json::Value::Array(list)) = e.memory_info.get(crate::model::STATED_ENTITIES) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Mention> = Vec::new();
+    for item in list {
+        let Some(name) = item["name"].as_str().map(str::trim).filter(|n| !n.is_empty()) else { continue };
+        let kind = item["kind"].as_str().and_then(Kind::parse).unwrap_or(Kind::Other);
+        let aliases: Vec<String> = item["aliases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str().map(str::trim))
+            .filter(|a| !a.is_empty() && key(a) != key(name))
+            .map(str::to_string)
+            .collect();
+        let roles = if aliases.is_empty() { vec![None] } else { aliases.into_iter().map(Some).collect() };
+        for role in roles {
+            out.push(Mention { name: name.to_string(), kind, role, named: true });
         }
     }
     out
@@ -128,6 +165,29 @@ pub fn catalog(user_id: &str, events: &[Event]) -> Vec<Entity> {
             l.events.extend(s.events);
             for (k, n) in s.kinds {
                 *l.kinds.entry(k).or_default() += n;
+            }
+        }
+    }
+    // A name that is exactly one other entity's alias ("小雨", stated as Wen's) is that entity.
+    let aliased: Vec<(String, String)> = named
+        .keys()
+        .filter_map(|k| {
+            let holders: Vec<&String> = named
+                .iter()
+                .filter(|(o, a)| *o != k && a.aliases.iter().any(|x| key(x) == *k))
+                .map(|(o, _)| o)
+                .collect();
+            (holders.len() == 1).then(|| (k.clone(), holders[0].clone()))
+        })
+        .collect();
+    for (alias, holder) in aliased {
+        if named.contains_key(&holder)
+            && let Some(a) = named.remove(&alias)
+        {
+            let h = named.get_mut(&holder).expect("the holder");
+            h.events.extend(a.events);
+            for (k, n) in a.kinds {
+                *h.kinds.entry(k).or_default() += n;
             }
         }
     }
@@ -246,5 +306,27 @@ mod tests {
         assert_eq!(ingrid.entity_id, entity_id("u1", "ingrid"), "stable: the user and the name");
         assert_ne!(ingrid.entity_id, entity_id("u2", "Ingrid"));
         assert!(!cat.iter().any(|e| e.is("assistant") || e.is("助手")), "the assistant is not an entity");
+    }
+
+    #[test]
+    fn entities_an_extractor_stated_with_their_kinds_and_aliases() {
+        let mut e1 = event("e1", 1, &[("user", "My sister is coming over; we'll try the new Kindle together.")]);
+        e1.memory_info.insert(
+            crate::model::STATED_ENTITIES.into(),
+            serde_json::json!([
+                {"name": "Wen", "kind": "person", "aliases": ["my sister", "Xiaoyu"]},
+                {"name": "Kindle", "kind": "product", "aliases": []},
+            ]),
+        );
+        // Later, named only by the alias, in an event no extractor annotated.
+        let e2 = event("e2", 2, &[("user", "Yesterday I met Xiaoyu at the station.")]);
+        let cat = catalog("u1", &[e1, e2]);
+        let wen = cat.iter().find(|e| e.is("Wen")).unwrap_or_else(|| panic!("{cat:#?}"));
+        assert_eq!(wen.kind, Kind::Person);
+        assert_eq!(wen.aliases, vec!["Xiaoyu".to_string(), "my sister".to_string()]);
+        assert_eq!(wen.event_ids, vec!["e2", "e1"], "the alias named alone is Wen");
+        assert!(!cat.iter().any(|e| e.name == "Xiaoyu"), "no second entity for the alias: {cat:#?}");
+        let kindle = cat.iter().find(|e| e.is("kindle")).unwrap();
+        assert_eq!(kindle.kind, Kind::Other, "a kind the catalog does not know reads as other");
     }
 }

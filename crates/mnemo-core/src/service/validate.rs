@@ -152,7 +152,18 @@ pub fn validate_memory_info(def: &EventTypeDef, info: &Map<String, Value>, path:
             }
             continue;
         }
-        let Some(f) = def.fields.iter().find(|f| &f.name == k) else {
+        let field = def.fields.iter().find(|f| &f.name == k);
+        if k == STATED_ENTITIES && field.is_none() {
+            let stated = |e: &Value| e["name"].as_str().is_some_and(|n| (1..=200).contains(&n.chars().count()));
+            if !v.as_array().is_some_and(|a| a.len() <= 50 && a.iter().all(stated)) {
+                return Err(CoreError::invalid(
+                    format!("{path}.{STATED_ENTITIES}"),
+                    "must be a list of at most 50 entities, each {\"name\": 1..=200 characters, \"kind\", \"aliases\"}",
+                ));
+            }
+            continue;
+        }
+        let Some(f) = field else {
             return Err(CoreError::invalid(
                 format!("{path}.{k}"),
                 format!(
@@ -201,13 +212,16 @@ mod tests {
     #[test]
     pub(super) fn memory_info_is_checked_against_the_type() {
         let def = CollectionSchema::builtin_event_v1();
-        let ok = json!({"summary": "用户喜欢手冲咖啡", "original_messages": "u: …"});
+        let ok = json!({"summary": "用户喜欢手冲咖啡", "original_messages": "u: …",
+                        "entities": [{"name": "小雨", "kind": "person", "aliases": ["姐姐"]}]});
         assert!(validate_memory_info(&def, ok.as_object().unwrap(), "memory_info", true).is_ok());
         for (bad, field) in [
             (json!({}), "memory_info.summary"),
             (json!({"summary": 3}), "memory_info.summary"),
             (json!({"summary": "x", "mood": "ok"}), "memory_info.mood"),
             (json!({"summary": "   "}), "memory_info.summary"),
+            (json!({"summary": "x", "entities": "Wen"}), "memory_info.entities"),
+            (json!({"summary": "x", "entities": [{"kind": "person"}]}), "memory_info.entities"),
         ] {
             match validate_memory_info(&def, bad.as_object().unwrap(), "memory_info", true) {
                 Err(CoreError::Invalid { field: f, .. }) => assert_eq!(f, field, "{bad}"),

@@ -45,7 +45,8 @@ fn valid_items_kept_invalid_dropped() {
     let cleaned = clean(&inp.messages, &RulesConfig::default());
     let answer = json!({
         "events": [
-            {"type": "event_v1", "fields": {"summary": "The user moved to Berlin last month."}, "source": [1], "supersedes": "E1"},
+            {"type": "event_v1", "fields": {"summary": "The user moved to Berlin last month."}, "source": [1], "supersedes": "E1",
+             "entities": [{"name": " Berlin ", "kind": "place", "aliases": []}, {"name": "Wen", "kind": "sibling", "aliases": ["my sister", ""]}, {"kind": "person"}]},
             {"type": "event_v1", "fields": {"summary": 42}, "source": [1]},
             {"type": "no_such_type", "fields": {"summary": "x"}, "source": [1]},
             {"type": "event_v1", "fields": {}, "source": [1]},
@@ -65,6 +66,11 @@ fn valid_items_kept_invalid_dropped() {
     assert_eq!(e.source_message_ids, vec![10]);
     assert_eq!(e.supersedes.as_deref(), Some("evt_old"));
     assert!(e.memory_info["original_messages"].as_str().unwrap().contains("Berlin"));
+    // The entities it named, trimmed; an unknown kind is "other", a nameless one dropped.
+    assert_eq!(
+        e.memory_info["entities"],
+        json!([{"name": "Berlin", "kind": "place", "aliases": []}, {"name": "Wen", "kind": "other", "aliases": ["my sister"]}])
+    );
     assert_eq!(out.profile_changes.len(), 3);
     assert!(
         matches!(&out.profile_changes[2], ProfileChange::Set { key, .. } if key == "job"),

@@ -364,7 +364,11 @@ async fn duplicates_merge_corrections_supersede_and_profile_history_is_kept() {
         let p = prompt(body);
         if p.contains("SESSION-ONE") {
             return Answer::Json(json!({
-                "events": [summary_event("The user plans a trip to Tokyo in March."), summary_event("The user adopted a cat named Miso.")],
+                "events": [
+                    summary_event("The user plans a trip to Tokyo in March."),
+                    {"type": "event_v1", "fields": {"summary": "The user adopted a cat named Miso."}, "source": [1], "supersedes": null,
+                     "entities": [{"name": "Miso", "kind": "pet", "aliases": ["my cat"]}]},
+                ],
                 "profile": [{"op": "set", "attribute": "city", "value": "Beijing"}],
             }));
         }
@@ -436,6 +440,14 @@ async fn duplicates_merge_corrections_supersede_and_profile_history_is_kept() {
         (Some("city"), Some("Beijing"))
     );
     assert!(p["history"][0]["valid_to"].as_i64().is_some());
+
+    // The entity the model named, with its kind and alias, kept through the merge.
+    let list = s.ok("entity/list", json!({"collection_name": "c", "filter": {"user_id": "u"}})).await;
+    let miso = list["entities"].as_array().unwrap().iter().find(|e| e["name"] == "Miso").expect("Miso").clone();
+    assert_eq!((&miso["kind"], &miso["aliases"]), (&json!("pet"), &json!(["my cat"])), "{list}");
+    let by_alias =
+        s.ok("event/search", json!({"collection_name": "c", "filter": {"user_id": "u", "entity": "my cat"}})).await;
+    assert_eq!(by_alias["result_list"][0]["id"], cat["id"], "{by_alias}");
 }
 
 #[tokio::test]
