@@ -209,8 +209,16 @@ pub fn router(service: Arc<Service>, config: HttpConfig) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn(guard::json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
+    let gate = state.reads.clone().map(|permits| mnemo_mcp::ReadGate {
+        permits,
+        max: state.max_reads,
+        queue: state.read_queue,
+    });
     let mcp = Router::new()
-        .route_service("/mcp", mnemo_mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty()))
+        .route_service(
+            "/mcp",
+            mnemo_mcp::http_service(state.service.clone(), config.mcp_scope, !state.keys.is_empty(), gate),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), jsonrpc_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth_and_context));
     let cors = (!config.sites.cors_origins.is_empty()).then(|| cors_layer(&config.sites.cors_origins));

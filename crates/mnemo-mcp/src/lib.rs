@@ -59,11 +59,30 @@ impl Default for McpScope {
 pub struct MemoryTools {
     service: Arc<Service>,
     scope: McpScope,
+    reads: Option<ReadGate>,
+}
+
+/// The HTTP server's read admission (`server.max_concurrent_reads`, `server.read_queue_ms`):
+/// `recall` and `search_memory` over `/mcp` take one of the same permits as an HTTP read, and a
+/// call that waits past the queue is answered with a tool error telling the agent to retry —
+/// writes (`remember`, `add_memory`, `forget_memory`) are never shed.
+#[derive(Clone)]
+pub struct ReadGate {
+    pub permits: Arc<tokio::sync::Semaphore>,
+    /// `server.max_concurrent_reads`, for the message.
+    pub max: usize,
+    pub queue: std::time::Duration,
 }
 
 impl MemoryTools {
     pub fn new(service: Arc<Service>, scope: McpScope) -> Self {
-        Self { service, scope }
+        Self { service, scope, reads: None }
+    }
+
+    /// Reading tools admitted by `gate` (the HTTP server's).
+    pub fn with_read_gate(mut self, gate: Option<ReadGate>) -> Self {
+        self.reads = gate;
+        self
     }
 
     /// The scope of one call: the configured one, narrowed by HTTP headers, checked against the key.
@@ -93,7 +112,7 @@ impl MemoryTools {
         let principal = parts.extensions.get::<Principal>().cloned().unwrap_or(Principal::Open);
         principal.check_project(&scope.project)?;
         // Reading tools need `read`; the others change memory and need `write`.
-        let need = if matches!(tool, "recall" | "search_memory") { Scope::Read } else { Scope::Write };
+        let need = if is_read(tool) { Scope::Read } else { Scope::Write };
         principal.check_scope(need)?;
         // An end-user token acts for its user only.
         if let Some(user) = principal.user() {
@@ -283,6 +302,11 @@ impl MemoryTools {
             other => Err(CoreError::invalid("name", format!("no tool {other:?}"))),
         }
     }
+}
+
+/// The tools that only read memory.
+fn is_read(tool: &str) -> bool {
+    matches!(tool, "recall" | "search_memory")
 }
 
 /// A tool's `as_of`: a date (`YYYY-MM-DD`: what was true at the end of that day, in the server's
@@ -495,6 +519,22 @@ impl ServerHandler for MemoryTools {
         if let Err(msg) = check_arguments(&tool, &args) {
             return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into());
         }
+        // A reading tool waits its turn among the server's reads, or is shed with a message.
+        let _running = match (&self.reads, is_read(&request.name)) {
+            (Some(gate), true) => match tokio::time::timeout(gate.queue, gate.permits.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => Some(permit),
+                _ => {
+                    let msg = format!(
+                        "overloaded: {} reads are running (server.max_concurrent_reads) and this call waited {} ms for \
+                         its turn (server.read_queue_ms); retry in a second",
+                        gate.max,
+                        gate.queue.as_millis()
+                    );
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into());
+                }
+            },
+            _ => None,
+        };
         Ok(match self.run(&request.name, &args, &scope).await {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             // Tool-level errors: the agent sees the message (which names the argument and the range).
@@ -513,6 +553,7 @@ pub fn http_service(
     service: Arc<Service>,
     scope: McpScope,
     keys_configured: bool,
+    reads: Option<ReadGate>,
 ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
     MemoryTools,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
@@ -524,7 +565,7 @@ pub fn http_service(
         // server) would only get in the way of a non-loopback bind.
         config = config.disable_allowed_hosts();
     }
-    let tools = MemoryTools::new(service, scope);
+    let tools = MemoryTools::new(service, scope).with_read_gate(reads);
     StreamableHttpService::new(move || Ok(tools.clone()), Default::default(), config)
 }
 

@@ -199,6 +199,25 @@ async fn reads_past_the_limit_are_shed_with_retry_after_while_writes_go_on() {
     assert!(message.contains("server.max_concurrent_reads") && message.contains("server.read_queue_ms"), "{body}");
     // Writes are not reads: they go on.
     s.write("conv", msgs(&[("user", "echo: still writing")]), json!({"message_count": 50}), "u").await;
+    // The same over MCP: search_memory takes the same slots and is told to retry; a write goes on
+    // (a batched turn: nothing to embed while the model is held).
+    let tool = |name: &str, args: Value| {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}});
+        let s = s.clone();
+        async move {
+            let (_, v) =
+                crate::mcp::mcp_post(&s, None, &[("x-mnemo-collection", "c"), ("x-mnemo-user", "u")], body).await;
+            (
+                v["result"]["isError"] == json!(true),
+                v["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string(),
+            )
+        }
+    };
+    let (error, text) = tool("search_memory", json!({"query": "delta over mcp"})).await;
+    assert!(error && text.starts_with("overloaded:") && text.contains("server.max_concurrent_reads"), "{text}");
+    let (error, text) = tool("remember", json!({"content": "foxtrot turn", "batched": true})).await;
+    assert!(!error && text.starts_with("Remembered as short-term memory"), "{text}");
     // The model answers; the held search is answered, and the next read gets its turn.
     fake.hold.store(false, Ordering::SeqCst);
     let (status, first) = first.await.unwrap();
