@@ -416,6 +416,14 @@ fn chinese(text: &str) -> Vec<Mention> {
     out
 }
 
+/// Whether an alias is a role ("sister", "dog", 姐姐) rather than a name: a role names whoever
+/// holds it, so it identifies an entity only where the text ties it to the name.
+pub fn is_role(alias: &str) -> bool {
+    let k = key(alias);
+    let k = k.strip_prefix("my ").unwrap_or(&k);
+    PERSON_ROLES.contains(&k) || PET_ROLES.contains(&k) || ZH_ROLES.contains(&k)
+}
+
 /// What a question asks about entities.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Question {

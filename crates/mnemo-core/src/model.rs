@@ -513,7 +513,7 @@ impl EventFilter {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Profile {
     pub id: String,
     pub profile_type: String,

@@ -272,8 +272,11 @@ pub fn answer(path: &str) -> Value {
             json!({"collection_name": {"type": "string"}, "count": count, "entities": array(r("Entity"))}),
         ),
         "/entity/get" => object(
-            &["entity", "count", "events"],
-            json!({"entity": r("Entity"), "count": count, "events": array(r("Event"))}),
+            &["entity", "count", "events", "profile_values"],
+            json!({"entity": r("Entity"), "count": count, "events": array(r("Event")), "profile_values": array(object(
+                &["profile_type", "attribute", "value"],
+                json!({"profile_type": {"type": "string"}, "attribute": {"type": "string"}, "value": {"type": "string"}}),
+            ))}),
         ),
         "/profile/add" | "/profile/update" => {
             object(&["profile_id", "profile"], json!({"profile_id": {"type": "string"}, "profile": r("Profile")}))

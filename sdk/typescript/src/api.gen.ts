@@ -2071,6 +2071,11 @@ export interface operations {
                             count: number;
                             entity: components["schemas"]["Entity"];
                             events: components["schemas"]["Event"][];
+                            profile_values: {
+                                attribute: string;
+                                profile_type: string;
+                                value: string;
+                            }[];
                         };
                     };
                 };

@@ -28,7 +28,15 @@ pub async fn get(State(s): State<AppState>, ApiJson { ctx, body }: ApiJson<Entit
     let err = |e| ApiError::from_core(rid, e);
     let limit = entity_limit(body.limit).map_err(err)?;
     let target = Target { project: body.project_name, collection: body.collection_name };
-    let (entity, events) = s.service.entity_events(&target, &body.user_id, &body.entity, limit).await.map_err(err)?;
+    let (entity, events, mentions) =
+        s.service.entity_events(&target, &body.user_id, &body.entity, limit).await.map_err(err)?;
     let events: Vec<_> = events.iter().map(|e| event_json(e, None)).collect();
-    Ok(ApiOk::new(rid, json!({"entity": entity_json(&entity), "count": events.len(), "events": events})))
+    let profile_values: Vec<_> = mentions
+        .iter()
+        .map(|m| json!({"profile_type": m.profile_type, "attribute": m.attribute, "value": m.value}))
+        .collect();
+    Ok(ApiOk::new(
+        rid,
+        json!({"entity": entity_json(&entity), "count": events.len(), "events": events, "profile_values": profile_values}),
+    ))
 }

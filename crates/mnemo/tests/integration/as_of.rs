@@ -159,6 +159,15 @@ async fn as_of_answers_with_what_was_true_then() {
     assert_eq!((u["user_id"].clone(), u["conversation_count"].clone()), (json!("u"), json!(2)), "{users}");
     assert!(u["event_count"].as_u64().unwrap() >= 2 && u["last_active"].as_i64().is_some(), "{users}");
 
+    // The entity's page: its events and the profile values that name it.
+    let bmw = s.ok("entity/get", json!({"collection_name": "c", "user_id": "u", "entity": "bmw"})).await;
+    assert_eq!(bmw["entity"]["name"], "BMW", "{bmw}");
+    assert_eq!(
+        bmw["profile_values"],
+        json!([{"profile_type": "profile_v1", "attribute": "workplace", "value": "BMW"}]),
+        "{bmw}"
+    );
+
     // A time that is no time is refused, naming the field.
     for (path, body) in [
         ("event/search", json!({"collection_name": "c", "filter": {"user_id": "u"}, "as_of": -1})),
