@@ -26,6 +26,19 @@ use std::time::Instant;
 /// (max_tokens, event limit) per run.
 pub const RUNS: [(u32, u32); 4] = [(600, 200), (1200, 200), (2400, 200), (1200, 10)];
 
+/// The runs: [`RUNS`], or `MNEMO_BENCH_RUNS=300/200,600/200` (max_tokens/event limit each) to
+/// look where a set's contexts do not hold everything (a small set saturates at 1,200 tokens).
+fn runs() -> anyhow::Result<Vec<(u32, u32)>> {
+    let Ok(spec) = std::env::var("MNEMO_BENCH_RUNS") else { return Ok(RUNS.to_vec()) };
+    spec.split(',')
+        .map(|r| {
+            let (t, l) = r.trim().split_once('/').unwrap_or((r.trim(), "200"));
+            Ok((t.parse()?, l.parse()?))
+        })
+        .collect::<Result<_, std::num::ParseIntError>>()
+        .map_err(|e| anyhow::anyhow!("MNEMO_BENCH_RUNS: {e} (expected e.g. 300/200,600/200)"))
+}
+
 #[derive(Default, Clone, Copy)]
 struct Tally {
     present: usize,
@@ -300,7 +313,7 @@ pub(super) async fn run(
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
         None => None,
     };
-    for (max_tokens, event_limit) in RUNS {
+    for (max_tokens, event_limit) in runs()? {
         let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
         let debug = std::env::var_os("MNEMO_BENCH_DEBUG").is_some();
         // MNEMO_BENCH_DEBUG=list: one line per question whose evidence is missing.
