@@ -315,12 +315,13 @@ pub fn original_message_turns(raw: &str) -> Option<Vec<(&str, Role, &str)>> {
         .collect()
 }
 
-/// The text of an event's `memory_info`: its summary, or its fields (not the raw messages).
 /// The `memory_info` key of the entities an extractor stated for an event (the `llm` extractor:
 /// `[{"name", "kind", "aliases"}]`), beside `original_messages`; an event type with a field of
 /// this name keeps it as its field.
 pub const STATED_ENTITIES: &str = "entities";
 
+/// The text of an event's `memory_info`: its summary, or its fields (not the raw messages, nor
+/// the stated entities).
 pub fn event_text(memory_info: &Map<String, Value>) -> String {
     {
         if let Some(Value::String(s)) = memory_info.get("summary") {

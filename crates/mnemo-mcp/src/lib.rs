@@ -397,6 +397,11 @@ fn schema(v: Value) -> Arc<JsonObject> {
     Arc::new(v.as_object().cloned().expect("a schema is an object"))
 }
 
+/// `as_of` of the reading tools.
+const AS_OF_DOC: &str = "Optional: answer with what was true then — a date (YYYY-MM-DD, the end of that day) or an \
+                         RFC 3339 time. Facts that changed later (a move, a new job) show their value of that time; \
+                         memories from after it are left out.";
+
 /// The tools, with schemas and descriptions written for an agent to follow.
 pub fn tools() -> Vec<Tool> {
     vec![
@@ -426,7 +431,7 @@ pub fn tools() -> Vec<Tool> {
                 "query": {"type": "string", "description": "What the user is asking about now (improves which memories come back)."},
                 "max_tokens": {"type": "integer", "minimum": MAX_TOKENS_RANGE.0, "maximum": MAX_TOKENS_RANGE.1, "description": "Budget for the returned text (default: the server's inject.max_tokens)."},
                 "conversation_id": {"type": "string", "description": "Optional: the conversation whose recent turns to include."},
-                "as_of": {"type": "string", "description": "Optional: answer with what was true then — a date (YYYY-MM-DD, the end of that day) or an RFC 3339 time. Facts that changed later (a move, a new job) show their value of that time; memories from after it are left out."}
+                "as_of": {"type": "string", "description": AS_OF_DOC}
             }, "additionalProperties": false})),
         ),
         Tool::new(
@@ -438,7 +443,7 @@ pub fn tools() -> Vec<Tool> {
             schema(json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "What to look for.", "minLength": 1, "maxLength": 4000},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
-                "as_of": {"type": "string", "description": "Optional: answer with what was true then — a date (YYYY-MM-DD, the end of that day) or an RFC 3339 time. Facts that changed later (a move, a new job) show their value of that time; memories from after it are left out."}
+                "as_of": {"type": "string", "description": AS_OF_DOC}
             }, "required": ["query"], "additionalProperties": false})),
         ),
         Tool::new(

@@ -206,7 +206,10 @@ async fn a_malformed_mcp_body_is_a_json_rpc_parse_error() {
     let scope = [("x-mnemo-user", "bob")];
     let call = |args: Value| json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search_memory", "arguments": args}});
     for (args, says) in [
-        (json!({"query": "x", "limt": 2}), "limt: unknown argument; the arguments of search_memory are limit, query"),
+        (
+            json!({"query": "x", "limt": 2}),
+            "limt: unknown argument; the arguments of search_memory are as_of, limit, query",
+        ),
         (json!({"query": "x", "limit": 0}), "limit: must be an integer in 1..=50, got 0"),
         (json!({"query": 7}), "query: must be a string, got 7"),
         (json!({}), "query: is required"),
