@@ -191,6 +191,54 @@ pub fn synthetic_event(
     }
 }
 
+/// What the events `bench scale` writes look like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventShape {
+    /// As the rules extractor writes them: a 30-word summary, the chunk's four turns in
+    /// `original_messages` (~1 KB of `memory_info`, its full-text terms ~1 KB) and a vector per
+    /// turn beside the event's.
+    Extracted,
+    /// A 10-word summary and one vector (~75 bytes of `memory_info`): the shape every figure
+    /// before 2026-12-05 (session 36) was measured with.
+    Summary,
+}
+
+/// An event of `user` shaped as `shape` says, its vector `vector`; turn vectors near it.
+pub fn shaped_event(
+    shape: EventShape,
+    collection_id: mnemo_core::model::CollectionId,
+    user: String,
+    label: String,
+    vector: Vec<f32>,
+    time: i64,
+    rng: &mut Rng,
+) -> mnemo_core::model::NewEvent {
+    if shape == EventShape::Summary {
+        return synthetic_event(collection_id, user, format!("{label}: {}", rng.words(10)), vector, time);
+    }
+    let turns: Vec<String> = (0..4)
+        .map(|t| {
+            let (name, role) = if t % 2 == 0 {
+                (user.as_str(), mnemo_core::model::Role::User)
+            } else {
+                ("assistant", mnemo_core::model::Role::Assistant)
+            };
+            mnemo_core::model::original_message_line(Some(name), role, &rng.words(20))
+        })
+        .collect();
+    let turn_vectors: Vec<Vec<f32>> = (0..turns.len())
+        .map(|_| {
+            let mut v: Vec<f32> = vector.iter().map(|x| x + 0.05 * rng.f()).collect();
+            mnemo_core::embed::normalize(&mut v);
+            v
+        })
+        .collect();
+    let mut e = synthetic_event(collection_id, user, format!("{label}: {}", rng.words(30)), vector, time);
+    e.memory_info.insert("original_messages".into(), serde_json::Value::String(turns.join("\n")));
+    e.turn_vectors = Some(turn_vectors);
+    e
+}
+
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

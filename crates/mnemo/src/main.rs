@@ -254,6 +254,10 @@ enum BenchCommand {
         /// HNSW index after the load, and the rate includes that build).
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// What the events look like: `extracted` (a summary, four turns and their vectors, as
+        /// the rules extractor writes them) or `summary` (ten words, the shape of earlier figures).
+        #[arg(long, value_enum, default_value = "extracted")]
+        events: bench::EventShape,
         #[command(flatten)]
         stores: bench::Stores,
     },
@@ -489,8 +493,8 @@ fn run() -> Result<()> {
                 cfg,
             ))
         }
-        Command::Bench { which: BenchCommand::Scale { sizes, users, batch, stores } } => {
-            rt.block_on(bench::scale::run(&sizes, users.max(1), batch.clamp(1, 10_000), stores, cfg))
+        Command::Bench { which: BenchCommand::Scale { sizes, users, batch, events, stores } } => {
+            rt.block_on(bench::scale::run(&sizes, users.max(1), batch.clamp(1, 10_000), events, stores, cfg))
         }
         Command::Bench { which: BenchCommand::Scope { sizes } } => rt.block_on(bench::scope::run(&sizes)),
         Command::Bench { which: BenchCommand::Embed { runs } } => rt.block_on(bench::embed::run(cfg, runs.max(5))),

@@ -13,7 +13,7 @@
 //! after 200 searches. `--stores sqlite,postgres` runs every size on both stores, one after the
 //! other in the same process, for a side-by-side table.
 
-use crate::bench::{Rng, percentile, synthetic_event};
+use crate::bench::{EventShape, Rng, percentile, shaped_event};
 use crate::config::Config;
 use anyhow::{Context, Result};
 use mnemo_core::embed::{EmbedKind, normalize};
@@ -44,6 +44,7 @@ fn p50_p95(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 /// Writes the events; returns the collection and the ingest rate (events/s).
+#[allow(clippy::too_many_arguments)]
 async fn fill(
     store: Arc<dyn Store>,
     n: usize,
@@ -51,6 +52,7 @@ async fn fill(
     batch: usize,
     model: &str,
     dim: usize,
+    shape: EventShape,
 ) -> Result<(CollectionId, f64)> {
     let c = store
         .ensure_collection(NewCollection {
@@ -83,8 +85,16 @@ async fn fill(
     for i in 0..n {
         let mut v: Vec<f32> = centres[i % centres.len()].iter().map(|c| c + 0.6 * rng.f()).collect();
         normalize(&mut v);
-        let (user, summary) = (format!("user-{}", i % users), format!("event {i}: {}", rng.words(10)));
-        events.push(synthetic_event(c.id, user, summary, v, 1_700_000_000_000 + i as i64 * 1000));
+        let user = format!("user-{}", i % users);
+        events.push(shaped_event(
+            shape,
+            c.id,
+            user,
+            format!("event {i}"),
+            v,
+            1_700_000_000_000 + i as i64 * 1000,
+            &mut rng,
+        ));
         if events.len() == batch || i + 1 == n {
             let (s, mut chunk) = (store.clone(), std::mem::take(&mut events));
             pending.push(tokio::spawn(async move {
@@ -150,6 +160,7 @@ async fn make_live(
     user: &str,
     conversation: &str,
     dim: usize,
+    shape: EventShape,
     rng: &mut Rng,
 ) -> Result<()> {
     let turn = |role, content: &str| IncomingMessage {
@@ -177,8 +188,7 @@ async fn make_live(
         .map(|j| {
             let mut v: Vec<f32> = (0..dim).map(|_| rng.f()).collect();
             normalize(&mut v);
-            let mut e =
-                synthetic_event(collection, user.to_string(), format!("live {j}: {}", rng.words(10)), v, now - j);
+            let mut e = shaped_event(shape, collection, user.to_string(), format!("live {j}"), v, now - j, rng);
             e.conversation_id = Some(conversation.to_string());
             e
         })
@@ -242,12 +252,13 @@ pub async fn run(
     sizes: &[usize],
     users: usize,
     batch: usize,
+    shape: EventShape,
     stores: crate::bench::Stores,
     mut cfg: Config,
 ) -> Result<()> {
     let embedder = crate::app::build_embedder(&cfg)?;
     println!(
-        "scale benchmark: N events over {users} users (N/{users} per user), {}-d vectors ({}), 300 queries per measure, k = 10, stores {:?}",
+        "scale benchmark: N events over {users} users (N/{users} per user), shaped {shape:?}, {}-d vectors ({}), 300 queries per measure, k = 10, stores {:?}",
         embedder.dimension(),
         embedder.model_id(),
         stores.stores
@@ -266,7 +277,7 @@ pub async fn run(
             let db = crate::app::open_store(&cfg).await?;
             let opened = t.elapsed();
             let service = crate::app::service_on(&cfg, Arc::new(SystemClock), embedder.clone(), db.clone())?;
-            let ingest = fill(db.clone(), n, users, batch, embedder.model_id(), embedder.dimension()).await?.1;
+            let ingest = fill(db.clone(), n, users, batch, embedder.model_id(), embedder.dimension(), shape).await?.1;
             // What the service's housekeeping loop has done by then in a server (PostgreSQL: the
             // BM25 statistics deltas folded — unfolded, every full-text query sums them all;
             // SQLite: an upgraded directory's old events relocated).
@@ -341,7 +352,7 @@ pub async fn run(
             for i in 0..300 {
                 let live = format!("live-{run}-{i}");
                 let user = format!("user-{}", rng.next() as usize % users);
-                make_live(&service, &db, &target, c.id, &user, &live, embedder.dimension(), &mut rng).await?;
+                make_live(&service, &db, &target, c.id, &user, &live, embedder.dimension(), shape, &mut rng).await?;
                 service.query_cache.clear();
                 let t = Instant::now();
                 service.get_context(context_request(&target, live, QUERIES[i % QUERIES.len()], user)).await?;
