@@ -404,3 +404,29 @@ async fn run_one(b: &WriteBench, store: &str, cfg: &mut crate::config::Config) -
     };
     Ok((pick(&hz), pick(&wr)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An extracted-shape event reads as the extractor's would: its `original_messages` parse
+    /// into as many turns as it has turn vectors (the search pairs them by position), each vector
+    /// of unit length; the summary shape has neither.
+    #[test]
+    fn an_extracted_event_has_a_vector_for_each_of_its_turns() {
+        let mut rng = Rng(7);
+        let mut v: Vec<f32> = (0..32).map(|_| rng.f()).collect();
+        mnemo_core::embed::normalize(&mut v);
+        let e = shaped_event(EventShape::Extracted, 1, "user-1".into(), "event 1".into(), v.clone(), 0, &mut rng);
+        let turns = mnemo_core::turns::texts(&e.memory_info).expect("turns");
+        let vectors = e.turn_vectors.as_ref().expect("turn vectors");
+        assert_eq!((turns.len(), vectors.len()), (4, 4));
+        assert!(turns[0].starts_with("user-1: ") && turns[1].starts_with("assistant: "), "{turns:?}");
+        for t in vectors {
+            let norm = t.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4 && t.len() == v.len());
+        }
+        let s = shaped_event(EventShape::Summary, 1, "user-1".into(), "event 1".into(), v, 0, &mut rng);
+        assert!(s.turn_vectors.is_none() && mnemo_core::turns::texts(&s.memory_info).is_none());
+    }
+}
