@@ -144,6 +144,75 @@ impl Bm25Query {
         scored.into_iter().map(|(s, id)| (id.as_ref().to_string(), s)).collect()
     }
 
+    /// [`Self::top_k`] over a scope tokenised once ([`ScopeTerms`]): the same scores and order,
+    /// each document token counted by a table look-up instead of compared with every query term.
+    pub fn top_k_in(&self, scope: &ScopeTerms, k: usize) -> std::collections::HashMap<String, f64> {
+        // Each phrase in the scope's token ids (`None`: a token no document of the scope has).
+        let phrases: Vec<Option<Vec<u32>>> = self
+            .phrases
+            .iter()
+            .map(|(p, _)| p.iter().map(|t| scope.vocab.get(t.as_str()).copied()).collect())
+            .collect();
+        // One-token phrases are counted through `slot` (token id → 1 + its counter; 0: none);
+        // a phrase asked twice shares its counter.
+        let mut slot = vec![0u32; scope.vocab.len()];
+        let mut counters = 0usize;
+        let counter: Vec<Option<usize>> = phrases
+            .iter()
+            .map(|p| match p.as_deref() {
+                Some(&[t]) => {
+                    let s = &mut slot[t as usize];
+                    if *s == 0 {
+                        counters += 1;
+                        *s = counters as u32;
+                    }
+                    Some(*s as usize - 1)
+                }
+                _ => None,
+            })
+            .collect();
+        let mut counts = vec![0u32; counters];
+        let mut scored: Vec<(f64, &str)> = Vec::new();
+        for (id, tokens) in &scope.docs {
+            let Some(tokens) = tokens else { continue };
+            let doc = &scope.tokens[tokens.start as usize..tokens.end as usize];
+            counts.fill(0);
+            for &t in doc {
+                if let Some(c) = (slot[t as usize] as usize).checked_sub(1) {
+                    counts[c] += 1;
+                }
+            }
+            let score = self.sum(
+                doc.len(),
+                phrases.iter().zip(&counter).map(|(p, c)| match (p, c) {
+                    (_, Some(c)) => counts[*c],
+                    (Some(p), None) => doc.windows(p.len()).filter(|w| *w == p.as_slice()).count() as u32,
+                    (None, None) => 0,
+                }),
+            );
+            if score > 0.0 {
+                scored.push((score, id));
+            }
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        scored.truncate(k);
+        scored.into_iter().map(|(s, id)| (id.to_string(), s)).collect()
+    }
+
+    /// BM25 of a document of `len` tokens in which the query's phrases occur `freq` times each
+    /// (in the order of `phrases`).
+    fn sum(&self, len: usize, freq: impl Iterator<Item = u32>) -> f64 {
+        let len_norm = 1.0 - B + B * len as f64 / self.avgdl;
+        let mut score = 0.0;
+        for (f, (_, idf)) in freq.zip(&self.phrases) {
+            if f > 0 {
+                let f = f as f64;
+                score += idf * (f * (K1 + 1.0)) / (f + K1 * len_norm);
+            }
+        }
+        score
+    }
+
     pub fn new(query: &[String], stats: CorpusStats, df: impl Fn(&str) -> u64) -> Self {
         let docs = stats.docs.max(1) as f64;
         let phrases = query
@@ -161,8 +230,6 @@ impl Bm25Query {
 
     /// The document's score (0 when no query term occurs in it).
     pub fn score(&self, doc_terms: &str) -> f64 {
-        const K1: f64 = 1.2;
-        const B: f64 = 0.75;
         // The usual query — every term one token, a few of them — in one pass over the document
         // and without copying it: a search scores every document of the user's scope.
         const FEW: usize = 64;
@@ -180,15 +247,7 @@ impl Bm25Query {
                     *f += u32::from(if ascii { t.eq_ignore_ascii_case(p) } else { folded == p });
                 }
             }
-            let len_norm = 1.0 - B + B * len as f64 / self.avgdl;
-            let mut score = 0.0;
-            for (f, (_, idf)) in freq.iter().zip(&self.phrases) {
-                if *f > 0 {
-                    let f = *f as f64;
-                    score += idf * (f * (K1 + 1.0)) / (f + K1 * len_norm);
-                }
-            }
-            return score;
+            return self.sum(len, freq.into_iter());
         }
         // Terms are stored lowercased; only a token with upper case is folded (allocating).
         let doc: Vec<std::borrow::Cow<str>> = doc_terms
@@ -196,19 +255,73 @@ impl Bm25Query {
             .filter(|t| !t.is_empty())
             .map(|t| if has_upper(t) { t.to_lowercase().into() } else { t.into() })
             .collect();
-        let mut score = 0.0;
-        let len_norm = 1.0 - B + B * doc.len() as f64 / self.avgdl;
-        for (phrase, idf) in &self.phrases {
-            let freq = if phrase.len() == 1 {
-                doc.iter().filter(|t| **t == phrase[0]).count()
-            } else {
-                doc.windows(phrase.len()).filter(|w| w.iter().zip(phrase).all(|(a, b)| a == b)).count()
-            } as f64;
-            if freq > 0.0 {
-                score += idf * (freq * (K1 + 1.0)) / (freq + K1 * len_norm);
+        self.sum(
+            doc.len(),
+            self.phrases.iter().map(|(phrase, _)| {
+                if phrase.len() == 1 {
+                    doc.iter().filter(|t| **t == phrase[0]).count() as u32
+                } else {
+                    doc.windows(phrase.len()).filter(|w| w.iter().zip(phrase).all(|(a, b)| a == b)).count() as u32
+                }
+            }),
+        )
+    }
+}
+
+/// BM25's term-frequency saturation and length normalisation, as FTS5's `bm25()` has them.
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// A search scope's documents with their analysed terms split into tokens once, the way
+/// [`fts_tokens`] splits them, each token a number of the scope's own vocabulary. A search
+/// scores its scope twice (the query, then the query with its feedback terms) and each time
+/// every token of every document: counted by number, a token costs a table look-up however many
+/// terms the query has, and no string is split or folded again.
+#[derive(Default)]
+pub struct ScopeTerms {
+    vocab: rustc_hash::FxHashMap<Box<str>, u32>,
+    /// Every document's tokens, one after another.
+    tokens: Vec<u32>,
+    /// Each document's id and its tokens' range in `tokens` (`None`: no terms stored).
+    docs: Vec<(String, Option<std::ops::Range<u32>>)>,
+}
+
+impl ScopeTerms {
+    /// Adds a document: its id and its stored terms.
+    pub fn push(&mut self, id: String, terms: Option<&str>) {
+        let range = terms.map(|terms| {
+            let start = self.tokens.len() as u32;
+            for piece in terms.split(' ') {
+                // Stored terms are space-separated and mostly letters and digits already.
+                if !piece.is_empty() && piece.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+                    self.intern(piece);
+                } else {
+                    for t in piece.split(|c: char| !token_char(c)).filter(|t| !t.is_empty()) {
+                        if has_upper(t) { self.intern(&t.to_lowercase()) } else { self.intern(t) }
+                    }
+                }
             }
-        }
-        score
+            start..self.tokens.len() as u32
+        });
+        self.docs.push((id, range));
+    }
+
+    fn intern(&mut self, token: &str) {
+        let next = self.vocab.len() as u32;
+        let id = match self.vocab.get(token) {
+            Some(id) => *id,
+            None => *self.vocab.entry(token.into()).or_insert(next),
+        };
+        self.tokens.push(id);
+    }
+
+    /// Documents in the scope.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
     }
 }
 
@@ -300,6 +413,40 @@ mod tests {
             assert_eq!(q.score(doc), general.score(doc), "{doc}");
         }
         assert!(q.score("coffee in Berlin, COFFEE again") > q.score("coffee once in a long text about nothing at all"));
+    }
+
+    #[test]
+    fn a_scope_tokenised_once_ranks_as_its_strings() {
+        let docs = [
+            "coffee in berlin coffee again",
+            "咖啡 coffee Ärger ärger user-61 user 61",
+            "nothing here",
+            "",
+            "Berlin-berlin coffee咖啡 ÄRGER",
+            "user 61 user-61 kyoto kyoto kyoto",
+            "coffe babi 宝宝 奶粉 宝宝",
+        ];
+        let mut scope = ScopeTerms::default();
+        for (i, d) in docs.iter().enumerate() {
+            scope.push(format!("e{i}"), Some(d));
+        }
+        scope.push("none".into(), None);
+        let stats = CorpusStats { docs: 50, tokens: 600 };
+        for query in [
+            vec!["coffee", "berlin", "咖啡"],
+            vec!["user-61", "kyoto"],
+            vec!["ärger", "coffee", "coffee", "absent"],
+            vec!["宝宝", "babi", "61 user", "no-such"],
+            vec!["absent"],
+        ] {
+            let query: Vec<String> = query.into_iter().map(String::from).collect();
+            let q = Bm25Query::new(&query, stats, |t| t.len() as u64);
+            let strings = docs.iter().enumerate().map(|(i, d)| (format!("e{i}"), Some(*d)));
+            for k in [1, 3, 10] {
+                assert_eq!(q.top_k_in(&scope, k), q.top_k(strings.clone(), k), "{query:?}, k = {k}");
+            }
+        }
+        assert_eq!(scope.len(), docs.len() + 1);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use mnemo_core::StoreError;
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
 use mnemo_core::store::{NextHop, NextTerms, PendingVector, StoreResult, TwoHops};
-use mnemo_core::text::{CorpusStats, fts_tokens};
+use mnemo_core::text::{CorpusStats, ScopeTerms, fts_tokens};
 use std::collections::HashMap;
 
 /// Scopes up to this many events are searched exactly (the default of `PgOptions::exact_scope`).
@@ -128,8 +128,7 @@ impl Kept {
         let bm25 = if q.terms.is_empty() {
             HashMap::new()
         } else {
-            q.bm25(self.scope.stats, |t| df.get(t).copied().unwrap_or(0))
-                .top_k(self.scope.docs.iter().map(|d| (&d.id, d.terms.as_ref())), q.k)
+            q.bm25(self.scope.stats, |t| df.get(t).copied().unwrap_or(0)).top_k_in(&self.scope.terms, q.k)
         };
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
@@ -172,8 +171,7 @@ async fn candidates_kept(
         HashMap::new()
     } else {
         let df = &scope.df;
-        q.bm25(scope.stats, |t| df.get(t).copied().unwrap_or(0))
-            .top_k(scope.docs.iter().map(|d| (&d.id, d.terms.as_ref())), k)
+        q.bm25(scope.stats, |t| df.get(t).copied().unwrap_or(0)).top_k_in(&scope.terms, k)
     };
     let cosine = match &q.vector_hits {
         Some(hits) => hits.iter().cloned().collect(),
@@ -290,19 +288,20 @@ struct Search<'a> {
     tokens: Vec<String>,
 }
 
-/// An event of a small scope: its terms and the negated inner product of its vector with the
-/// query, exact — or, when `approx_norm` is set, of the vectors' f16 copies (then the stored
-/// vector's norm, for [`halfvec_bound`]).
+/// An event of a small scope: the negated inner product of its vector with the query, exact —
+/// or, when `approx_norm` is set, of the vectors' f16 copies (then the stored vector's norm, for
+/// [`halfvec_bound`]).
 struct Doc {
     id: String,
-    terms: Option<String>,
     ip: Option<f64>,
     approx_norm: Option<f64>,
 }
 
-/// A small scope's events and the BM25 statistics of the query's tokens.
+/// A small scope's events, their terms (tokenised once: a second search over the scope scores
+/// them again) and the BM25 statistics of the query's tokens.
 struct Scope {
     docs: Vec<Doc>,
+    terms: ScopeTerms,
     stats: CorpusStats,
     df: HashMap<String, u64>,
 }
@@ -418,10 +417,19 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
          {stats}"
     );
     let rows = query_all(c, &sql, &a.refs()).await?;
-    let mut out = Scope { docs: Vec::new(), stats: CorpusStats { docs: 0, tokens: 0 }, df: HashMap::new() };
+    let mut out = Scope {
+        docs: Vec::new(),
+        terms: ScopeTerms::default(),
+        stats: CorpusStats { docs: 0, tokens: 0 },
+        df: HashMap::new(),
+    };
     for r in rows {
         match r.get::<_, i32>(0) {
-            0 => out.docs.push(Doc { id: r.get(1), terms: r.get(2), ip: r.get(3), approx_norm: r.get(4) }),
+            0 => {
+                let id: String = r.get(1);
+                out.terms.push(id.clone(), r.get(2));
+                out.docs.push(Doc { id, ip: r.get(3), approx_norm: r.get(4) })
+            }
             1 => {
                 out.stats =
                     CorpusStats { docs: r.get::<_, i64>(5).max(0) as u64, tokens: r.get::<_, i64>(6).max(0) as u64 }

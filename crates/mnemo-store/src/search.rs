@@ -13,7 +13,7 @@ use mnemo_core::embed::dot;
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
 use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
-use mnemo_core::text::{CorpusStats, fts_tokens};
+use mnemo_core::text::{CorpusStats, ScopeTerms, fts_tokens};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::cmp::Reverse;
@@ -58,7 +58,7 @@ pub fn candidates(
 /// What a small scope's search read, kept for a search's second hop over the same scope: the
 /// scope's events with their terms.
 pub struct Kept {
-    in_scope: Vec<(String, Option<String>)>,
+    in_scope: ScopeTerms,
 }
 
 impl Kept {
@@ -74,7 +74,7 @@ impl Kept {
     ) -> Result<Vec<Candidate>, StoreError> {
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.in_scope)? };
-        load_candidates(conn, cosine, bm25, q, found)
+        load_candidates(conn, cosine, bm25, q, found, &Early::default())
     }
 }
 
@@ -84,12 +84,11 @@ fn scope_bm25(
     conn: &Connection,
     cid: CollectionId,
     q: &CandidateQuery,
-    in_scope: &[(String, Option<String>)],
+    in_scope: &ScopeTerms,
 ) -> Result<HashMap<String, f64>, StoreError> {
     let tokens: Vec<String> = q.terms.iter().flat_map(|t| fts_tokens(t).collect::<Vec<_>>()).collect();
     let Corpus { stats, df } = if q.corpus.is_some() { Corpus::default() } else { corpus(conn, cid, &tokens)? };
-    let docs = in_scope.iter().map(|(id, terms)| (id.as_str(), terms.as_deref()));
-    Ok(q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
+    Ok(q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k_in(in_scope, q.k))
 }
 
 /// A search's first hop: the query vector it searched with, its candidates, and the scope it
@@ -112,6 +111,9 @@ pub fn first_hop(
 ) -> Result<FirstHop, StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
     let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
+    // The full-text hits are read now, while the query is embedded: only the vector's own hits
+    // are left to read once it is there.
+    let early = Early::read(conn, &bm25)?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
     let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::schema::has_legacy_vectors(conn)? {
         true => Some(Copies::read(conn, &where_sql, &args)?),
@@ -126,7 +128,7 @@ pub fn first_hop(
         }
         _ => vector_part(conn, &q, &where_sql, &args)?,
     };
-    let found = load_candidates(conn, cosine, bm25, &q, &[])?;
+    let found = load_candidates(conn, cosine, bm25, &q, &[], &early)?;
     Ok(FirstHop { vector: q.vector, found, kept })
 }
 
@@ -199,11 +201,14 @@ fn text_part(
         .map_err(backend)?;
     let mut a = args.to_vec();
     a.push(SqlValue::Integer(SMALL_SCOPE as i64 + 1));
-    let in_scope: Vec<(String, Option<String>)> = scope
-        .query_map(params_from_iter(a.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
-        .map_err(backend)?
-        .collect::<Result<_, _>>()
-        .map_err(backend)?;
+    // Tokenised as read: the terms are not copied into strings of their own.
+    let mut in_scope = ScopeTerms::default();
+    let mut rows = scope.query(params_from_iter(a.iter())).map_err(backend)?;
+    while let Some(r) = rows.next().map_err(backend)? {
+        let terms = r.get_ref(1).map_err(backend)?.as_str_or_null().map_err(backend)?;
+        in_scope.push(r.get(0).map_err(backend)?, terms);
+    }
+    drop(rows);
     if in_scope.len() <= SMALL_SCOPE {
         let bm25 = scope_bm25(conn, cid, q, &in_scope)?;
         return Ok((bm25, Some(Kept { in_scope })));
@@ -389,15 +394,56 @@ impl<'q> CopyRanker<'q> {
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.
 const SMALL_SCOPE: usize = 5_000;
 
+/// Full-text hits read before the query vector exists (see [`first_hop`]): each event, its
+/// vector, and — for those `turns::scored` will pick by BM25 — its turns' vectors.
+#[derive(Default)]
+struct Early {
+    rows: HashMap<String, EarlyRow>,
+}
+
+struct EarlyRow {
+    event: Event,
+    /// The event's vector (`None`: it has none).
+    vector: Option<Vec<u8>>,
+    /// Its turns' vectors (`None`: it has none, or it is not among those scored).
+    turns: Option<Vec<u8>>,
+}
+
+impl Early {
+    fn read(conn: &Connection, bm25: &HashMap<String, f64>) -> Result<Self, StoreError> {
+        let mut early = Early::default();
+        if bm25.is_empty() || crate::schema::has_legacy_vectors(conn)? {
+            return Ok(early);
+        }
+        let mut load = conn.prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1")).map_err(backend)?;
+        let mut vec_of = conn.prepare_cached("SELECT vec FROM event_vectors WHERE event_id=?1").map_err(backend)?;
+        let mut turns_of =
+            conn.prepare_cached("SELECT turns FROM event_turn_vectors WHERE event_id=?1").map_err(backend)?;
+        let none = HashMap::<String, f32>::new();
+        let scored = mnemo_core::turns::scored(&none, bm25);
+        for id in bm25.keys() {
+            let Some(event) = load.query_row([id], event_from_row).optional().map_err(backend)? else { continue };
+            let vector = vec_of.query_row([id], |r| r.get(0)).optional().map_err(backend)?;
+            let turns = match scored.contains(id.as_str()) {
+                true => turns_of.query_row([id], |r| r.get(0)).optional().map_err(backend)?,
+                false => None,
+            };
+            early.rows.insert(id.clone(), EarlyRow { event, vector, turns });
+        }
+        Ok(early)
+    }
+}
+
 /// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in, and the
 /// best turn cosine of those `turns::scored` picks read. A candidate an earlier hop of the same search returned
-/// (`known`) is not read again.
+/// (`known`) is not read again, nor one read `early`.
 fn load_candidates(
     conn: &Connection,
     cosine: HashMap<String, f32>,
     bm25: HashMap<String, f64>,
     q: &CandidateQuery,
     known: &[Candidate],
+    early: &Early,
 ) -> Result<Vec<Candidate>, StoreError> {
     let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
     let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
@@ -418,10 +464,12 @@ fn load_candidates(
     let scored = mnemo_core::turns::scored(&cosine, &bm25);
     for id in ids {
         let seen = known.get(id.as_str());
-        let event = match seen {
-            Some(c) => c.event.clone(),
+        let pre = early.rows.get(&id);
+        let event = match (seen, pre) {
+            (Some(c), _) => c.event.clone(),
+            (None, Some(pre)) => pre.event.clone(),
             // A row deleted since an earlier read of the same search (its first hop): gone.
-            None => match load.query_row([&id], event_from_row).optional().map_err(backend)? {
+            (None, None) => match load.query_row([&id], event_from_row).optional().map_err(backend)? {
                 Some(e) => e,
                 None => continue,
             },
@@ -429,6 +477,11 @@ fn load_candidates(
         let cos = match (cosine.get(&id), &q.vector) {
             (Some(c), _) => Some(*c),
             (None, Some(_)) if seen.is_some_and(|c| c.cosine.is_some()) => seen.and_then(|c| c.cosine),
+            (None, Some(qv)) if pre.is_some() => pre
+                .and_then(|p| p.vector.as_deref())
+                .map(blob_to_vec)
+                .filter(|v| v.len() == qv.len())
+                .map(|v| dot(qv, &v)),
             (None, Some(qv)) => {
                 let blob: Option<Vec<u8>> = vec_of.query_row([&id], |r| r.get(0)).ok();
                 blob.map(|b| blob_to_vec(&b)).filter(|v| v.len() == qv.len()).map(|v| dot(qv, &v))
@@ -437,6 +490,9 @@ fn load_candidates(
         };
         let turn_cosine = match (seen, &q.vector) {
             (Some(c), _) => c.turn_cosine,
+            (None, Some(qv)) if scored.contains(id.as_str()) && pre.is_some_and(|p| p.turns.is_some()) => {
+                pre.and_then(|p| p.turns.as_deref()).and_then(|b| mnemo_core::turns::best_cosine(b, qv))
+            }
             (None, Some(qv)) if scored.contains(id.as_str()) => {
                 let blob: Option<Vec<u8>> = turns_of.query_row([&id], |r| r.get(0)).optional().map_err(backend)?;
                 blob.and_then(|b| mnemo_core::turns::best_cosine(&b, qv))
