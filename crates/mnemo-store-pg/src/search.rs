@@ -124,12 +124,7 @@ impl Kept {
                 self.scope.df.insert(r.get(0), r.get::<_, i64>(1).max(0) as u64);
             }
         }
-        let df = &self.scope.df;
-        let bm25 = if q.terms.is_empty() {
-            HashMap::new()
-        } else {
-            q.bm25(self.scope.stats, |t| df.get(t).copied().unwrap_or(0)).top_k_in(&self.scope.terms, q.k)
-        };
+        let bm25 = self.scope.bm25(q);
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
         let dim = q.vector.as_ref().map(|v| v.len() as i32);
@@ -165,22 +160,13 @@ async fn candidates_kept(
         let tx = begin_read(conn).await?;
         return Ok((large_scope(&tx, &search).await?, None));
     };
-    let (qv, dim) = (search.qv.as_ref(), search.dim);
-    let k = q.k;
-    let bm25 = if q.terms.is_empty() || scope.docs.is_empty() {
-        HashMap::new()
-    } else {
-        let df = &scope.df;
-        q.bm25(scope.stats, |t| df.get(t).copied().unwrap_or(0)).top_k_in(&scope.terms, k)
-    };
-    let cosine = match &q.vector_hits {
-        Some(hits) => hits.iter().cloned().collect(),
-        None => match (qv, dim) {
-            (Some(qv), Some(dim)) if !scope.docs.is_empty() => {
-                vector_part(&*conn, &scope.docs, &bm25, qv, dim, k).await?
-            }
-            _ => HashMap::new(),
-        },
+    let (qv, dim, bm25) = (search.qv.as_ref(), search.dim, scope.bm25(q));
+    let cosine = match (&q.vector_hits, qv, dim) {
+        (Some(hits), _, _) => hits.iter().cloned().collect(),
+        (None, Some(qv), Some(dim)) if !scope.docs.is_empty() => {
+            vector_part(&*conn, &scope.docs, &bm25, qv, dim, q.k).await?
+        }
+        _ => HashMap::new(),
     };
     let found = load_candidates(&*conn, cosine, bm25, qv, dim, &[]).await?;
     // Only a search with full text keeps terms worth keeping.
@@ -297,13 +283,22 @@ struct Doc {
     approx_norm: Option<f64>,
 }
 
-/// A small scope's events, their terms (tokenised once: a second search over the scope scores
-/// them again) and the BM25 statistics of the query's tokens.
+/// A small scope's events, their terms (tokenised once, for both searches) and BM25 statistics.
 struct Scope {
     docs: Vec<Doc>,
     terms: ScopeTerms,
     stats: CorpusStats,
     df: HashMap<String, u64>,
+}
+
+impl Scope {
+    /// The `q.k` best BM25 scores of the scope's events (none without query terms).
+    fn bm25(&self, q: &CandidateQuery) -> HashMap<String, f64> {
+        match q.terms.is_empty() {
+            true => HashMap::new(),
+            false => q.bm25(self.stats, |t| self.df.get(t).copied().unwrap_or(0)).top_k_in(&self.terms, q.k),
+        }
+    }
 }
 
 /// Whether the user-document index (schema v5) answers a filter on its own: one or more users
@@ -426,9 +421,8 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
     for r in rows {
         match r.get::<_, i32>(0) {
             0 => {
-                let id: String = r.get(1);
-                out.terms.push(id.clone(), r.get(2));
-                out.docs.push(Doc { id, ip: r.get(3), approx_norm: r.get(4) })
+                out.terms.push(r.get(1), r.get(2));
+                out.docs.push(Doc { id: r.get(1), ip: r.get(3), approx_norm: r.get(4) })
             }
             1 => {
                 out.stats =
