@@ -104,7 +104,11 @@ fn token_char(c: char) -> bool {
 /// Whether a token has a letter that lower-casing changes (`char::is_uppercase`, without a table
 /// lookup for ASCII and CJK ideographs).
 fn has_upper(t: &str) -> bool {
-    t.chars().any(|c| if c.is_ascii() { c.is_ascii_uppercase() } else { !cjk_ideograph(c) && c.is_uppercase() })
+    t.chars().any(upper)
+}
+
+fn upper(c: char) -> bool {
+    if c.is_ascii() { c.is_ascii_uppercase() } else { !cjk_ideograph(c) && c.is_uppercase() }
 }
 
 /// Corpus figures BM25 needs: documents and tokens in the collection.
@@ -151,22 +155,22 @@ impl Bm25Query {
         let phrases: Vec<Option<Vec<u32>>> = self
             .phrases
             .iter()
-            .map(|(p, _)| p.iter().map(|t| scope.vocab.get(t.as_str()).copied()).collect())
+            .map(|(p, _)| p.iter().map(|t| scope.vocab.get(&token_key(t.as_bytes())).copied()).collect())
             .collect();
-        // One-token phrases are counted through `slot` (token id → 1 + its counter; 0: none);
-        // a phrase asked twice shares its counter.
+        // One-token phrases are counted through `slot` (token id → its counter; counter 0 counts
+        // every other token and is never read); a phrase asked twice shares its counter.
         let mut slot = vec![0u32; scope.vocab.len()];
-        let mut counters = 0usize;
+        let mut counters = 1usize;
         let counter: Vec<Option<usize>> = phrases
             .iter()
             .map(|p| match p.as_deref() {
                 Some(&[t]) => {
                     let s = &mut slot[t as usize];
                     if *s == 0 {
-                        counters += 1;
                         *s = counters as u32;
+                        counters += 1;
                     }
-                    Some(*s as usize - 1)
+                    Some(*s as usize)
                 }
                 _ => None,
             })
@@ -178,9 +182,7 @@ impl Bm25Query {
             let doc = &scope.tokens[tokens.start as usize..tokens.end as usize];
             counts.fill(0);
             for &t in doc {
-                if let Some(c) = (slot[t as usize] as usize).checked_sub(1) {
-                    counts[c] += 1;
-                }
+                counts[slot[t as usize] as usize] += 1;
             }
             let score = self.sum(
                 doc.len(),
@@ -194,7 +196,11 @@ impl Bm25Query {
                 scored.push((score, id));
             }
         }
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1));
+        if scored.len() > k && k > 0 {
+            scored.select_nth_unstable_by(k - 1, order);
+        }
+        // The k best (ties by id) as a map: their order is not kept.
         scored.truncate(k);
         scored.into_iter().map(|(s, id)| (id.to_string(), s)).collect()
     }
@@ -277,28 +283,53 @@ const B: f64 = 0.75;
 /// scores its scope twice (the query, then the query with its feedback terms) and each time
 /// every token of every document: counted by number, a token costs a table look-up however many
 /// terms the query has, and no string is split or folded again.
+///
+/// A token is known by a 64-bit hash of its text ([`token_key`]), not by the text: interning
+/// then neither compares nor copies strings (it did, and was a third of a search's own time
+/// at 100k events). Two different tokens of one scope would have to share all 64 bits to be
+/// counted as one (for a scope of 10⁴ distinct tokens, a chance of about 10⁻¹¹).
 #[derive(Default)]
 pub struct ScopeTerms {
-    vocab: rustc_hash::FxHashMap<Box<str>, u32>,
+    vocab: rustc_hash::FxHashMap<u64, u32>,
     /// Every document's tokens, one after another.
     tokens: Vec<u32>,
     /// Each document's id and its tokens' range in `tokens` (`None`: no terms stored).
     docs: Vec<(String, Option<std::ops::Range<u32>>)>,
 }
 
+/// The key [`ScopeTerms`] knows a token by.
+fn token_key(token: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0x6d6e_656d_6f21).hash_one(token)
+}
+
 impl ScopeTerms {
     /// Adds a document: its id and its stored terms.
     pub fn push(&mut self, id: String, terms: Option<&str>) {
+        self.push_bytes(id, terms.map(str::as_bytes));
+    }
+
+    /// [`Self::push`] with the terms as the store holds them (UTF-8, not checked first: a piece
+    /// that is not plain ASCII is checked on its own, and one that is not UTF-8 read lossily).
+    pub fn push_bytes(&mut self, id: String, terms: Option<&[u8]>) {
         let range = terms.map(|terms| {
             let start = self.tokens.len() as u32;
-            for piece in terms.split(' ') {
-                // Stored terms are space-separated and mostly letters and digits already.
-                if !piece.is_empty() && piece.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
-                    self.intern(piece);
-                } else {
-                    for t in piece.split(|c: char| !token_char(c)).filter(|t| !t.is_empty()) {
-                        if has_upper(t) { self.intern(&t.to_lowercase()) } else { self.intern(t) }
+            for piece in terms.split(|b| *b == b' ') {
+                // Stored terms are space-separated and mostly lower-case letters and digits.
+                if piece.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+                    if !piece.is_empty() {
+                        self.intern(piece);
                     }
+                    continue;
+                }
+                let piece = String::from_utf8_lossy(piece);
+                // A whole word of Chinese (or of lower-case letters of another script) is one token.
+                if piece.chars().all(|c| token_char(c) && !upper(c)) {
+                    self.intern(piece.as_bytes());
+                    continue;
+                }
+                for t in piece.split(|c: char| !token_char(c)).filter(|t| !t.is_empty()) {
+                    if has_upper(t) { self.intern(t.to_lowercase().as_bytes()) } else { self.intern(t.as_bytes()) }
                 }
             }
             start..self.tokens.len() as u32
@@ -306,13 +337,9 @@ impl ScopeTerms {
         self.docs.push((id, range));
     }
 
-    fn intern(&mut self, token: &str) {
+    fn intern(&mut self, token: &[u8]) {
         let next = self.vocab.len() as u32;
-        let id = match self.vocab.get(token) {
-            Some(id) => *id,
-            None => *self.vocab.entry(token.into()).or_insert(next),
-        };
-        self.tokens.push(id);
+        self.tokens.push(*self.vocab.entry(token_key(token)).or_insert(next));
     }
 
     /// Documents in the scope.
@@ -447,6 +474,11 @@ mod tests {
             }
         }
         assert_eq!(scope.len(), docs.len() + 1);
+        // Bytes that are not UTF-8 (no store writes them) cost their piece, not the document.
+        let mut odd = ScopeTerms::default();
+        odd.push_bytes("bad".into(), Some(b"caf\xff\xfe coffee kyoto"));
+        let q = Bm25Query::new(&["coffee".into()], stats, |_| 1);
+        assert_eq!(q.top_k_in(&odd, 1), q.top_k([("bad", Some("caf coffee kyoto"))], 1));
     }
 
     #[test]

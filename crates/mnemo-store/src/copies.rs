@@ -53,8 +53,23 @@ impl<'q, Id> CopyRanker<'q, Id> {
         if h.len() != self.qv.len() {
             return;
         }
-        h.convert_to_f32_slice(&mut self.floats);
-        let (score, magnitude) = dot_and_magnitude(self.qv, &self.floats);
+        let mut floats = std::mem::take(&mut self.floats);
+        h.convert_to_f32_slice(&mut floats);
+        self.offer_widened(id, Some(&floats));
+        self.floats = floats;
+    }
+
+    /// [`Self::offer`] with the copy already widened to f32 (each value exactly its f16's), as a
+    /// search converts its scope's copies before the query vector exists.
+    pub fn offer_widened(&mut self, id: Id, copy: Option<&[f32]>) {
+        let Some(floats) = copy else {
+            self.maybe.push((id, f32::INFINITY));
+            return;
+        };
+        if floats.len() != self.qv.len() {
+            return;
+        }
+        let (score, magnitude) = dot_and_magnitude(self.qv, floats);
         let err = magnitude * self.rel + self.abs;
         self.lows.push(Reverse(Score(score - err)));
         if self.lows.len() > self.k {

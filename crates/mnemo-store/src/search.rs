@@ -56,10 +56,16 @@ pub fn candidates(
 }
 
 /// What a small scope's search read, kept for a search's second hop over the same scope: the
-/// scope's events with their terms.
+/// scope's events with their terms, and their rowids.
 pub struct Kept {
     in_scope: ScopeTerms,
+    rowids: RowIds,
 }
+
+/// Event id → rowid, for the events a search has seen: a row read by rowid skips the id's
+/// index, whose leaves are spread over the whole file (ids are random), and lands in the
+/// user's clustered rows (the event's, its vector's).
+type RowIds = HashMap<String, i64>;
 
 impl Kept {
     /// The same scope searched again with `q` (its `vector_hits` from the first hop): BM25 over
@@ -74,7 +80,7 @@ impl Kept {
     ) -> Result<Vec<Candidate>, StoreError> {
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.in_scope)? };
-        load_candidates(conn, cosine, bm25, q, found, &Early::default())
+        load_candidates(conn, cosine, bm25, q, found, &Early::default(), &self.rowids)
     }
 }
 
@@ -110,10 +116,11 @@ pub fn first_hop(
     vector: impl FnOnce() -> Option<Vec<f32>>,
 ) -> Result<FirstHop, StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
-    let (bm25, kept) = text_part(conn, cid, q, &where_sql, &args)?;
+    let (bm25, mut kept) = text_part(conn, cid, q, &where_sql, &args)?;
+    let mut rowids = kept.as_mut().map(|k| std::mem::take(&mut k.rowids)).unwrap_or_default();
     // The full-text hits are read now, while the query is embedded: only the vector's own hits
     // are left to read once it is there.
-    let early = Early::read(conn, &bm25)?;
+    let early = Early::read(conn, &bm25, &rowids)?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
     let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::schema::has_legacy_vectors(conn)? {
         true => Some(Copies::read(conn, &where_sql, &args)?),
@@ -124,28 +131,38 @@ pub fn first_hop(
         (Some(qv), Some(copies)) => {
             let mut ranker = CopyRanker::new(qv, q.k);
             copies.offer_to(&mut ranker);
-            ranker.finish(conn)?
+            ranker.finish(conn, &mut rowids)?
         }
-        _ => vector_part(conn, &q, &where_sql, &args)?,
+        _ => vector_part(conn, &q, &where_sql, &args, &mut rowids)?,
     };
-    let found = load_candidates(conn, cosine, bm25, &q, &[], &early)?;
+    let found = load_candidates(conn, cosine, bm25, &q, &[], &early, &rowids)?;
+    if let Some(k) = kept.as_mut() {
+        k.rowids = rowids;
+    }
     Ok(FirstHop { vector: q.vector, found, kept })
 }
 
-/// A scope's f16 vector copies, read into memory (one buffer) before the query vector exists.
+/// A scope's f16 vector copies, read into memory and widened to f32 (one buffer) before the
+/// query vector exists: what is left once it is there is one dot product a row.
 struct Copies {
-    /// Each event's rowid and where its copy is in `bytes` (`None`: no copy yet).
+    /// Each event's rowid and where its copy is in `floats` (`None`: no copy yet).
     rows: Vec<(i64, Option<std::ops::Range<usize>>)>,
-    bytes: Vec<u8>,
+    floats: Vec<f32>,
 }
 
 impl Copies {
     fn read(conn: &Connection, where_sql: &str, args: &[SqlValue]) -> Result<Self, StoreError> {
-        let mut c = Copies { rows: Vec::new(), bytes: Vec::new() };
+        use half::slice::HalfFloatSliceExt;
+        let mut c = Copies { rows: Vec::new(), floats: Vec::new() };
+        let mut halves: Vec<half::f16> = Vec::new();
         for_each_copy(conn, where_sql, args, |rowid, h| {
             let at = h.map(|h| {
-                c.bytes.extend_from_slice(h);
-                c.bytes.len() - h.len()..c.bytes.len()
+                halves.clear();
+                halves.extend(h.chunks_exact(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]))));
+                let start = c.floats.len();
+                c.floats.resize(start + halves.len(), 0.0);
+                halves.convert_to_f32_slice(&mut c.floats[start..]);
+                start..c.floats.len()
             });
             c.rows.push((rowid, at));
         })?;
@@ -154,7 +171,7 @@ impl Copies {
 
     fn offer_to(&self, ranker: &mut CopyRanker<'_>) {
         for (rowid, at) in &self.rows {
-            ranker.offer(*rowid, at.clone().map(|r| &self.bytes[r]));
+            ranker.ranker.offer_widened(*rowid, at.clone().map(|r| &self.floats[r]));
         }
     }
 }
@@ -165,6 +182,7 @@ fn vector_part(
     q: &CandidateQuery,
     where_sql: &str,
     args: &[SqlValue],
+    rowids: &mut RowIds,
 ) -> Result<HashMap<String, f32>, StoreError> {
     Ok(match (&q.vector, &q.vector_hits) {
         (Some(_), Some(hits)) => hits.iter().cloned().collect(),
@@ -172,7 +190,7 @@ fn vector_part(
         (Some(qv), None) => {
             let mut ranker = CopyRanker::new(qv, q.k);
             for_each_copy(conn, where_sql, args, |rowid, h| ranker.offer(rowid, h))?;
-            ranker.finish(conn)?
+            ranker.finish(conn, rowids)?
         }
         (None, _) => HashMap::new(),
     })
@@ -197,21 +215,26 @@ fn text_part(
     // the collection's statistics — FTS5's bm25() would walk every document of the collection
     // that holds a query term (measured: 105 ms at 100k events; see docs/history/benchmarks.md).
     let mut scope = conn
-        .prepare_cached(&format!("SELECT id, terms FROM events WHERE {where_sql} LIMIT ?{}", args.len() + 1))
+        .prepare_cached(&format!("SELECT rowid, id, terms FROM events WHERE {where_sql} LIMIT ?{}", args.len() + 1))
         .map_err(backend)?;
     let mut a = args.to_vec();
     a.push(SqlValue::Integer(SMALL_SCOPE as i64 + 1));
     // Tokenised as read: the terms are not copied into strings of their own.
-    let mut in_scope = ScopeTerms::default();
+    let (mut in_scope, mut rowids) = (ScopeTerms::default(), RowIds::new());
     let mut rows = scope.query(params_from_iter(a.iter())).map_err(backend)?;
     while let Some(r) = rows.next().map_err(backend)? {
-        let terms = r.get_ref(1).map_err(backend)?.as_str_or_null().map_err(backend)?;
-        in_scope.push(r.get(0).map_err(backend)?, terms);
+        let terms = match r.get_ref(2).map_err(backend)? {
+            rusqlite::types::ValueRef::Text(t) => Some(t),
+            _ => None,
+        };
+        let id: String = r.get(1).map_err(backend)?;
+        rowids.insert(id.clone(), r.get(0).map_err(backend)?);
+        in_scope.push_bytes(id, terms);
     }
     drop(rows);
     if in_scope.len() <= SMALL_SCOPE {
         let bm25 = scope_bm25(conn, cid, q, &in_scope)?;
-        return Ok((bm25, Some(Kept { in_scope })));
+        return Ok((bm25, Some(Kept { in_scope, rowids })));
     }
     let mut a = args.to_vec();
     a.push(SqlValue::Text(expr));
@@ -368,8 +391,8 @@ impl<'q> CopyRanker<'q> {
         self.ranker.offer(rowid, Some(&self.halves));
     }
 
-    /// The k best, scored in f32.
-    fn finish(self, conn: &Connection) -> Result<HashMap<String, f32>, StoreError> {
+    /// The k best, scored in f32 (their rowids noted in `rowids`).
+    fn finish(self, conn: &Connection, rowids: &mut RowIds) -> Result<HashMap<String, f32>, StoreError> {
         let (qv, n) = (self.qv, self.qv.len());
         let mut again = self.ranker.finish();
         again.sort_unstable(); // neighbouring rows: fewer pages apart
@@ -384,7 +407,9 @@ impl<'q> CopyRanker<'q> {
                 continue;
             }
             best.offer(dot_blob(qv, blob), || {
-                Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string())
+                let id = r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string();
+                rowids.insert(id.clone(), rowid);
+                Ok(id)
             })?;
         }
         Ok(best.into_map())
@@ -410,27 +435,79 @@ struct EarlyRow {
 }
 
 impl Early {
-    fn read(conn: &Connection, bm25: &HashMap<String, f64>) -> Result<Self, StoreError> {
+    fn read(conn: &Connection, bm25: &HashMap<String, f64>, rowids: &RowIds) -> Result<Self, StoreError> {
         let mut early = Early::default();
         if bm25.is_empty() || crate::schema::has_legacy_vectors(conn)? {
             return Ok(early);
         }
-        let mut load = conn.prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1")).map_err(backend)?;
-        let mut vec_of = conn.prepare_cached("SELECT vec FROM event_vectors WHERE event_id=?1").map_err(backend)?;
-        let mut turns_of =
-            conn.prepare_cached("SELECT turns FROM event_turn_vectors WHERE event_id=?1").map_err(backend)?;
+        let mut rows = RowReader::new(conn)?;
         let none = HashMap::<String, f32>::new();
         let scored = mnemo_core::turns::scored(&none, bm25);
         for id in bm25.keys() {
-            let Some(event) = load.query_row([id], event_from_row).optional().map_err(backend)? else { continue };
-            let vector = vec_of.query_row([id], |r| r.get(0)).optional().map_err(backend)?;
+            let rowid = rowids.get(id).copied();
+            let Some(event) = rows.event(id, rowid)? else { continue };
+            let vector = rows.vector(id, rowid)?;
             let turns = match scored.contains(id.as_str()) {
-                true => turns_of.query_row([id], |r| r.get(0)).optional().map_err(backend)?,
+                true => rows.turns(id)?,
                 false => None,
             };
             early.rows.insert(id.clone(), EarlyRow { event, vector, turns });
         }
         Ok(early)
+    }
+}
+
+/// The per-event reads of a search's candidates: the event, its vector, its turns' vectors.
+/// By rowid where the search saw it (then checked against the id: a background relocation may
+/// have moved the event since), else by id.
+pub(crate) struct RowReader<'c> {
+    event_by_id: rusqlite::CachedStatement<'c>,
+    event_by_rowid: rusqlite::CachedStatement<'c>,
+    vector_by_id: rusqlite::CachedStatement<'c>,
+    vector_by_rowid: rusqlite::CachedStatement<'c>,
+    turns: rusqlite::CachedStatement<'c>,
+}
+
+impl<'c> RowReader<'c> {
+    pub(crate) fn new(conn: &'c Connection) -> Result<Self, StoreError> {
+        let prepare = |sql: &str| conn.prepare_cached(sql).map_err(backend);
+        Ok(Self {
+            event_by_id: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1"))?,
+            event_by_rowid: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE rowid=?1"))?,
+            vector_by_id: prepare(if crate::schema::has_legacy_vectors(conn)? {
+                "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
+            } else {
+                "SELECT vec FROM event_vectors WHERE event_id=?1"
+            })?,
+            vector_by_rowid: prepare("SELECT event_id, vec FROM event_vectors WHERE rowid=?1")?,
+            turns: prepare("SELECT turns FROM event_turn_vectors WHERE event_id=?1")?,
+        })
+    }
+
+    pub(crate) fn event(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Event>, StoreError> {
+        if let Some(rowid) = rowid
+            && let Some(e) = self.event_by_rowid.query_row([rowid], event_from_row).optional().map_err(backend)?
+            && e.id == id
+        {
+            return Ok(Some(e));
+        }
+        self.event_by_id.query_row([id], event_from_row).optional().map_err(backend)
+    }
+
+    pub(crate) fn vector(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(rowid) = rowid {
+            let mut rows = self.vector_by_rowid.query([rowid]).map_err(backend)?;
+            if let Some(r) = rows.next().map_err(backend)?
+                && r.get_ref(0).map_err(backend)?.as_str().map_err(backend)? == id
+            {
+                return r.get(1).map_err(backend);
+            }
+        }
+        self.vector_by_id.query_row([id], |r| r.get(0)).optional().map_err(backend)
+    }
+
+    fn turns(&mut self, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.turns.query_row([id], |r| r.get(0)).optional().map_err(backend)
     }
 }
 
@@ -444,6 +521,7 @@ fn load_candidates(
     q: &CandidateQuery,
     known: &[Candidate],
     early: &Early,
+    rowids: &RowIds,
 ) -> Result<Vec<Candidate>, StoreError> {
     let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
     let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
@@ -451,25 +529,17 @@ fn load_candidates(
         return Ok(vec![]);
     }
     let mut out = Vec::with_capacity(ids.len());
-    let mut load = conn.prepare_cached(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1")).map_err(backend)?;
-    let mut vec_of = conn
-        .prepare_cached(if crate::schema::has_legacy_vectors(conn)? {
-            "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
-        } else {
-            "SELECT vec FROM event_vectors WHERE event_id=?1"
-        })
-        .map_err(backend)?;
-    let mut turns_of =
-        conn.prepare_cached("SELECT turns FROM event_turn_vectors WHERE event_id=?1").map_err(backend)?;
+    let mut rows = RowReader::new(conn)?;
     let scored = mnemo_core::turns::scored(&cosine, &bm25);
     for id in ids {
         let seen = known.get(id.as_str());
         let pre = early.rows.get(&id);
+        let rowid = rowids.get(&id).copied();
         let event = match (seen, pre) {
             (Some(c), _) => c.event.clone(),
             (None, Some(pre)) => pre.event.clone(),
             // A row deleted since an earlier read of the same search (its first hop): gone.
-            (None, None) => match load.query_row([&id], event_from_row).optional().map_err(backend)? {
+            (None, None) => match rows.event(&id, rowid)? {
                 Some(e) => e,
                 None => continue,
             },
@@ -477,25 +547,31 @@ fn load_candidates(
         let cos = match (cosine.get(&id), &q.vector) {
             (Some(c), _) => Some(*c),
             (None, Some(_)) if seen.is_some_and(|c| c.cosine.is_some()) => seen.and_then(|c| c.cosine),
-            (None, Some(qv)) if pre.is_some() => pre
-                .and_then(|p| p.vector.as_deref())
-                .map(blob_to_vec)
-                .filter(|v| v.len() == qv.len())
-                .map(|v| dot(qv, &v)),
             (None, Some(qv)) => {
-                let blob: Option<Vec<u8>> = vec_of.query_row([&id], |r| r.get(0)).ok();
-                blob.map(|b| blob_to_vec(&b)).filter(|v| v.len() == qv.len()).map(|v| dot(qv, &v))
+                let read;
+                let blob = match pre {
+                    Some(pre) => pre.vector.as_deref(),
+                    None => {
+                        read = rows.vector(&id, rowid)?;
+                        read.as_deref()
+                    }
+                };
+                blob.map(blob_to_vec).filter(|v| v.len() == qv.len()).map(|v| dot(qv, &v))
             }
             (None, None) => None,
         };
         let turn_cosine = match (seen, &q.vector) {
             (Some(c), _) => c.turn_cosine,
-            (None, Some(qv)) if scored.contains(id.as_str()) && pre.is_some_and(|p| p.turns.is_some()) => {
-                pre.and_then(|p| p.turns.as_deref()).and_then(|b| mnemo_core::turns::best_cosine(b, qv))
-            }
             (None, Some(qv)) if scored.contains(id.as_str()) => {
-                let blob: Option<Vec<u8>> = turns_of.query_row([&id], |r| r.get(0)).optional().map_err(backend)?;
-                blob.and_then(|b| mnemo_core::turns::best_cosine(&b, qv))
+                let read;
+                let blob = match pre.and_then(|p| p.turns.as_deref()) {
+                    Some(b) => Some(b),
+                    None => {
+                        read = rows.turns(&id)?;
+                        read.as_deref()
+                    }
+                };
+                blob.and_then(|b| mnemo_core::turns::best_cosine(b, qv))
             }
             (None, _) => None,
         };

@@ -786,3 +786,49 @@ async fn reads_beyond_the_readers_wait_their_turn_instead_of_opening_connections
     assert_eq!(most.load(Ordering::SeqCst), 2, "at most `readers` reads at once, and both used");
     assert_eq!(s.readers.lock().unwrap().len(), 2, "their connections are kept");
 }
+
+#[tokio::test]
+async fn a_rowid_a_search_noted_is_checked_against_the_event_it_names() {
+    // The last event of a user's bucket deleted, the next one takes its rowid: a read by the
+    // rowid a search noted for the first must not return the second as the first.
+    let (_d, s, c) = setup().await;
+    let write = |i: u64| {
+        let s = &s;
+        async move {
+            let e = NewEvent {
+                embedding: Some(unit(i, 64)),
+                ..NewEvent::of_user(
+                    c.id,
+                    EVENT_V1,
+                    "u0".to_string(),
+                    json!({"summary": format!("event {i}")}).as_object().unwrap().clone(),
+                    i as i64,
+                )
+            };
+            let e = s.insert_event(e).await.unwrap();
+            let id = e.id.clone();
+            let rowid: i64 = s
+                .read(move |conn| {
+                    Ok(conn.query_row("SELECT rowid FROM events WHERE id=?1", [&id], |r| r.get(0)).unwrap())
+                })
+                .await
+                .unwrap();
+            (e.id, rowid)
+        }
+    };
+    let (first, rowid) = write(1).await;
+    assert!(s.delete_event(c.id, &first).await.unwrap());
+    let (second, reused) = write(2).await;
+    assert_eq!(reused, rowid, "the bucket's next rowid is the deleted one's");
+    s.read(move |conn| {
+        let mut rows = crate::search::RowReader::new(conn)?;
+        assert!(rows.event(&first, Some(rowid))?.is_none(), "the deleted event is not read as the new one");
+        assert!(rows.vector(&first, Some(rowid))?.is_none(), "nor its vector");
+        assert_eq!(rows.event(&second, Some(rowid))?.map(|e| e.id), Some(second.clone()));
+        assert_eq!(rows.vector(&second, Some(rowid))?.map(|v| v.len()), Some(64 * 4));
+        assert_eq!(rows.event(&second, None)?.map(|e| e.id), Some(second.clone()), "by id alone");
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
