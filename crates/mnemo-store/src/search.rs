@@ -80,7 +80,7 @@ impl Kept {
     ) -> Result<Vec<Candidate>, StoreError> {
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.in_scope)? };
-        load_candidates(conn, cosine, bm25, q, found, &Early::default(), &self.rowids)
+        load_candidates(conn, cosine, bm25, q, found, Early::default(), &self.rowids)
     }
 }
 
@@ -135,7 +135,7 @@ pub fn first_hop(
         }
         _ => vector_part(conn, &q, &where_sql, &args, &mut rowids)?,
     };
-    let found = load_candidates(conn, cosine, bm25, &q, &[], &early, &rowids)?;
+    let found = load_candidates(conn, cosine, bm25, &q, &[], early, &rowids)?;
     if let Some(k) = kept.as_mut() {
         k.rowids = rowids;
     }
@@ -520,7 +520,7 @@ fn load_candidates(
     bm25: HashMap<String, f64>,
     q: &CandidateQuery,
     known: &[Candidate],
-    early: &Early,
+    mut early: Early,
     rowids: &RowIds,
 ) -> Result<Vec<Candidate>, StoreError> {
     let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
@@ -533,11 +533,15 @@ fn load_candidates(
     let scored = mnemo_core::turns::scored(&cosine, &bm25);
     for id in ids {
         let seen = known.get(id.as_str());
-        let pre = early.rows.get(&id);
+        // What was read early is moved out, not copied.
+        let (pre_event, pre_vector, pre_turns) = match early.rows.remove(&id) {
+            Some(EarlyRow { event, vector, turns }) => (Some(event), Some(vector), turns),
+            None => (None, None, None),
+        };
         let rowid = rowids.get(&id).copied();
-        let event = match (seen, pre) {
+        let event = match (seen, pre_event) {
             (Some(c), _) => c.event.clone(),
-            (None, Some(pre)) => pre.event.clone(),
+            (None, Some(e)) => e,
             // A row deleted since an earlier read of the same search (its first hop): gone.
             (None, None) => match rows.event(&id, rowid)? {
                 Some(e) => e,
@@ -549,8 +553,8 @@ fn load_candidates(
             (None, Some(_)) if seen.is_some_and(|c| c.cosine.is_some()) => seen.and_then(|c| c.cosine),
             (None, Some(qv)) => {
                 let read;
-                let blob = match pre {
-                    Some(pre) => pre.vector.as_deref(),
+                let blob = match &pre_vector {
+                    Some(v) => v.as_deref(),
                     None => {
                         read = rows.vector(&id, rowid)?;
                         read.as_deref()
@@ -564,7 +568,7 @@ fn load_candidates(
             (Some(c), _) => c.turn_cosine,
             (None, Some(qv)) if scored.contains(id.as_str()) => {
                 let read;
-                let blob = match pre.and_then(|p| p.turns.as_deref()) {
+                let blob = match pre_turns.as_deref() {
                     Some(b) => Some(b),
                     None => {
                         read = rows.turns(&id)?;
