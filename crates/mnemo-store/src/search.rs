@@ -5,11 +5,10 @@
 
 use crate::copies::Score;
 use crate::filter::event_filter_sql;
-use crate::rows::{EVENT_COLS, blob_to_vec, event_from_row};
+use crate::rows::{EVENT_COLS, event_from_row};
 use crate::{SqliteStore, backend};
 use async_trait::async_trait;
 use mnemo_core::StoreError;
-use mnemo_core::embed::dot;
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
 use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};
@@ -560,7 +559,7 @@ fn load_candidates(
                         read.as_deref()
                     }
                 };
-                blob.map(blob_to_vec).filter(|v| v.len() == qv.len()).map(|v| dot(qv, &v))
+                blob.filter(|b| b.len() == qv.len() * 4).map(|b| dot_blob(qv, b))
             }
             (None, None) => None,
         };
