@@ -17,6 +17,7 @@
 mod collections;
 mod conversations;
 mod events;
+mod exact;
 mod jobs;
 mod maintenance;
 mod privacy;

@@ -347,7 +347,7 @@ const MIGRATIONS: &[&str] = &[
     // `halfvec` (f16) with the vector's norm, and one covering btree keyed by (collection, user) holds them all, so the
     // search is an index-only range scan over a few hundred consecutive entries. Half precision
     // only *orders*: `search::small_scope` re-reads the exact vector of every event whose f16
-    // score cannot be told apart from the k-th (`search::halfvec_bound`), so the candidates and
+    // score cannot be told apart from the k-th (`exact::halfvec_bound`), so the candidates and
     // scores are exactly the f32 ones.
     //
     // `d_state` says what the copy holds: 4 = filter columns, | 2 = the vector (or the event has

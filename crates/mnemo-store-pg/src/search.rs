@@ -6,7 +6,7 @@
 //!   statistics for the query's tokens — for a user scope from the user-document index (schema
 //!   v5: an index-only range scan, f16 scores), else from the event rows; the vector top k and
 //!   BM25 (`text::Bm25Query`) are ranked here, the exact f32 scores of the events f16 cannot
-//!   place are read by primary key ([`halfvec_bound`]), and a last statement loads the
+//!   place are read by primary key (`exact::halfvec_bound`), and a last statement loads the
 //!   candidates' rows;
 //! - a larger scope uses the HNSW index of the collection's dimension with
 //!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none) —
@@ -15,6 +15,7 @@
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
 use crate::PgStore;
+use crate::exact::{Doc, vector_part};
 use crate::rows::{EVENT_COLS, event_from_row};
 use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use crate::vector_index::VectorIndex;
@@ -39,7 +40,8 @@ pub async fn candidates(
     q: &CandidateQuery,
     exact_scope: usize,
 ) -> Result<Vec<Candidate>, StoreError> {
-    Ok(candidates_kept(conn, cid, f, q, exact_scope).await?.0)
+    let mut vector = QueryVector::Known(q.vector.clone());
+    Ok(candidates_kept(conn, cid, f, q, &mut vector, exact_scope).await?.0)
 }
 
 /// Whether a search makes a second one, and with which terms: asked of the first's candidates
@@ -64,19 +66,55 @@ impl Then<'_> {
     }
 }
 
-/// `SearchStore::search_candidates_then` on one connection: a small scope's second search is scored
-/// from the terms the first one read (one statement for the new terms' statistics, then the
-/// candidates' rows not loaded yet) instead of scanning the scope again.
+/// A search's query vector: known, or still being computed (its embedding), then kept once it
+/// arrives — so a search retried elsewhere (the primary, after the read replica failed) does
+/// not wait for it again.
+pub(crate) enum QueryVector<'a> {
+    Pending(PendingVector<'a>),
+    Known(Option<Vec<f32>>),
+}
+
+impl QueryVector<'_> {
+    /// The vector, waited for when still pending.
+    async fn known(&mut self) -> Option<&Vec<f32>> {
+        if let QueryVector::Pending(pending) = self {
+            *self = QueryVector::Known(pending.await);
+        }
+        match self {
+            QueryVector::Known(v) => v.as_ref(),
+            QueryVector::Pending(_) => None,
+        }
+    }
+
+    fn is_pending(&self) -> bool {
+        matches!(self, QueryVector::Pending(_))
+    }
+
+    pub(crate) fn into_known(self) -> Option<Vec<f32>> {
+        match self {
+            QueryVector::Known(v) => v,
+            QueryVector::Pending(_) => None,
+        }
+    }
+}
+
+/// `SearchStore::search_candidates_then` on one connection: `first` with `vector` (`first.vector`
+/// is not read; a small scope's terms are read while the vector is still being computed); a
+/// small scope's second search is scored from the terms the first one read (one statement for
+/// the new terms' statistics, then the candidates' rows not loaded yet) instead of scanning the
+/// scope again.
 pub(crate) async fn two_hops(
     conn: &mut Object,
     cid: CollectionId,
     f: &EventFilter,
     first: &CandidateQuery,
+    vector: &mut QueryVector<'_>,
     then: &mut Then<'_>,
     exact_scope: usize,
 ) -> Result<(Vec<Candidate>, Option<Vec<Candidate>>), StoreError> {
-    let (found, kept) = candidates_kept(conn, cid, f, first, exact_scope).await?;
+    let (found, kept) = candidates_kept(conn, cid, f, first, vector, exact_scope).await?;
     let Some(next) = then.decide(&found).await else { return Ok((found, None)) };
+    let first = CandidateQuery { vector: vector.known().await.cloned(), ..first.clone() };
     let second = first.second_hop(&found, next);
     let more = match kept {
         // Kept statistics serve a second hop scored with the store's own; statistics given for
@@ -140,23 +178,39 @@ fn query_tokens(terms: &[String]) -> Vec<String> {
     t
 }
 
-/// The candidates, and what a small scope's search read (for [`Kept::search_again`]).
+/// The candidates, and what a small scope's search read (for [`Kept::search_again`]). With the
+/// vector still pending, a small scope's terms and statistics are read meanwhile (the larger
+/// share of the statement: ~1 KB of terms an event) and its vector scores once it is known.
 async fn candidates_kept(
     conn: &mut Object,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
+    vector: &mut QueryVector<'_>,
     exact_scope: usize,
 ) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
-    let search = Search {
-        cid,
-        f,
-        q,
-        qv: q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone())),
-        dim: q.vector.as_ref().map(|v| v.len() as i32),
-        tokens: query_tokens(&q.terms),
+    let mut search = Search { cid, f, q, qv: None, dim: None, tokens: query_tokens(&q.terms) };
+    let early = if vector.is_pending() && !q.terms.is_empty() && q.vector_hits.is_none() {
+        let (scope, _) = tokio::join!(small_scope(&*conn, &search, exact_scope, Read::Terms), vector.known());
+        Some(scope?)
+    } else {
+        None
     };
-    let Some(scope) = small_scope(&*conn, &search, exact_scope).await? else {
+    search.qv = vector.known().await.map(|v| pgvector::Vector::from(v.clone()));
+    search.dim = search.qv.as_ref().map(|v| v.as_slice().len() as i32);
+    let scope = match early {
+        Some(Some(mut scope)) if search.qv.is_some() => {
+            // The same scope's scores, read now (one more statement; another snapshot, so an
+            // event written or deleted between the two has one signal, or its row is gone).
+            small_scope(&*conn, &search, exact_scope, Read::Vectors).await?.map(|scores| {
+                scope.docs = scores.docs;
+                scope
+            })
+        }
+        Some(early) => early,
+        None => small_scope(&*conn, &search, exact_scope, Read::All).await?,
+    };
+    let Some(scope) = scope else {
         let tx = begin_read(conn).await?;
         return Ok((large_scope(&tx, &search).await?, None));
     };
@@ -176,93 +230,6 @@ async fn candidates_kept(
     Ok((found, kept))
 }
 
-/// The vector part of a small scope: the k events nearest to the query and the cosine of every
-/// full-text hit, exact. Half-precision scores (the user-document index) only decide which
-/// events cannot matter: an event whose f16 score plus its error bound stays below the k-th
-/// lower bound is out; the exact f32 score of every other approximate event is read (one round
-/// trip, by primary key), so the result is what scoring every event in f32 gives.
-async fn vector_part(
-    c: &impl GenericClient,
-    docs: &[Doc],
-    bm25: &HashMap<String, f64>,
-    qv: &pgvector::Vector,
-    dim: i32,
-    k: usize,
-) -> Result<HashMap<String, f32>, StoreError> {
-    let q_norm = qv.as_slice().iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
-    // (event, score = -inner product as pgvector's `<#>` gives it, error bound of the score)
-    let scored: Vec<(&String, f64, f64)> = docs
-        .iter()
-        .filter_map(|d| {
-            let ip = d.ip?;
-            Some((&d.id, ip, d.approx_norm.map_or(0.0, |n| halfvec_bound(q_norm, n, dim as usize))))
-        })
-        .collect();
-    // The k-th smallest upper bound of `<#>`: an event whose lower bound exceeds it has k
-    // events certainly before it.
-    let kth_upper = {
-        let mut upper: Vec<f64> = scored.iter().map(|(_, ip, b)| ip + b).collect();
-        if upper.len() > k && k > 0 {
-            let (_, kth, _) = upper.select_nth_unstable_by(k - 1, f64::total_cmp);
-            *kth
-        } else {
-            f64::INFINITY
-        }
-    };
-    let in_reach: Vec<&(&String, f64, f64)> = scored.iter().filter(|(_, ip, b)| ip - b <= kth_upper).collect();
-    let refetch: Vec<&String> = in_reach
-        .iter()
-        .filter(|(_, _, b)| *b > 0.0)
-        .map(|(id, _, _)| *id)
-        .chain(scored.iter().filter(|(id, _, b)| *b > 0.0 && bm25.contains_key(*id)).map(|(id, _, _)| *id))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let rows = if refetch.is_empty() {
-        vec![]
-    } else {
-        query_all(
-            c,
-            "SELECT event_id, vec <#> $1 FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
-            &[qv, &refetch, &dim],
-        )
-        .await?
-    };
-    let mut exact: HashMap<&str, f64> =
-        scored.iter().filter(|(_, _, b)| *b == 0.0).map(|(id, ip, _)| (id.as_str(), *ip)).collect();
-    for r in &rows {
-        exact.insert(r.get(0), r.get(1));
-    }
-    // pgvector's `<#>` is the negated inner product: nearest first, ties by id, as
-    // `ORDER BY vec <#> q, event_id` orders them.
-    let mut near: Vec<(&str, f64)> =
-        in_reach.iter().filter_map(|(id, _, _)| Some((id.as_str(), *exact.get(id.as_str())?))).collect();
-    near.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
-    near.truncate(k);
-    let mut cosine: HashMap<String, f32> = near.into_iter().map(|(id, ip)| (id.to_string(), (-ip) as f32)).collect();
-    // The scope's scores are known already: a full-text hit's cosine needs no query.
-    for id in bm25.keys() {
-        if let Some(ip) = exact.get(id.as_str()) {
-            cosine.entry(id.clone()).or_insert((-ip) as f32);
-        }
-    }
-    Ok(cosine)
-}
-
-/// How far pgvector's inner product of the f16 copies (`halfvec <#> halfvec`) can be from the
-/// f32 one (`vector <#> vector`) for a query of norm `q_norm` and a stored vector of norm
-/// `v_norm` (as the copy records it: computed in f32), `dim` components. Each conversion to f16
-/// moves a component by at most 2^-10 of itself (2^-11 when rounding to nearest, as F16C does;
-/// twice that for a truncating conversion), or by 2^-24 where f16 is subnormal; both products
-/// are summed in f32, each sum off by at most `dim`·2^-24 of Σ|q_i v_i| ≤ ‖q‖‖v‖. So the f16 score is within
-/// (2·2^-10 + 2·dim·2^-24)·‖q‖‖v‖ + dim·2^-24·(‖q‖ + ‖v‖) of the f32 one; 1% more covers the
-/// second-order terms and the rounding of the norms.
-pub fn halfvec_bound(q_norm: f64, v_norm: f64, dim: usize) -> f64 {
-    let n = dim as f64;
-    let eps = f64::powi(2.0, -24);
-    1.01 * ((f64::powi(2.0, -9) + 2.0 * n * eps) * q_norm * v_norm + n * eps * (q_norm + v_norm))
-}
-
 /// One search's inputs: the query vector in pgvector's form and its dimension, the query's
 /// distinct full-text tokens.
 struct Search<'a> {
@@ -272,15 +239,6 @@ struct Search<'a> {
     qv: Option<pgvector::Vector>,
     dim: Option<i32>,
     tokens: Vec<String>,
-}
-
-/// An event of a small scope: the negated inner product of its vector with the query, exact —
-/// or, when `approx_norm` is set, of the vectors' f16 copies (then the stored vector's norm, for
-/// [`halfvec_bound`]).
-struct Doc {
-    id: String,
-    ip: Option<f64>,
-    approx_norm: Option<f64>,
 }
 
 /// A small scope's events, their terms (tokenised once, for both searches) and BM25 statistics.
@@ -342,16 +300,29 @@ pub(crate) fn user_docs_where(cid: CollectionId, f: &EventFilter) -> (String, Ar
     (sql, a)
 }
 
-/// One statement, one snapshot: the scope with its signals, or `None` when the scope holds more
-/// than `exact_scope` events (then nothing else was computed).
-async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<Option<Scope>, StoreError> {
+/// What one read of a small scope returns.
+#[derive(Clone, Copy, PartialEq)]
+enum Read {
+    /// The events' terms and the query tokens' statistics (no vector scores).
+    Terms,
+    /// The events' vector scores alone (`Scope::terms` empty).
+    Vectors,
+    /// Both.
+    All,
+}
+
+/// One statement, one snapshot: the scope with the signals `read` asks for (those the query
+/// has), or `None` when the scope holds more than `exact_scope` events (then nothing else was
+/// computed).
+async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize, read: Read) -> Result<Option<Scope>, StoreError> {
     let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
-    let want_ip = q.vector_hits.is_none() && qv.is_some();
+    let want_ip = q.vector_hits.is_none() && qv.is_some() && read != Read::Terms;
+    let want_terms = !q.terms.is_empty() && read != Read::Vectors;
     let (scope_sql, terms, ip, norm, mut a) = if user_docs_serve(f, qv) {
         // Scored inside the scope: only the scores are materialised, never the f16 copies.
         let (scope_where, mut a) = user_docs_where(cid, f);
         let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
-        let terms = if q.terms.is_empty() {
+        let terms = if !want_terms {
             "NULL::text"
         } else {
             "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END"
@@ -387,10 +358,10 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
     };
     let cap = a.push((exact_scope + 1) as i64);
     let exact = a.push(exact_scope as i64);
-    let terms = if q.terms.is_empty() { "NULL::text" } else { &terms };
+    let terms = if want_terms { &terms } else { "NULL::text" };
     // The statistics rows (kind 1: documents and tokens; kind 2: a token's document frequency)
     // are the folded figures plus the deltas appended since, as everywhere.
-    let stats = if q.terms.is_empty() || q.corpus.is_some() {
+    let stats = if !want_terms || q.corpus.is_some() {
         String::new()
     } else {
         let t = a.push(tokens.to_vec());
@@ -421,7 +392,9 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize) -> Result<O
     for r in rows {
         match r.get::<_, i32>(0) {
             0 => {
-                out.terms.push(r.get(1), r.get(2));
+                if want_terms {
+                    out.terms.push(r.get(1), r.get(2));
+                }
                 out.docs.push(Doc { id: r.get(1), ip: r.get(3), approx_norm: r.get(4) })
             }
             1 => {
@@ -649,8 +622,8 @@ impl SearchStore for PgStore {
         filter: EventFilter,
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
-        let mut no_second = crate::search::Then::Known(None);
-        Ok(self.search_twice(cid, &filter, &q, &mut no_second).await?.0)
+        let mut vector = QueryVector::Known(q.vector.clone());
+        Ok(self.search_twice(cid, &filter, &q, &mut vector, &mut Then::Known(None)).await?.0)
     }
 
     async fn search_candidates_then(
@@ -661,9 +634,9 @@ impl SearchStore for PgStore {
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
     ) -> StoreResult<TwoHops> {
-        let first = CandidateQuery { vector: vector.await, ..first };
-        let (found, second) = self.search_twice(cid, &filter, &first, &mut crate::search::Then::Ask(then)).await?;
-        Ok(TwoHops { vector: first.vector, first: found, second })
+        let mut vector = QueryVector::Pending(vector);
+        let (found, second) = self.search_twice(cid, &filter, &first, &mut vector, &mut Then::Ask(then)).await?;
+        Ok(TwoHops { vector: vector.into_known(), first: found, second })
     }
 }
 
@@ -674,13 +647,13 @@ impl PgStore {
         cid: CollectionId,
         filter: &EventFilter,
         first: &CandidateQuery,
-        then: &mut crate::search::Then<'_>,
+        vector: &mut QueryVector<'_>,
+        then: &mut Then<'_>,
     ) -> StoreResult<(Vec<Candidate>, Option<Vec<Candidate>>)> {
-        use crate::search::two_hops;
         if let Some(read) = self.replica() {
             let on_replica = async {
                 let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
-                two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
+                two_hops(&mut conn, cid, filter, first, vector, then, self.exact_scope).await
             };
             match on_replica.await {
                 Ok(found) => return Ok(found),
@@ -695,6 +668,6 @@ impl PgStore {
             }
         }
         let mut conn = self.client().await?;
-        two_hops(&mut conn, cid, filter, first, then, self.exact_scope).await
+        two_hops(&mut conn, cid, filter, first, vector, then, self.exact_scope).await
     }
 }

@@ -1,0 +1,141 @@
+//! A small scope's search on PostgreSQL while its query is still being embedded: the scope's
+//! terms are read meanwhile, its vector scores once the vector arrives (two statements, two
+//! snapshots). What changes between them must not surface as a wrong answer.
+
+use mnemo_core::model::*;
+use mnemo_core::store::prelude::*;
+use mnemo_core::store::{NextTerms, PendingVector};
+use mnemo_store_pg::{PgOptions, PgStore};
+mod common;
+
+use serde_json::json;
+
+const DIM: usize = 16;
+
+/// A unit vector near axis `i`.
+fn vector(i: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..DIM).map(|j| ((i * 31 + j * 7) % 11) as f32 * 0.01).collect();
+    v[i % DIM] = 1.0;
+    mnemo_core::embed::normalize(&mut v);
+    v
+}
+
+fn event(cid: CollectionId, i: usize, text: &str) -> NewEvent {
+    let info = json!({"summary": text}).as_object().unwrap().clone();
+    NewEvent { embedding: Some(vector(i)), ..NewEvent::of_user(cid, EVENT_V1, "u", info, i as i64) }
+}
+
+fn no_second<'a>() -> NextTerms<'a> {
+    Box::new(|_| Box::pin(std::future::ready(None)))
+}
+
+fn ids(found: &[Candidate]) -> Vec<String> {
+    let mut ids: Vec<String> = found.iter().map(|c| c.event.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+/// A store on `schema` whose connections name themselves after it (`application_name`).
+async fn open(url: &str, schema: &str, exact_scope: usize) -> PgStore {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let named = format!("{url}{sep}application_name={schema}");
+    PgStore::connect(PgOptions { pool: 3, schema: Some(schema.into()), exact_scope, ..PgOptions::new(&named) })
+        .await
+        .unwrap()
+}
+
+/// Until one of `schema`'s connections has read a small scope and gone idle (waiting for the
+/// vector): what the "embedding" below does happens after the terms were read, every time.
+async fn after_the_terms_read(url: &str, schema: &str) {
+    let client = common::client(url).await;
+    for _ in 0..6000 {
+        let read: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'
+                 AND query LIKE '%scope AS MATERIALIZED%'",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if read > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("the search never read its scope while the vector was pending");
+}
+
+#[tokio::test]
+async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_then() {
+    let schema = "search_while_embedding";
+    let Some((url, _)) = common::fresh_store("a search while its query embeds", schema).await else { return };
+    let store = open(&url, schema, 5_000).await;
+    let c = common::collection(&store, "c", DIM as u32).await;
+    let texts = ["kyoto piano lessons", "piano in kyoto", "a hike in kyoto", "coffee at noon"];
+    let events = store.insert_events((0..4).map(|i| event(c.id, i, texts[i])).collect()).await.unwrap();
+    let f = EventFilter { user_id: vec!["u".into()], active_only: true, ..Default::default() };
+    let q = CandidateQuery {
+        vector: None,
+        terms: vec!["kyoto".into(), "piano".into()],
+        k: 10,
+        vector_hits: None,
+        corpus: None,
+    };
+    // While the query "embeds": the best vector hit and full-text hit goes, a new piano event comes.
+    let (gone, store_ref, cid, url) = (events[1].id.clone(), &store, c.id, &url);
+    let embedding: PendingVector<'_> = Box::pin(async move {
+        after_the_terms_read(url, schema).await;
+        assert!(store_ref.delete_event(cid, &gone).await.unwrap());
+        store_ref.insert_event(event(cid, 5, "piano piano piano")).await.unwrap();
+        Some(vector(1))
+    });
+    let hops = store.search_candidates_then(c.id, f.clone(), q.clone(), embedding, no_second()).await.unwrap();
+    let found = ids(&hops.first);
+    assert!(!found.contains(&events[1].id), "a deleted event is no candidate: {found:?}");
+    assert_eq!(found.len(), 4, "three of the first four and the new one: {found:?}");
+    for cand in &hops.first {
+        assert!(cand.cosine.is_some(), "{}: every candidate has its cosine", cand.event.id);
+    }
+    // The new event was written after the terms were read: found by its vector alone.
+    let new = hops.first.iter().find(|c| !events.iter().any(|e| e.id == c.event.id)).unwrap();
+    assert_eq!(new.bm25, None, "the terms were read before it was written");
+    // Asked again with the vector known: the same candidates and cosines (now the new event's
+    // terms count too).
+    let again = store.search_candidates(c.id, f, CandidateQuery { vector: Some(vector(1)), ..q }).await.unwrap();
+    assert_eq!(ids(&again), found);
+    for (a, b) in again.iter().zip(&hops.first) {
+        assert_eq!(a.cosine, b.cosine, "{}", a.event.id);
+    }
+}
+
+#[tokio::test]
+async fn a_scope_that_outgrows_the_exact_scan_while_the_query_embeds_is_searched_as_a_large_one() {
+    let schema = "search_outgrown";
+    let Some((url, _)) = common::fresh_store("a scope outgrown while its query embeds", schema).await else { return };
+    let store = open(&url, schema, 4).await;
+    let c = common::collection(&store, "c", DIM as u32).await;
+    let texts = ["kyoto piano lessons", "piano in kyoto", "a hike in kyoto", "coffee at noon"];
+    store.insert_events((0..4).map(|i| event(c.id, i, texts[i])).collect()).await.unwrap();
+    let f = EventFilter { user_id: vec!["u".into()], active_only: true, ..Default::default() };
+    let q = CandidateQuery {
+        vector: None,
+        terms: vec!["kyoto".into(), "piano".into()],
+        k: 10,
+        vector_hits: None,
+        corpus: None,
+    };
+    let (store_ref, cid, url) = (&store, c.id, &url);
+    let embedding: PendingVector<'_> = Box::pin(async move {
+        after_the_terms_read(url, schema).await;
+        store_ref.insert_event(event(cid, 6, "kyoto piano again")).await.unwrap();
+        Some(vector(2))
+    });
+    let hops = store.search_candidates_then(c.id, f.clone(), q.clone(), embedding, no_second()).await.unwrap();
+    assert_eq!(hops.first.len(), 5, "the five events, found by the large scope's indexes");
+    let again = store.search_candidates(c.id, f, CandidateQuery { vector: Some(vector(2)), ..q }).await.unwrap();
+    assert_eq!(ids(&again), ids(&hops.first));
+    for (a, b) in again.iter().zip(&hops.first) {
+        assert_eq!((a.cosine, a.bm25), (b.cosine, b.bm25), "{}", a.event.id);
+    }
+}
