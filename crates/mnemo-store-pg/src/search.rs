@@ -74,7 +74,16 @@ pub(crate) enum QueryVector<'a> {
     Known(Option<Vec<f32>>),
 }
 
-impl QueryVector<'_> {
+impl<'a> QueryVector<'a> {
+    /// `vector`, known already when it is ready at once (a cached embedding): then the scope is
+    /// read in one statement, as for a known vector.
+    pub(crate) fn new(mut vector: PendingVector<'a>) -> Self {
+        match futures_util::FutureExt::now_or_never(&mut vector) {
+            Some(v) => QueryVector::Known(v),
+            None => QueryVector::Pending(vector),
+        }
+    }
+
     /// The vector, waited for when still pending.
     async fn known(&mut self) -> Option<&Vec<f32>> {
         if let QueryVector::Pending(pending) = self {
@@ -634,7 +643,7 @@ impl SearchStore for PgStore {
         vector: PendingVector<'_>,
         then: NextTerms<'_>,
     ) -> StoreResult<TwoHops> {
-        let mut vector = QueryVector::Pending(vector);
+        let mut vector = QueryVector::new(vector);
         let (found, second) = self.search_twice(cid, &filter, &first, &mut vector, &mut Then::Ask(then)).await?;
         Ok(TwoHops { vector: vector.into_known(), first: found, second })
     }
