@@ -23,9 +23,15 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         mnemo_core::embed::normalize(&mut v);
         let info = json!({"summary": format!("event {i}")}).as_object().unwrap().clone();
         let e = store
-            .insert_event(NewEvent { embedding: Some(v), ..NewEvent::of_user(c.id, EVENT_V1, "u", info, i as i64) })
+            .insert_event(NewEvent {
+                embedding: Some(v.clone()),
+                ..NewEvent::of_user(c.id, EVENT_V1, "u", info, i as i64)
+            })
             .await
             .unwrap();
+        // Schema v10: a chunk's turn vectors in their row too (four turns: 3,588 bytes).
+        let turns: Vec<Vec<f32>> = (0..4).map(|t| v.iter().map(|x| x * (t + 1) as f32).collect()).collect();
+        store.set_event_vector(c.id, &e.id, v, Some(turns)).await.unwrap();
         ids.push(e.id);
     }
     let client = common::client(&url).await;
@@ -51,6 +57,27 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         .collect();
     assert_eq!(toasted, 0, "nothing of the rows went to the TOAST table");
     assert_eq!(sizes, vec![8 + 4 * dim as i32; ids.len()], "each vector whole in its row");
+    let turns_toast: String = client
+        .query_one(
+            &format!(
+                "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{schema}.event_turn_vectors'::regclass"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let toasted: i64 = client.query_one(&format!("SELECT count(*) FROM {turns_toast}"), &[]).await.unwrap().get(0);
+    let sizes: Vec<i32> = client
+        .query(&format!("SELECT pg_column_size(turns) FROM {schema}.event_turn_vectors"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(toasted, 0, "no turn vectors went to the TOAST table");
+    // A 4-byte varlena header, then the blob: its dimension (4 bytes) and a byte a dimension.
+    assert_eq!(sizes, vec![4 + 4 + 4 * dim as i32; ids.len()], "each event's turns whole in its row");
     // And they are read back whole: each event's own unit vector scores 1 against itself.
     let mut q = vec![0.0f32; dim];
     q[7] = 1.0;
@@ -64,6 +91,7 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         .unwrap();
     let best = got.iter().max_by(|a, b| a.cosine.partial_cmp(&b.cosine).unwrap()).unwrap();
     assert_eq!(best.event.id, ids[7], "the event whose dominant component the query names");
+    assert!(best.turn_cosine.is_some_and(|t| t > 0.9), "its turns read back whole: {:?}", best.turn_cosine);
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }
 
