@@ -14,6 +14,7 @@
 //! - BM25 statistics are summed per transaction and written in one sorted statement (no
 //!   deadlocks between writers touching the same terms).
 
+mod candidates;
 mod collections;
 mod conversations;
 mod events;

@@ -15,9 +15,9 @@
 //!   the GIN index over the terms to find the documents BM25 then scores.
 
 use crate::PgStore;
+use crate::candidates::{Early, load_candidates};
 use crate::exact::{Doc, vector_part};
-use crate::rows::{EVENT_COLS, event_from_row};
-use crate::sql::{Args, SqlParam, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
+use crate::sql::{Args, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use crate::vector_index::VectorIndex;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object};
@@ -175,7 +175,7 @@ impl Kept {
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let qv = q.vector.as_ref().map(|v| pgvector::Vector::from(v.clone()));
         let dim = q.vector.as_ref().map(|v| v.len() as i32);
-        load_candidates(c, cosine, bm25, qv.as_ref(), dim, found).await
+        load_candidates(c, cosine, bm25, qv.as_ref(), dim, found, Early::default()).await
     }
 }
 
@@ -199,31 +199,48 @@ async fn candidates_kept(
     exact_scope: usize,
 ) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
     let mut search = Search { cid, f, q, qv: None, dim: None, tokens: query_tokens(&q.terms) };
+    // With the vector still pending: the scope's terms, its BM25 hits and their rows, meanwhile.
     let early = if vector.is_pending() && !q.terms.is_empty() && q.vector_hits.is_none() {
-        let (scope, _) = tokio::join!(small_scope(&*conn, &search, exact_scope, Read::Terms), vector.known());
-        Some(scope?)
+        let read = async {
+            let Some(scope) = small_scope(&*conn, &search, exact_scope, Read::Terms).await? else { return Ok(None) };
+            let bm25 = scope.bm25(q);
+            let rows = Early::read(&*conn, &bm25).await?;
+            Ok::<_, StoreError>(Some((scope, bm25, rows)))
+        };
+        let (read, _) = tokio::join!(read, vector.known());
+        Some(read?)
     } else {
         None
     };
     search.qv = vector.known().await.map(|v| pgvector::Vector::from(v.clone()));
     search.dim = search.qv.as_ref().map(|v| v.as_slice().len() as i32);
-    let scope = match early {
-        Some(Some(mut scope)) if search.qv.is_some() => {
-            // The same scope's scores, read now (one more statement; another snapshot, so an
-            // event written or deleted between the two has one signal, or its row is gone).
-            small_scope(&*conn, &search, exact_scope, Read::Vectors).await?.map(|scores| {
-                scope.docs = scores.docs;
-                scope
-            })
+    let (scope, bm25, rows) = match early {
+        Some(Some((mut scope, mut bm25, rows))) if search.qv.is_some() => {
+            // The same scope's scores, read now: another snapshot, so an event deleted meanwhile
+            // leaves the BM25 hits too, and one written meanwhile has its vector score alone.
+            match small_scope(&*conn, &search, exact_scope, Read::Vectors).await? {
+                Some(scores) => {
+                    let now: std::collections::HashSet<&str> = scores.docs.iter().map(|d| d.id.as_str()).collect();
+                    bm25.retain(|id, _| now.contains(id.as_str()));
+                    scope.docs = scores.docs;
+                    (Some(scope), bm25, rows)
+                }
+                None => (None, HashMap::new(), Early::default()),
+            }
         }
-        Some(early) => early,
-        None => small_scope(&*conn, &search, exact_scope, Read::All).await?,
+        Some(Some((scope, bm25, rows))) => (Some(scope), bm25, rows),
+        Some(None) => (None, HashMap::new(), Early::default()),
+        None => {
+            let scope = small_scope(&*conn, &search, exact_scope, Read::All).await?;
+            let bm25 = scope.as_ref().map(|s| s.bm25(q)).unwrap_or_default();
+            (scope, bm25, Early::default())
+        }
     };
     let Some(scope) = scope else {
         let tx = begin_read(conn).await?;
         return Ok((large_scope(&tx, &search).await?, None));
     };
-    let (qv, dim, bm25) = (search.qv.as_ref(), search.dim, scope.bm25(q));
+    let (qv, dim) = (search.qv.as_ref(), search.dim);
     let cosine = match (&q.vector_hits, qv, dim) {
         (Some(hits), _, _) => hits.iter().cloned().collect(),
         (None, Some(qv), Some(dim)) if !scope.docs.is_empty() => {
@@ -231,7 +248,7 @@ async fn candidates_kept(
         }
         _ => HashMap::new(),
     };
-    let found = load_candidates(&*conn, cosine, bm25, qv, dim, &[]).await?;
+    let found = load_candidates(&*conn, cosine, bm25, qv, dim, &[], rows).await?;
     // Only a search with full text keeps terms worth keeping.
     let has_stats = q.corpus.is_none();
     let asked = if has_stats { search.tokens.into_iter().collect() } else { Default::default() };
@@ -529,92 +546,7 @@ async fn large_scope(tx: &Tx<'_>, s: &Search<'_>) -> Result<Vec<Candidate>, Stor
         Ok(q.bm25(stats, |t| df.get(t).copied().unwrap_or(0)).top_k(docs, q.k))
     };
     let (cosine, bm25) = tokio::try_join!(vector, text)?;
-    load_candidates(tx, cosine, bm25, qv, dim, &[]).await
-}
-
-/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in, and the
-/// best turn cosine of those `turns::scored` picks computed from their turn vectors.
-async fn load_candidates(
-    tx: &impl GenericClient,
-    mut cosine: HashMap<String, f32>,
-    bm25: HashMap<String, f64>,
-    qv: Option<&pgvector::Vector>,
-    dim: Option<i32>,
-    known: &[Candidate],
-) -> Result<Vec<Candidate>, StoreError> {
-    let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
-    if ids.is_empty() {
-        return Ok(vec![]);
-    }
-    // The candidates whose turns are scored, by this hop's own signals.
-    let scored: Vec<&String> = {
-        let best = mnemo_core::turns::scored(&cosine, &bm25);
-        ids.iter().filter(|id| best.contains(id.as_str())).collect()
-    };
-    // A candidate an earlier search of the same scope returned: its row and cosine are known.
-    let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
-    for id in &ids {
-        if let Some(cos) = known.get(id.as_str()).and_then(|c| c.cosine) {
-            cosine.entry(id.clone()).or_insert(cos);
-        }
-    }
-    let missing: Vec<&String> = ids.iter().filter(|id| !cosine.contains_key(*id)).collect();
-    let to_load: Vec<&String> = ids.iter().filter(|id| !known.contains_key(id.as_str())).collect();
-    let fill =
-        async {
-            match (qv, dim) {
-                (Some(qv), Some(dim)) if !missing.is_empty() => query_all(
-                    tx,
-                    "SELECT event_id, (-(vec <#> $1))::real FROM event_vectors WHERE event_id = ANY($2) AND dim = $3",
-                    &[qv, &missing, &dim],
-                )
-                .await,
-                _ => Ok(vec![]),
-            }
-        };
-    let load = async {
-        if to_load.is_empty() {
-            return Ok(vec![]);
-        }
-        let sql = format!("SELECT {EVENT_COLS} FROM events WHERE id = ANY($1) ORDER BY id");
-        let args: [SqlParam<'_>; 1] = [&to_load];
-        query_all(tx, &sql, &args).await
-    };
-    let scored: Vec<&String> = scored.into_iter().filter(|id| !known.contains_key(id.as_str())).collect();
-    let turns = async {
-        match qv {
-            Some(_) if !scored.is_empty() => {
-                query_all(tx, "SELECT event_id, turns FROM event_turn_vectors WHERE event_id = ANY($1)", &[&scored])
-                    .await
-            }
-            _ => Ok(vec![]),
-        }
-    };
-    let (filled, rows, turns) = tokio::try_join!(fill, load, turns)?;
-    for r in filled {
-        cosine.insert(r.get(0), r.get(1));
-    }
-    let mut turn_cosine: HashMap<String, f32> =
-        known.iter().filter_map(|(id, c)| Some((id.to_string(), c.turn_cosine?))).collect();
-    if let Some(qv) = qv {
-        for r in turns {
-            let blob: Vec<u8> = r.get(1);
-            if let Some(best) = mnemo_core::turns::best_cosine(&blob, qv.as_slice()) {
-                turn_cosine.insert(r.get(0), best);
-            }
-        }
-    }
-    let mut events: Vec<Event> = rows.iter().map(event_from_row).collect::<Result<_, _>>()?;
-    events.extend(ids.iter().filter_map(|id| Some(known.get(id.as_str())?.event.clone())));
-    events.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(events
-        .into_iter()
-        .map(|event| {
-            let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
-            let turn_cosine = turn_cosine.get(&event.id).copied();
-            Candidate { event, cosine: c, bm25: b, turn_cosine }
-        })
-        .collect())
+    load_candidates(tx, cosine, bm25, qv, dim, &[], Early::default()).await
 }
 
 #[async_trait]

@@ -44,15 +44,16 @@ async fn open(url: &str, schema: &str, exact_scope: usize) -> PgStore {
         .unwrap()
 }
 
-/// Until one of `schema`'s connections has read a small scope and gone idle (waiting for the
-/// vector): what the "embedding" below does happens after the terms were read, every time.
+/// Until one of `schema`'s connections has read a small scope, then its BM25 hits' rows and turns
+/// (the last statement before the vector is needed), and gone idle waiting for the vector: what
+/// the "embedding" below does happens after those reads, every time.
 async fn after_the_terms_read(url: &str, schema: &str) {
     let client = common::client(url).await;
     for _ in 0..6000 {
         let read: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'
-                 AND query LIKE '%scope AS MATERIALIZED%'",
+                 AND query LIKE '%FROM event_turn_vectors WHERE event_id = ANY%'",
                 &[&schema],
             )
             .await
