@@ -7,7 +7,9 @@
 //!   v5: an index-only range scan, f16 scores), else from the event rows; the vector top k and
 //!   BM25 (`text::Bm25Query`) are ranked here, the exact f32 scores of the events f16 cannot
 //!   place are read by primary key (`exact::halfvec_bound`), and a last statement loads the
-//!   candidates' rows;
+//!   candidates' rows. While the query is still being embedded, that statement is split: the
+//!   terms and statistics are read meanwhile, with the BM25 hits' rows (`candidates::Early`),
+//!   and the inner products once the vector is there;
 //! - a larger scope uses the HNSW index of the collection's dimension with
 //!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none) —
 //!   for a real model's vectors the index of their signs ([`VectorIndex::Bits`]), whose nearest
