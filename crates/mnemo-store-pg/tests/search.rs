@@ -67,22 +67,29 @@ async fn after_the_terms_read(url: &str, schema: &str) {
     panic!("the search never read its scope while the vector was pending");
 }
 
-#[tokio::test]
-async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_then() {
-    let schema = "search_while_embedding";
-    let Some((url, _)) = common::fresh_store("a search while its query embeds", schema).await else { return };
-    let store = open(&url, schema, 5_000).await;
+/// A store on a fresh `schema` whose exact scan stops at `exact_scope` events, with user u's four
+/// events (two about piano in Kyoto), or `None` without a database.
+async fn setup(what: &str, schema: &str, exact_scope: usize) -> Option<(String, PgStore, Collection, Vec<Event>)> {
+    let (url, _) = common::fresh_store(what, schema).await?;
+    let store = open(&url, schema, exact_scope).await;
     let c = common::collection(&store, "c", DIM as u32).await;
     let texts = ["kyoto piano lessons", "piano in kyoto", "a hike in kyoto", "coffee at noon"];
     let events = store.insert_events((0..4).map(|i| event(c.id, i, texts[i])).collect()).await.unwrap();
+    Some((url, store, c, events))
+}
+
+/// u's active events, searched for "kyoto piano" (the vector comes apart).
+fn user_query() -> (EventFilter, CandidateQuery) {
     let f = EventFilter { user_id: vec!["u".into()], active_only: true, ..Default::default() };
-    let q = CandidateQuery {
-        vector: None,
-        terms: vec!["kyoto".into(), "piano".into()],
-        k: 10,
-        vector_hits: None,
-        corpus: None,
-    };
+    let terms = vec!["kyoto".into(), "piano".into()];
+    (f, CandidateQuery { vector: None, terms, k: 10, vector_hits: None, corpus: None })
+}
+
+#[tokio::test]
+async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_then() {
+    let schema = "search_while_embedding";
+    let Some((url, store, c, events)) = setup("a search while its query embeds", schema, 5_000).await else { return };
+    let (f, q) = user_query();
     // While the query "embeds": the best vector hit and full-text hit goes, a new piano event comes.
     let (gone, store_ref, cid, url) = (events[1].id.clone(), &store, c.id, &url);
     let embedding: PendingVector<'_> = Box::pin(async move {
@@ -113,19 +120,8 @@ async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_t
 #[tokio::test]
 async fn a_scope_that_outgrows_the_exact_scan_while_the_query_embeds_is_searched_as_a_large_one() {
     let schema = "search_outgrown";
-    let Some((url, _)) = common::fresh_store("a scope outgrown while its query embeds", schema).await else { return };
-    let store = open(&url, schema, 4).await;
-    let c = common::collection(&store, "c", DIM as u32).await;
-    let texts = ["kyoto piano lessons", "piano in kyoto", "a hike in kyoto", "coffee at noon"];
-    store.insert_events((0..4).map(|i| event(c.id, i, texts[i])).collect()).await.unwrap();
-    let f = EventFilter { user_id: vec!["u".into()], active_only: true, ..Default::default() };
-    let q = CandidateQuery {
-        vector: None,
-        terms: vec!["kyoto".into(), "piano".into()],
-        k: 10,
-        vector_hits: None,
-        corpus: None,
-    };
+    let Some((url, store, c, _)) = setup("a scope outgrown while its query embeds", schema, 4).await else { return };
+    let (f, q) = user_query();
     let (store_ref, cid, url) = (&store, c.id, &url);
     let embedding: PendingVector<'_> = Box::pin(async move {
         after_the_terms_read(url, schema).await;
