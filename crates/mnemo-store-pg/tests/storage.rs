@@ -35,48 +35,26 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         ids.push(e.id);
     }
     let client = common::client(&url).await;
-    // Rows in the TOAST table, and each stored vector's size in its row (pgvector: an 8-byte
-    // header, then 4 bytes a dimension; a TOAST pointer would be 18).
-    let toast_table: String = client
-        .query_one(
-            &format!(
-                "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{schema}.event_vectors'::regclass"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let toasted: i64 = client.query_one(&format!("SELECT count(*) FROM {toast_table}"), &[]).await.unwrap().get(0);
-    let sizes: Vec<i32> = client
-        .query(&format!("SELECT pg_column_size(vec) FROM {schema}.event_vectors"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    // A table's rows in its TOAST table, and the size of `column` in each of its rows.
+    let stored = |table: &'static str, column: &'static str| {
+        let client = &client;
+        async move {
+            let oid =
+                format!("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{schema}.{table}'::regclass");
+            let toast: String = client.query_one(&oid, &[]).await.unwrap().get(0);
+            let toasted: i64 = client.query_one(&format!("SELECT count(*) FROM {toast}"), &[]).await.unwrap().get(0);
+            let sizes = format!("SELECT pg_column_size({column}) FROM {schema}.{table}");
+            let sizes: Vec<i32> = client.query(&sizes, &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+            (toasted, sizes)
+        }
+    };
+    // pgvector: an 8-byte header, then 4 bytes a dimension (a TOAST pointer would be 18).
+    let (toasted, sizes) = stored("event_vectors", "vec").await;
     assert_eq!(toasted, 0, "nothing of the rows went to the TOAST table");
     assert_eq!(sizes, vec![8 + 4 * dim as i32; ids.len()], "each vector whole in its row");
-    let turns_toast: String = client
-        .query_one(
-            &format!(
-                "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{schema}.event_turn_vectors'::regclass"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let toasted: i64 = client.query_one(&format!("SELECT count(*) FROM {turns_toast}"), &[]).await.unwrap().get(0);
-    let sizes: Vec<i32> = client
-        .query(&format!("SELECT pg_column_size(turns) FROM {schema}.event_turn_vectors"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(toasted, 0, "no turn vectors went to the TOAST table");
     // A 4-byte varlena header, then the blob: its dimension (4 bytes) and a byte a dimension.
+    let (toasted, sizes) = stored("event_turn_vectors", "turns").await;
+    assert_eq!(toasted, 0, "no turn vectors went to the TOAST table");
     assert_eq!(sizes, vec![4 + 4 + 4 * dim as i32; ids.len()], "each event's turns whole in its row");
     // And they are read back whole: each event's own unit vector scores 1 against itself.
     let mut q = vec![0.0f32; dim];
