@@ -216,29 +216,25 @@ async fn candidates_kept(
     };
     search.qv = vector.known().await.map(|v| pgvector::Vector::from(v.clone()));
     search.dim = search.qv.as_ref().map(|v| v.as_slice().len() as i32);
-    let (scope, bm25, rows) = match early {
+    // A small scope: what it read, its BM25 hits, their rows if read early.
+    let small = match early {
         Some(Some((mut scope, mut bm25, rows))) if search.qv.is_some() => {
             // The same scope's scores, read now: another snapshot, so an event deleted meanwhile
             // leaves the BM25 hits too, and one written meanwhile has its vector score alone.
-            match small_scope(&*conn, &search, exact_scope, Read::Vectors).await? {
-                Some(scores) => {
-                    let now: std::collections::HashSet<&str> = scores.docs.iter().map(|d| d.id.as_str()).collect();
-                    bm25.retain(|id, _| now.contains(id.as_str()));
-                    scope.docs = scores.docs;
-                    (Some(scope), bm25, rows)
-                }
-                None => (None, HashMap::new(), Early::default()),
-            }
+            small_scope(&*conn, &search, exact_scope, Read::Vectors).await?.map(|scores| {
+                let now: std::collections::HashSet<&str> = scores.docs.iter().map(|d| d.id.as_str()).collect();
+                bm25.retain(|id, _| now.contains(id.as_str()));
+                scope.docs = scores.docs;
+                (scope, bm25, rows)
+            })
         }
-        Some(Some((scope, bm25, rows))) => (Some(scope), bm25, rows),
-        Some(None) => (None, HashMap::new(), Early::default()),
-        None => {
-            let scope = small_scope(&*conn, &search, exact_scope, Read::All).await?;
-            let bm25 = scope.as_ref().map(|s| s.bm25(q)).unwrap_or_default();
+        Some(early) => early,
+        None => small_scope(&*conn, &search, exact_scope, Read::All).await?.map(|scope| {
+            let bm25 = scope.bm25(q);
             (scope, bm25, Early::default())
-        }
+        }),
     };
-    let Some(scope) = scope else {
+    let Some((scope, bm25, rows)) = small else {
         let tx = begin_read(conn).await?;
         return Ok((large_scope(&tx, &search).await?, None));
     };
