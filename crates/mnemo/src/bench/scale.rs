@@ -349,20 +349,20 @@ pub async fn run(
             // Then get_context in a live conversation, each right after its writes: every write
             // makes each read connection start over (SQLite drops its page cache and memory map
             // when the file changed), so these come last and the measures above stay reads alone.
-            for i in 0..300 {
-                let live = format!("live-{run}-{i}");
+            let lives: Vec<String> = (0..300).map(|i| format!("live-{run}-{i}")).collect();
+            for (i, live) in lives.iter().enumerate() {
                 let user = format!("user-{}", rng.next() as usize % users);
-                make_live(&service, &db, &target, c.id, &user, &live, embedder.dimension(), shape, &mut rng).await?;
+                make_live(&service, &db, &target, c.id, &user, live, embedder.dimension(), shape, &mut rng).await?;
                 service.query_cache.clear();
                 let t = Instant::now();
-                service.get_context(context_request(&target, live, QUERIES[i % QUERIES.len()], user)).await?;
+                service.get_context(context_request(&target, live.clone(), QUERIES[i % QUERIES.len()], user)).await?;
                 ctx_live.push(ms(t));
             }
             // What the live conversations wrote goes (untimed), so a kept store
             // (`MNEMO_BENCH_KEEP`) is the same store in the next run: it grew by 6,000 events a
             // run before.
-            for i in 0..300 {
-                db.delete_conversation(c.id, &format!("live-{run}-{i}")).await?;
+            for live in &lives {
+                db.delete_conversation(c.id, live).await?;
             }
             // The dashboard's opening read: the collection's users, most recently active first.
             let mut user_list = Vec::new();
