@@ -41,6 +41,7 @@ fn one_embedder(e: &EmbeddingConfig, cfg: &Config, queries_only: bool) -> Result
             let runtime = Runtime {
                 device: Device::parse(&e.device).map_err(anyhow::Error::msg)?,
                 library: e.onnxruntime.clone(),
+                fast_int8: e.fast_int8,
             };
             // Unset: EmbeddingGemma, or the USE + e5 pair when EmbeddingGemma is not installed
             // (it could not be fetched, or its terms were not wanted) — said, not failed.

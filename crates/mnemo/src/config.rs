@@ -120,6 +120,12 @@ pub struct EmbeddingConfig {
     /// local: the ONNX Runtime shared library to load (default: the model directory's, or its
     /// `gpu/` one for CUDA).
     pub onnxruntime: Option<PathBuf>,
+    /// local, on an x86 CPU without VNNI (AVX2 alone): multiply the int8 weights the fast way,
+    /// whose 16-bit sums saturate (~15 % faster embedding there, vectors further from the
+    /// model's: LoCoMo dev 0.865 → 0.837 evidence present at 1,200 tokens). Off (exact) by
+    /// default; no effect on a CPU with VNNI or on a GPU. Either way vectors stay comparable: no
+    /// reindex.
+    pub fast_int8: bool,
     /// local: searches waiting for the model at most; past it a search runs on full text alone
     /// instead of queueing (0: never fall back — searches always wait for their embedding).
     pub max_waiting_queries: usize,
@@ -159,6 +165,7 @@ impl Default for EmbeddingConfig {
             sessions: 2,
             device: "cpu".into(),
             onnxruntime: None,
+            fast_int8: false,
             max_waiting_queries: mnemo_providers::embed::local::MAX_WAITING_QUERIES,
             query_cache: 4096,
             base_url: None,

@@ -225,8 +225,10 @@ impl Sessions {
         dir: &Path,
         model: LocalModel,
         device: Device,
+        fast_int8: bool,
     ) -> Result<Self, String> {
-        let load = |runs: bool, graph: &str| runs.then(|| session(env, &dir.join(graph), device)).transpose();
+        let load =
+            |runs: bool, graph: &str| runs.then(|| session(env, &dir.join(graph), device, fast_int8)).transpose();
         Ok(Self {
             use_: load(model != LocalModel::Gemma, "model.onnx")?,
             e5: load(model == LocalModel::UseE5, E5_GRAPH)?,
@@ -292,11 +294,16 @@ fn missing(d: &Path, model: LocalModel) -> String {
     )
 }
 
-fn session(env: &ort::environment::Environment, graph: &Path, device: Device) -> Result<Session, String> {
+fn session(
+    env: &ort::environment::Environment,
+    graph: &Path,
+    device: Device,
+    fast_int8: bool,
+) -> Result<Session, String> {
     let t = std::time::Instant::now();
     let s = Session::builder(env)
         .and_then(|b| b.with_intra_threads(1).map_err(Into::into))
-        .and_then(|b| runtime::on_device(b, device))
+        .and_then(|b| runtime::on_device(b, device, fast_int8))
         .and_then(|mut b| b.commit_from_file(graph))
         .map_err(|e| format!("loading {}: {e}", graph.display()));
     tracing::debug!(graph = %graph.display(), ms = t.elapsed().as_millis() as u64, "inference session built");
@@ -314,7 +321,7 @@ impl LocalEmbedder {
     /// [`Self::open`] on the given runtime: its library (the first one a process opens stays
     /// loaded) and device.
     pub fn open_on(dir: &Path, model: LocalModel, sessions: usize, runtime: &Runtime) -> Result<Self, String> {
-        let device = runtime.device;
+        let (device, fast_int8) = (runtime.device, runtime.fast_int8);
         let library = runtime.library_in(dir);
         let env = ENVIRONMENT
             .get_or_init(|| {
@@ -346,7 +353,7 @@ impl LocalEmbedder {
         let (tokenizers, first) = std::thread::scope(|scope| {
             let large = large.map(|f| scope.spawn(move || load(f)));
             let use_tok = (model != LocalModel::Gemma).then(|| load("tokenizer.json")).transpose();
-            let first = Sessions::build(env, dir, model, device)
+            let first = Sessions::build(env, dir, model, device, fast_int8)
                 .map_err(|e| format!("{e}{}", runtime::cuda_hint(device, &library)));
             let panicked = |_| "a model-loading thread panicked".to_string();
             let large = large.map(|h| h.join().map_err(panicked)?).transpose()?;
@@ -374,7 +381,7 @@ impl LocalEmbedder {
                     // Linux a thread id names the thread alone).
                     let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
                     for _ in 1..target {
-                        match Sessions::build(env, &dir, model, device) {
+                        match Sessions::build(env, &dir, model, device, fast_int8) {
                             Ok(s) => {
                                 pool.lock().expect("session pool").push(s);
                                 lanes.add(1);

@@ -59,6 +59,9 @@ pub struct Runtime {
     /// The ONNX Runtime shared library (`embedding.onnxruntime`); unset: the model directory's,
     /// or its `gpu/` one for CUDA.
     pub library: Option<PathBuf>,
+    /// `embedding.fast_int8`: let a CPU without VNNI multiply the int8 weights by pairs summed in
+    /// 16 bits, which saturate ([`on_device`]); off by default.
+    pub fast_int8: bool,
 }
 
 impl Runtime {
@@ -75,10 +78,24 @@ impl Runtime {
 
 /// A session builder set to run on `device` (an error, not a silent fall back to the CPU, when
 /// the library or the machine cannot).
+///
+/// On the CPU, the int8 products are exact unless `fast_int8`. An x86 CPU without VNNI (AVX2
+/// alone: most AMD EPYC before Zen 4, Intel before Cascade Lake) multiplies u8 activations by s8
+/// weights two at a time into a saturating 16-bit sum (`VPMADDUBSW`), and EmbeddingGemma's
+/// weights use the whole s8 range, so its vectors drift from the model's: on such a CPU LoCoMo
+/// dev's evidence present at 1,200 tokens read 0.837 instead of 0.865 (multi-hop 0.352 instead of
+/// 0.458), zh-life's vector-only all@5 0.930 instead of 0.955. ONNX Runtime's
+/// `session.x64quantprecision` stores those weights as u8 and multiplies u8 by u8 without
+/// saturation there (~15 % slower on that CPU); a CPU with VNNI is exact either way and unaffected
+/// (docs/benchmarks.md, "Exact int8 on CPUs without VNNI").
 pub(super) fn on_device(
     builder: ort::session::builder::SessionBuilder,
     device: Device,
+    fast_int8: bool,
 ) -> ort::Result<ort::session::builder::SessionBuilder> {
+    let builder = builder
+        .with_config_entry("session.x64quantprecision", if fast_int8 { "0" } else { "1" })
+        .map_err(Into::<ort::Error>::into)?;
     match device {
         Device::Cpu => Ok(builder),
         #[cfg(feature = "cuda")]
@@ -127,9 +144,13 @@ mod tests {
     fn the_library_follows_the_device_unless_named() {
         let dir = Path::new("/m");
         assert_eq!(Runtime::default().library_in(dir), dir.join(ORT_LIB));
-        let gpu = Runtime { device: Device::Cuda(1), library: None };
+        let gpu = Runtime { device: Device::Cuda(1), ..Runtime::default() };
         assert_eq!(gpu.library_in(dir), Path::new("/m/gpu").join(ORT_LIB));
-        let own = Runtime { device: Device::Cuda(0), library: Some("/opt/ort/libonnxruntime.so".into()) };
+        let own = Runtime {
+            device: Device::Cuda(0),
+            library: Some("/opt/ort/libonnxruntime.so".into()),
+            ..Runtime::default()
+        };
         assert_eq!(own.library_in(dir), Path::new("/opt/ort/libonnxruntime.so"));
     }
 }
