@@ -45,15 +45,18 @@ async fn open(url: &str, schema: &str, exact_scope: usize) -> PgStore {
 }
 
 /// Until one of `schema`'s connections has read a small scope, then its BM25 hits' rows and turns
-/// (the last statement before the vector is needed), and gone idle waiting for the vector: what
-/// the "embedding" below does happens after those reads, every time.
+/// (the last statements before the vector is needed), and gone idle waiting for the vector: what
+/// the "embedding" below does happens after those reads, every time. The two are pipelined on one
+/// connection, in either order (each connection prepares and caches its statements on first use,
+/// so a cached one goes out first): whichever it ran last, idle means both are done.
 async fn after_the_terms_read(url: &str, schema: &str) {
     let client = common::client(url).await;
     for _ in 0..6000 {
         let read: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'
-                 AND query LIKE '%FROM event_turn_vectors WHERE event_id = ANY%'",
+                 AND (query LIKE '%FROM event_turn_vectors WHERE event_id = ANY%'
+                      OR query LIKE '%FROM events WHERE id = ANY($1)')",
                 &[&schema],
             )
             .await
