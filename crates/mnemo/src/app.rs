@@ -479,10 +479,15 @@ pub async fn prepare(service: &Service) -> Result<()> {
     Ok(())
 }
 
-/// `mnemo reindex`: moves every collection indexed with another model to the configured one.
-pub async fn reindex(cfg: Config) -> Result<()> {
+/// `mnemo reindex`: moves every collection indexed with another model to the configured one;
+/// `all`: every collection, those of the configured model too.
+pub async fn reindex(cfg: Config, all: bool) -> Result<()> {
     let service = build_service(&cfg, Arc::new(mnemo_core::SystemClock)).await?;
     let model = service.embedder().model_id().to_string();
+    if all {
+        let n = service.mark_for_reembedding().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!("{n} collections of {model} to re-embed");
+    }
     let todo = service.collections_to_reindex().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if todo.is_empty() {
         // A previous run may have stopped midway: its collections already name the new model.

@@ -57,6 +57,10 @@ enum Command {
         /// Data directory (default: store.path of the config).
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Re-embed every collection, those of the configured model too (e.g. vectors made with
+        /// embedding.fast_int8 on a CPU without VNNI, or before exact int8 was the default).
+        #[arg(long)]
+        all: bool,
     },
     /// An MCP server on stdio over the same store (for Claude Code, Cursor, Codex…).
     Mcp {
@@ -384,11 +388,11 @@ fn run() -> Result<()> {
             rt.block_on(app::serve(cfg))
         }
         Command::Demo => rt.block_on(demo::run(cfg)),
-        Command::Reindex { data } => {
+        Command::Reindex { data, all } => {
             if let Some(d) = data {
                 cfg.store.path = d;
             }
-            rt.block_on(app::reindex(cfg))
+            rt.block_on(app::reindex(cfg, all))
         }
         Command::Openapi => {
             println!("{}", serde_json::to_string_pretty(&mnemo_http::openapi::document())?);

@@ -42,6 +42,23 @@ impl Service {
             .collect())
     }
 
+    /// Marks every collection of this server's model to be embedded again (`mnemo reindex
+    /// --all`): each is recorded under another name of the model for the time being, so the
+    /// store drops its vectors in that transaction and [`Self::collections_to_reindex`] lists it —
+    /// a run stopped midway is finished by the next `mnemo reindex`, as a model change is, and a
+    /// server refuses the collection until then. Returns how many.
+    pub async fn mark_for_reembedding(&self) -> CoreResult<usize> {
+        let (model, dim) = (self.embedder.model_id(), self.embedder.dimension() as u32);
+        let mut n = 0;
+        for c in self.store.all_collections().await? {
+            if c.embedding_model.as_deref() == Some(model) {
+                self.store.set_collection_embedding(c.id, &format!("{model} (to re-embed)"), dim).await?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// Moves a collection to this server's model: records the model (which drops the old
     /// vectors), then embeds every event, calling `progress(done, total)` after each batch.
     /// Resumable: run again (or start the server, whose re-index loop does the same) and it

@@ -7,9 +7,14 @@ use std::path::Path;
 
 /// `mnemo reindex` on `data` with `cfg` (and the test store), to its end.
 fn reindex(cfg: &Path, data: &Path) -> std::process::Output {
+    reindex_with(cfg, data, &[])
+}
+
+fn reindex_with(cfg: &Path, data: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(BIN)
         .args(["reindex", "--config"])
         .arg(cfg)
+        .args(args)
         .arg("--data")
         .arg(data)
         .envs(store_env(data))
@@ -292,7 +297,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
         "a second run has nothing to do"
     );
 
-    let new = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
+    let mut new = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-indexed directory starts");
     // Semantic matches (no shared words) in both directions need the new vectors.
     let r = new.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
     assert_eq!(r["result_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
@@ -303,6 +308,19 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
         )
         .await;
     assert!(r["result_list"][0]["memory_info"]["summary"].as_str().unwrap().contains("camping"), "{r}");
+
+    // `--all` embeds the collections of the configured model again too (vectors made another way:
+    // embedding.fast_int8 on a CPU without VNNI), and the directory serves as before.
+    new.kill9();
+    let out = reindex_with(&new_cfg, &data, &["--all"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert!(stderr.contains("1 collections of embeddinggemma-300m-int8 to re-embed"), "{stderr}");
+    assert!(stdout.contains("3 events re-embedded with embeddinggemma-300m-int8"), "{stdout}");
+    assert!(String::from_utf8_lossy(&run().stdout).contains("every collection is indexed with"));
+    let again = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-embedded directory starts");
+    let r = again.ok("event/search", json!({"collection_name": "c", "query": "What is the user allergic to?", "filter": {"user_id": "u"}, "limit": 1})).await;
+    assert_eq!(r["result_list"][0]["memory_info"]["summary"], "用户对花生过敏", "{r}");
 }
 
 /// A data directory written by the previous release itself (commit d2bbf5a, USE alone; made as
