@@ -8,7 +8,9 @@
 //! answer is the reply). A turn matches by the query's terms, each weighted by its rarity among
 //! the candidates' turns; a turn by someone the query names counts as one more of its rarest
 //! terms ("What does Nate play?": the answer is Nate's turn far more often than the other
-//! side's). An event no query term matches (found by meaning alone) is shown whole.
+//! side's). An event no query term matches (found by meaning alone) is shown by the turn whose
+//! vector its search found nearest the query ([`ScoredEvent::best_turn`]), and whole when the
+//! search did not score its turns.
 //!
 //! The copy reported as included says what was shown: its `summary` is the excerpt, its
 //! `source_message_ids` are the shown turns', and `memory_info.excerpt` is `true`; the stored
@@ -141,17 +143,19 @@ impl<'a> Excerpter<'a> {
         let score = |mask: u64| -> f64 {
             m.weight.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, w)| w).sum()
         };
-        if masks.iter().all(|&mask| score(mask) <= 0.0) {
-            return None;
-        }
-        let named_bonus = m.weight.iter().copied().fold(0.0, f64::max);
-        let turn_score = |(t, &mask): (&Turn, &u64)| -> f64 {
-            let named = crate::text::term_set(t.who).iter().any(|w| terms.contains(&w.as_str()));
-            score(mask) + if named { named_bonus } else { 0.0 }
+        let best = if masks.iter().all(|&mask| score(mask) <= 0.0) {
+            // Found by meaning alone: the turn its search found nearest, if it scored them.
+            e.best_turn.filter(|&i| i < ts.len())?
+        } else {
+            let named_bonus = m.weight.iter().copied().fold(0.0, f64::max);
+            let turn_score = |(t, &mask): (&Turn, &u64)| -> f64 {
+                let named = crate::text::term_set(t.who).iter().any(|w| terms.contains(&w.as_str()));
+                score(mask) + if named { named_bonus } else { 0.0 }
+            };
+            // The first of the best-scoring turns.
+            let scores: Vec<f64> = ts.iter().zip(&masks).map(turn_score).collect();
+            (0..scores.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b })
         };
-        // The first of the best-scoring turns.
-        let scores: Vec<f64> = ts.iter().zip(&masks).map(turn_score).collect();
-        let best = (0..scores.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
         let to = if best + 1 < ts.len() && crate::text::asks(ts[best].content) { best + 1 } else { best };
         let from = best;
         let (user, assistant, colon) = match locale {
@@ -224,6 +228,7 @@ mod tests {
             },
             scores: Scores::default(),
             layer: None,
+            best_turn: None,
         }
     }
 
@@ -304,10 +309,32 @@ mod tests {
     }
 
     #[test]
+    fn an_event_found_by_meaning_alone_is_shown_by_its_nearest_turn() {
+        let mut e = march();
+        e.best_turn = Some(2);
+        let f = focus("Why does he admire soldiers?");
+        let x = Excerpter::new(&f, [&e]).excerpt(&e, Locale::En).expect("an excerpt");
+        assert_eq!(x.event.text(), "… John: I've always had a great respect for our military. …");
+        assert_eq!(x.event.source_message_ids, vec![12]);
+        // A turn that asks brings its reply, as with a term's match.
+        e.best_turn = Some(1);
+        let x = Excerpter::new(&f, [&e]).excerpt(&e, Locale::En).unwrap();
+        assert_eq!(x.event.source_message_ids, vec![11, 12]);
+        // A term's match decides over the vector's turn.
+        let x = Excerpter::new(&focus("bread for the shelter"), [&e]).excerpt(&e, Locale::En).unwrap();
+        assert_eq!(x.event.source_message_ids, vec![13]);
+        e.best_turn = Some(4);
+        assert!(Excerpter::new(&f, [&e]).excerpt(&e, Locale::En).is_none(), "a turn it does not have: whole");
+    }
+
+    #[test]
     fn whole_when_no_term_matches_or_the_turns_are_unknown() {
         let e = march();
         let f = focus("favourite pasta recipe");
-        assert!(Excerpter::new(&f, [&e]).excerpt(&e, Locale::En).is_none(), "found by meaning alone: shown whole");
+        assert!(
+            Excerpter::new(&f, [&e]).excerpt(&e, Locale::En).is_none(),
+            "found by meaning alone, its turns not scored: shown whole"
+        );
         let mut odd = march();
         odd.event.source_message_ids.pop();
         let f = focus("military");

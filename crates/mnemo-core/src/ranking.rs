@@ -65,6 +65,16 @@ pub struct ScoredEvent {
     pub scores: Scores,
     /// The scope layer the result came from (`global` when found by the fallback).
     pub layer: Option<String>,
+    /// Which of its turns is nearest the query by meaning ([`crate::turns::best`]), when the
+    /// search scored its turn vectors: what an excerpt shows when no query term matches.
+    pub best_turn: Option<usize>,
+}
+
+impl ScoredEvent {
+    /// A result found otherwise than by its turns' vectors (a listing, an added reply).
+    pub fn new(event: Event, scores: Scores, layer: Option<String>) -> Self {
+        Self { event, scores, layer, best_turn: None }
+    }
 }
 
 /// How a search fuses a candidate's two signals into its relevance in [0,1]:

@@ -8,7 +8,7 @@
 //! Stored as one blob per event beside its vector, each turn's unit vector in 8 bits a dimension
 //! (`round(x · 127)`): a turn of 768 dimensions takes 768 bytes, and the cosine it gives is within
 //! ~0.01 of the float one, far below what moves a ranking. The stores delete it with the event's
-//! vector and whenever the event's text changes; they compute [`best_cosine`] for the candidates
+//! vector and whenever the event's text changes; they find the [`best`] turn of the candidates
 //! [`scored`] picks.
 
 use crate::model::original_message_turns;
@@ -65,9 +65,17 @@ pub fn encode(vectors: &[Vec<f32>]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The largest inner product of `query` with a stored turn vector; `None` when the blob is not
-/// of the query's dimension (another model's).
-pub fn best_cosine(blob: &[u8], query: &[f32]) -> Option<f32> {
+/// The turn of an event nearest a query: its place among the event's turns (the lines of its
+/// `original_messages`) and its cosine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BestTurn {
+    pub index: usize,
+    pub cosine: f32,
+}
+
+/// The stored turn with the largest inner product with `query` (the first of equals); `None`
+/// when the blob is not of the query's dimension (another model's).
+pub fn best(blob: &[u8], query: &[f32]) -> Option<BestTurn> {
     let (dim, turns) = blob.split_first_chunk::<4>()?;
     if u32::from_le_bytes(*dim) as usize != query.len() || query.is_empty() || turns.len() % query.len() != 0 {
         return None;
@@ -75,7 +83,9 @@ pub fn best_cosine(blob: &[u8], query: &[f32]) -> Option<f32> {
     turns
         .chunks_exact(query.len())
         .map(|turn| turn.iter().zip(query).map(|(&b, q)| b as i8 as f32 * q).sum::<f32>() / 127.0)
-        .reduce(f32::max)
+        .enumerate()
+        .map(|(index, cosine)| BestTurn { index, cosine })
+        .reduce(|a, b| if b.cosine > a.cosine { b } else { a })
 }
 
 #[cfg(test)]
@@ -121,14 +131,15 @@ mod tests {
         assert_eq!(blob.len(), 4 + 12);
         let q = unit(vec![0.2, 1.0, 0.1, 0.0]);
         let exact = turns.iter().map(|t| t.iter().zip(&q).map(|(a, b)| a * b).sum::<f32>()).fold(f32::MIN, f32::max);
-        let got = best_cosine(&blob, &q).unwrap();
+        let BestTurn { index, cosine: got } = best(&blob, &q).unwrap();
         assert!((got - exact).abs() < 0.01, "{got} vs {exact}");
+        assert_eq!(index, 1);
         // A scaled query (EmbeddingGemma's 1/(1 − f)) scales the answer alike.
         let scaled: Vec<f32> = q.iter().map(|x| x * 4.0 / 3.0).collect();
-        assert!((best_cosine(&blob, &scaled).unwrap() - got * 4.0 / 3.0).abs() < 1e-5);
-        assert_eq!(best_cosine(&blob, &[1.0, 0.0, 0.0]), None);
-        assert_eq!(best_cosine(&blob[..4 + 6], &q), None);
-        assert_eq!(best_cosine(&[], &q), None);
+        assert!((best(&blob, &scaled).unwrap().cosine - got * 4.0 / 3.0).abs() < 1e-5);
+        assert_eq!(best(&blob, &[1.0, 0.0, 0.0]), None);
+        assert_eq!(best(&blob[..4 + 6], &q), None);
+        assert_eq!(best(&[], &q), None);
         assert_eq!(encode(&[vec![1.0, 0.0], vec![1.0]]), None);
         assert_eq!(encode(&[]), None);
     }

@@ -7,6 +7,7 @@ use crate::sql::{SqlParam, query_all};
 use deadpool_postgres::GenericClient;
 use mnemo_core::StoreError;
 use mnemo_core::model::*;
+use mnemo_core::turns::BestTurn;
 use std::collections::HashMap;
 
 /// Rows of a small scope's BM25 hits, read while the query is still being embedded: each event,
@@ -111,14 +112,14 @@ pub(crate) async fn load_candidates(
     for r in filled {
         cosine.insert(r.get(0), r.get(1));
     }
-    let mut turn_cosine: HashMap<String, f32> =
-        known.iter().filter_map(|(id, c)| Some((id.to_string(), c.turn_cosine?))).collect();
+    let mut best_turn: HashMap<String, BestTurn> =
+        known.iter().filter_map(|(id, c)| Some((id.to_string(), c.best_turn?))).collect();
     if let Some(qv) = qv {
         let read = turns.into_iter().map(|r| (r.get::<_, String>(0), r.get::<_, Vec<u8>>(1)));
         let early_read = early_turns.into_iter().filter_map(|id| Some((id.clone(), early.turns.remove(id.as_str())??)));
         for (id, blob) in read.chain(early_read) {
-            if let Some(best) = mnemo_core::turns::best_cosine(&blob, qv.as_slice()) {
-                turn_cosine.insert(id, best);
+            if let Some(best) = mnemo_core::turns::best(&blob, qv.as_slice()) {
+                best_turn.insert(id, best);
             }
         }
     }
@@ -130,8 +131,8 @@ pub(crate) async fn load_candidates(
         .into_iter()
         .map(|event| {
             let (c, b) = (cosine.get(&event.id).copied(), bm25.get(&event.id).copied());
-            let turn_cosine = turn_cosine.get(&event.id).copied();
-            Candidate { event, cosine: c, bm25: b, turn_cosine }
+            let best_turn = best_turn.get(&event.id).copied();
+            Candidate { event, cosine: c, bm25: b, best_turn }
         })
         .collect())
 }

@@ -69,7 +69,7 @@ async fn vectors_of_the_default_model_are_stored_in_their_rows() {
         .unwrap();
     let best = got.iter().max_by(|a, b| a.cosine.partial_cmp(&b.cosine).unwrap()).unwrap();
     assert_eq!(best.event.id, ids[7], "the event whose dominant component the query names");
-    assert!(best.turn_cosine.is_some_and(|t| t > 0.9), "its turns read back whole: {:?}", best.turn_cosine);
+    assert!(best.best_turn.is_some_and(|t| t.cosine > 0.9), "its turns read back whole: {:?}", best.best_turn);
     mnemo_store_pg::drop_schema(&url, schema).await.unwrap();
 }
 
@@ -565,8 +565,8 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
         )
         .await
         .unwrap();
-    let turn = got.iter().find(|g| g.event.id == ids[2]).and_then(|g| g.turn_cosine).expect("its turns are scored");
-    assert!((turn - 1.0).abs() < 0.02, "{turn}");
+    let turn = got.iter().find(|g| g.event.id == ids[2]).and_then(|g| g.best_turn).expect("its turns are scored");
+    assert!((turn.cosine - 1.0).abs() < 0.02, "{turn:?}");
     store.turns_backfilled().await.unwrap();
     assert_eq!(store.events_without_turns(None, 10).await.unwrap(), None);
     drop(store);

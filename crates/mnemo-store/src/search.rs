@@ -563,8 +563,8 @@ fn load_candidates(
             }
             (None, None) => None,
         };
-        let turn_cosine = match (seen, &q.vector) {
-            (Some(c), _) => c.turn_cosine,
+        let best_turn = match (seen, &q.vector) {
+            (Some(c), _) => c.best_turn,
             (None, Some(qv)) if scored.contains(id.as_str()) => {
                 let read;
                 let blob = match pre_turns.as_deref() {
@@ -574,12 +574,12 @@ fn load_candidates(
                         read.as_deref()
                     }
                 };
-                blob.and_then(|b| mnemo_core::turns::best_cosine(b, qv))
+                blob.and_then(|b| mnemo_core::turns::best(b, qv))
             }
             (None, _) => None,
         };
         let b = bm25.get(&id).copied();
-        out.push(Candidate { event, cosine: cos, bm25: b, turn_cosine });
+        out.push(Candidate { event, cosine: cos, bm25: b, best_turn });
     }
     Ok(out)
 }

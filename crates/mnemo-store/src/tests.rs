@@ -734,8 +734,8 @@ async fn a_data_directory_of_schema_v12_has_its_events_offered_for_turn_vectors_
         )
         .await
         .unwrap();
-    let turn_cosine = found.iter().find(|c| c.event.id == ids[2]).and_then(|c| c.turn_cosine).unwrap();
-    assert!((turn_cosine - 1.0).abs() < 0.02, "{turn_cosine}");
+    let best = found.iter().find(|c| c.event.id == ids[2]).and_then(|c| c.best_turn).unwrap();
+    assert!((best.cosine - 1.0).abs() < 0.02 && best.index == 0, "{best:?}");
     // A page is read down the primary key, not by sorting a collection (a plan that would make
     // the backfill quadratic).
     for below in [false, true] {

@@ -12,6 +12,7 @@ use mnemo_core::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
 use mnemo_core::model::*;
 use mnemo_core::store::Store;
 use mnemo_core::text::{Bm25Query, CorpusStats, fts_tokens, search_tokens};
+use mnemo_core::turns::BestTurn;
 use mnemo_core::{ExtractTrigger, StoreError, TriggerReason};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -740,7 +741,7 @@ pub async fn a_new_embedding_model_drops_the_old_vectors_and_keeps_full_text(h: 
 }
 
 /// Turn vectors (`crate::turns`): stored beside an event's vector, each candidate gets the best
-/// turn's cosine; a changed text drops them unless new ones come with it; a new model drops them
+/// turn (which, and its cosine); a changed text drops them unless new ones come with it; a new model drops them
 /// with the vectors, and re-indexing stores new ones beside the new vector.
 pub async fn an_event_keeps_its_turns_vectors_until_its_text_or_model_changes(h: &impl StoreHarness) {
     let (s, c) = setup(h).await;
@@ -782,13 +783,14 @@ pub async fn an_event_keeps_its_turns_vectors_until_its_text_or_model_changes(h:
                 corpus: None,
             };
             let got = s.search_candidates(c.id, f, q).await.unwrap();
-            got.into_iter().map(|g| (g.event.id, g.turn_cosine)).collect::<HashMap<String, Option<f32>>>()
+            got.into_iter().map(|g| (g.event.id, g.best_turn)).collect::<HashMap<String, Option<BestTurn>>>()
         }
     };
     let got = search(qv.clone()).await;
-    let turn = got[&ids[0]].expect("the chunk's turns are scored");
+    let BestTurn { index, cosine: turn } = got[&ids[0]].expect("the chunk's turns are scored");
     assert!((turn - best).abs() < 0.02, "best turn {turn} vs {best}");
     assert!(turn > 0.5, "the turn that says it is near the question: {turn}");
+    assert_eq!(index, 1, "Joanna's turn, the second");
     assert_eq!((got[&ids[1]], got[&ids[2]]), (None, None), "no turns, or no vector to go with them");
 
     // A new text with its vector but no turn vectors: the old ones go.

@@ -1209,10 +1209,10 @@ impl SearchStore for MemoryStore {
                     let qv = q.vector.as_ref()?;
                     r.vector.as_ref().filter(|v| v.len() == qv.len()).map(|v| dot(qv, v))
                 });
-                let turn_cosine = (q.vector.as_ref().zip(r.turns.as_ref()))
+                let best_turn = (q.vector.as_ref().zip(r.turns.as_ref()))
                     .filter(|_| scored.contains(id.as_str()))
-                    .and_then(|(qv, t)| mnemo_core::turns::best_cosine(t, qv));
-                Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied(), turn_cosine }
+                    .and_then(|(qv, t)| mnemo_core::turns::best(t, qv));
+                Candidate { event: r.event.clone(), cosine: cos, bm25: bm25.get(&id).copied(), best_turn }
             })
             .collect())
     }

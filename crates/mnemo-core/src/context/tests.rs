@@ -47,6 +47,7 @@ fn ev(id: &str, summary: &str, t: Millis) -> ScoredEvent {
         },
         scores: Scores::default(),
         layer: None,
+        best_turn: None,
     }
 }
 

@@ -99,6 +99,7 @@ pub struct Candidate {
     pub cosine: Option<f32>,
     /// BM25 relevance (higher is better), if the event matched a query term.
     pub bm25: Option<f64>,
-    /// The best cosine of its turns' vectors ([`crate::turns::best_cosine`]), if it has them.
-    pub turn_cosine: Option<f32>,
+    /// Its turn nearest the query ([`crate::turns::best`]), if it has turn vectors and was
+    /// among the candidates scored by them.
+    pub best_turn: Option<crate::turns::BestTurn>,
 }

@@ -233,6 +233,7 @@ impl Service {
             scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
             layer: None,
             event: e,
+            best_turn: None,
         }))
     }
 }

@@ -309,7 +309,8 @@ impl Service {
             .into_iter()
             .map(|e| {
                 let scores = ranking::score(1.0, &e, &c.schema, now, &req.decay, req.custom_weight);
-                ScoredEvent { layer: e.scope.clone(), event: e, scores }
+                let layer = e.scope.clone();
+                ScoredEvent::new(e, scores, layer)
             })
             .collect())
     }
@@ -368,7 +369,8 @@ impl Service {
                 }
                 None => {}
             }
-            results.insert(at + 1, ScoredEvent { layer: reply.scope.clone(), event: reply, scores });
+            let layer = reply.scope.clone();
+            results.insert(at + 1, ScoredEvent::new(reply, scores, layer));
         }
         results.truncate(ranker.req.limit as usize);
         Ok(())
@@ -572,9 +574,9 @@ struct Ranker<'a> {
 
 impl Ranker<'_> {
     fn cosine(&self, c: &Candidate) -> Option<f32> {
-        match (c.cosine, c.turn_cosine) {
+        match (c.cosine, c.best_turn) {
             (Some(whole), Some(turn)) if self.turn_weight > 0.0 => {
-                Some((1.0 - self.turn_weight) * whole + self.turn_weight * turn)
+                Some((1.0 - self.turn_weight) * whole + self.turn_weight * turn.cosine)
             }
             (cosine, _) => cosine,
         }
@@ -611,7 +613,7 @@ impl Ranker<'_> {
             .map(|(i, scores)| {
                 let event = cands[i].event.clone();
                 let layer = layer.map(str::to_string).or_else(|| event.scope.clone());
-                ScoredEvent { event, scores, layer }
+                ScoredEvent { event, scores, layer, best_turn: cands[i].best_turn.map(|t| t.index) }
             })
             .collect()
     }
@@ -624,11 +626,7 @@ mod tests {
     fn hit(id: &str, summary: &str) -> ScoredEvent {
         let mut memory_info = serde_json::Map::new();
         memory_info.insert("summary".into(), serde_json::Value::String(summary.into()));
-        ScoredEvent {
-            event: Event { id: id.into(), memory_info, ..Default::default() },
-            scores: Scores::default(),
-            layer: None,
-        }
+        ScoredEvent::new(Event { id: id.into(), memory_info, ..Default::default() }, Scores::default(), None)
     }
 
     #[test]
@@ -661,7 +659,7 @@ mod tests {
             event: h.event,
             cosine: Some(cosine),
             bm25,
-            turn_cosine: None,
+            best_turn: None,
         };
         let cands: Vec<Candidate> = vec![
             cand(in_session("question", "s1", &[10, 11], 0.0), 0.5, Some(12.0)),
