@@ -219,17 +219,13 @@ mod tests {
             .map(|(w, r, c)| original_message_line(Some(w), Role::parse(r).unwrap(), c))
             .collect::<Vec<_>>()
             .join("\n");
-        ScoredEvent {
-            event: Event {
-                id: id.into(),
-                memory_info: json!({"summary": summary, "original_messages": raw}).as_object().unwrap().clone(),
-                source_message_ids: (first_message..first_message + turns.len() as i64).collect(),
-                ..Default::default()
-            },
-            scores: Scores::default(),
-            layer: None,
-            best_turn: None,
-        }
+        let event = Event {
+            id: id.into(),
+            memory_info: json!({"summary": summary, "original_messages": raw}).as_object().unwrap().clone(),
+            source_message_ids: (first_message..first_message + turns.len() as i64).collect(),
+            ..Default::default()
+        };
+        ScoredEvent::new(event, Scores::default(), None)
     }
 
     fn march() -> ScoredEvent {

@@ -21,34 +21,30 @@ fn msg(i: i64, role: Role, content: &str) -> StoredMessage {
 }
 
 fn ev(id: &str, summary: &str, t: Millis) -> ScoredEvent {
-    ScoredEvent {
-        event: Event {
-            id: id.into(),
-            memory_type: "event_v1".into(),
-            user_id: vec!["u".into()],
-            assistant_id: vec![],
-            group_id: None,
-            session_id: None,
-            conversation_id: None,
-            scope: None,
-            class: "conclusion".into(),
-            status: "active".into(),
-            time: t,
-            memory_info: json!({"summary": summary}).as_object().unwrap().clone(),
-            source_message_ids: vec![],
-            hit_count: 0,
-            last_hit_at: None,
-            created_at: t,
-            updated_at: t,
-            expires_at: None,
-            superseded_by: None,
-            valid_from: t,
-            valid_to: None,
-        },
-        scores: Scores::default(),
-        layer: None,
-        best_turn: None,
-    }
+    let event = Event {
+        id: id.into(),
+        memory_type: "event_v1".into(),
+        user_id: vec!["u".into()],
+        assistant_id: vec![],
+        group_id: None,
+        session_id: None,
+        conversation_id: None,
+        scope: None,
+        class: "conclusion".into(),
+        status: "active".into(),
+        time: t,
+        memory_info: json!({"summary": summary}).as_object().unwrap().clone(),
+        source_message_ids: vec![],
+        hit_count: 0,
+        last_hit_at: None,
+        created_at: t,
+        updated_at: t,
+        expires_at: None,
+        superseded_by: None,
+        valid_from: t,
+        valid_to: None,
+    };
+    ScoredEvent::new(event, Scores::default(), None)
 }
 
 fn profile() -> Profile {

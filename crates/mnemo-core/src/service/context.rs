@@ -229,12 +229,8 @@ impl Service {
     /// starts from.
     async fn recap(&self, c: &Collection, filter: &EventFilter) -> CoreResult<Option<ScoredEvent>> {
         let f = EventFilter { memory_type: vec![DAILY_DIGEST.into()], active_only: true, ..filter.clone() };
-        Ok(self.store.list_events(c.id, f, 1).await?.into_iter().next().map(|e| ScoredEvent {
-            scores: Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 },
-            layer: None,
-            event: e,
-            best_turn: None,
-        }))
+        let scores = Scores { score: 1.0, origin_score: 1.0, time_score: 1.0, custom_weight_score: 0.0 };
+        Ok(self.store.list_events(c.id, f, 1).await?.into_iter().next().map(|e| ScoredEvent::new(e, scores, None)))
     }
 }
 
