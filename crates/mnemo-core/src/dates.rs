@@ -168,6 +168,14 @@ fn rules() -> &'static [Rule] {
     })
 }
 
+/// Whether the clause that ends `before` is negated ("we haven't talked", "never") or counts a
+/// first time.
+fn negated(before: &str) -> bool {
+    static NEG: OnceLock<Regex> = OnceLock::new();
+    let neg = NEG.get_or_init(|| Regex::new(r"(?i)(?:n['’]t\b|\b(?:not|never|first time)\b)").expect("negation"));
+    neg.is_match(before.rsplit(['.', '!', '?', ';', ',', '\n']).next().unwrap_or(before))
+}
+
 /// Every date expression in `text`, resolved against `anchor`, in text order, never overlapping
 /// (the longest match wins).
 pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention> {
@@ -180,7 +188,11 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
             // Sunday, no one day.
             let of = text[m.end()..].trim_start().get(..3).is_some_and(|w| w.eq_ignore_ascii_case("of "));
             let every = text[..m.start()].trim_end().ends_with('每') || text[..m.start()].ends_with("每个");
-            if rule.relative && (of || every) {
+            // "haven't talked in a few days", "wasn't built in a day", "the first time in two
+            // years": a span up to now, no day ahead.
+            let span =
+                m.as_str().get(..3).is_some_and(|w| w.eq_ignore_ascii_case("in ")) && negated(&text[..m.start()]);
+            if rule.relative && (of || every || span) {
                 continue;
             }
             if let Some((date, granularity)) = (rule.resolve)(&c, a) {

@@ -70,8 +70,8 @@ struct Fixture {
     embedder: Arc<Counting>,
 }
 
-/// The hashing embedder, counting the queries it embeds.
-struct Counting(HashingEmbedder, std::sync::atomic::AtomicUsize);
+/// The hashing embedder, counting the queries it embeds and the calls for documents.
+struct Counting(HashingEmbedder, std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize);
 
 #[async_trait]
 impl Embedder for Counting {
@@ -84,9 +84,10 @@ impl Embedder for Counting {
     }
 
     async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, mnemo_core::embed::EmbedError> {
-        if kind == EmbedKind::Query {
-            self.1.fetch_add(texts.len(), Ordering::SeqCst);
-        }
+        match kind {
+            EmbedKind::Query => self.1.fetch_add(texts.len(), Ordering::SeqCst),
+            EmbedKind::Document => self.2.fetch_add(1, Ordering::SeqCst),
+        };
         self.0.embed(texts, kind).await
     }
 }
@@ -97,7 +98,7 @@ const HOUR: i64 = 3_600_000;
 fn fixture() -> Fixture {
     let clock = Arc::new(TestClock(AtomicI64::new(T0)));
     let script = Arc::new(Scripted::default());
-    let embedder = Arc::new(Counting(HashingEmbedder { dim: 256 }, Default::default()));
+    let embedder = Arc::new(Counting(HashingEmbedder { dim: 256 }, Default::default(), Default::default()));
     let svc = Service::new(
         Arc::new(MemoryStore::new()),
         Extractors::new("scripted", script.clone()),
@@ -601,4 +602,66 @@ async fn events_an_older_release_stored_get_their_turns_vectors_in_the_backgroun
     // Done once: the store no longer offers events to look at.
     assert!(store.events_without_turns(None, 10).await.unwrap().is_none());
     assert_eq!(svc.backfill_turns(false).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_past_day_dates_an_event_and_a_plan_is_remembered_from_when_it_was_said() {
+    let f = fixture();
+    f.converse(
+        "conv",
+        "u1",
+        &[("user", "Yesterday I cleaned the garage."), ("user", "Tomorrow I will clean the kitchen.")],
+        2,
+    )
+    .await;
+    let said = T0 + HOUR; // 2026-01-01T01:00Z
+    let find = |q: &'static str, as_of: Option<i64>| {
+        let svc = f.svc.clone();
+        async move {
+            let filter = EventFilter { user_id: vec!["u1".into()], as_of, ..Default::default() };
+            let got = svc.search_events(EventSearch::new(target(), Some(q.into()), filter, 5)).await.unwrap();
+            got.into_iter()
+                .map(|r| r.event)
+                .find(|e| e.text().contains(q))
+                .unwrap_or_else(|| panic!("{q} as of {as_of:?}"))
+        }
+    };
+    let garage = find("garage", None).await;
+    assert_eq!(garage.text(), "Yesterday (2025-12-31) I cleaned the garage.");
+    let noon = chrono::NaiveDate::from_ymd_opt(2025, 12, 31).unwrap().and_hms_opt(12, 0, 0).unwrap();
+    assert_eq!(garage.time, noon.and_utc().timestamp_millis(), "dated by the day it names");
+    let kitchen = find("kitchen", None).await;
+    assert_eq!(kitchen.text(), "Tomorrow (2026-01-02) I will clean the kitchen.");
+    assert_eq!((kitchen.time, kitchen.valid_from), (said, said), "not dated in the future: made when it was said");
+    // As of the moment after it was said, the plan is known.
+    assert_eq!(find("kitchen", Some(said + 1_000)).await.id, kitchen.id);
+}
+
+#[tokio::test]
+async fn a_reindex_embeds_its_events_in_batches() {
+    let store = MemoryStore::new();
+    let on = |embedder: Arc<dyn Embedder>| {
+        Service::new(
+            Arc::new(store.clone()),
+            Extractors::new("scripted", Arc::new(Scripted::default())),
+            embedder,
+            Arc::new(TestClock(AtomicI64::new(T0))),
+            ServiceConfig::default(),
+        )
+    };
+    let old = on(Arc::new(HashingEmbedder { dim: 256 }));
+    for i in 0..40 {
+        add_at(&old, None, T0 + i, &format!("the {i}th walk by the lake")).await;
+    }
+    // A server of another model moves the collection: 40 texts in calls of 16, not 40 calls.
+    let counting = Arc::new(Counting(HashingEmbedder { dim: 128 }, Default::default(), Default::default()));
+    let new = on(counting.clone());
+    let todo = new.collections_to_reindex().await.unwrap();
+    assert_eq!(todo.len(), 1);
+    assert_eq!(new.reindex_collection(&todo[0], |_, _| {}).await.unwrap(), 40);
+    assert_eq!(counting.2.load(Ordering::SeqCst), 3);
+    assert!(new.collections_to_reindex().await.unwrap().is_empty());
+    let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+    let found = new.search_events(EventSearch::new(target(), Some("the 7th walk".into()), filter, 3)).await.unwrap();
+    assert_eq!(found[0].event.text(), "the 7th walk by the lake", "searched by the new vectors");
 }

@@ -112,6 +112,11 @@ fn english_relative_days() {
     assert_eq!(resolve("3 days ago"), ["3 days ago=2026-11-26"]);
     assert_eq!(resolve("two weeks ago"), ["two weeks ago=2026-11-15"]);
     assert_eq!(resolve("in 2 days"), ["in 2 days=2026-12-01"]);
+    assert_eq!(resolve("I'm not sure, but I'll be back in a few days"), ["in a few days=2026-12-02"]);
+    // A span up to now, no day ahead.
+    assert!(resolve("We haven't talked in a few days").is_empty());
+    assert!(resolve("Rome wasn't built in a day").is_empty());
+    assert!(resolve("the first time in two years that I went skiing").is_empty());
     assert_eq!(resolve("last week"), ["last week=2026-11-16 week"]);
     assert_eq!(resolve("next month"), ["next month=2026-12"]);
     assert_eq!(resolve("on April 6th"), ["April 6th=2027-04-06"]);

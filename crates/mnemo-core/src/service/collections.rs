@@ -2,7 +2,6 @@
 //! every collection was indexed with this server's embedding model.
 
 use super::*;
-use crate::embed::EmbedKind;
 use crate::error::{CoreError, CoreResult};
 
 impl Service {
@@ -95,14 +94,13 @@ impl Service {
             if events.is_empty() {
                 return Ok(done);
             }
-            for e in &events {
-                let v = self.embed_one(&e.text(), EmbedKind::Document).await?;
-                let turns = self
-                    .turn_vectors([&e.memory_info])
-                    .await
-                    .map_err(|e| CoreError::internal(format!("embedding failed: {e}")))?
-                    .pop()
-                    .flatten();
+            // The page's texts, then its turns, as batches: a batch spreads over the embedder's
+            // sessions (the local model's two), one text at a time kept one of them busy.
+            let failed = |e: crate::embed::EmbedError| CoreError::internal(format!("embedding failed: {e}"));
+            let texts: Vec<String> = events.iter().map(Event::text).collect();
+            let vectors = self.embed_documents(&texts).await.map_err(failed)?;
+            let turns = self.turn_vectors(events.iter().map(|e| &e.memory_info)).await.map_err(failed)?;
+            for ((e, v), turns) in events.iter().zip(vectors).zip(turns) {
                 self.store.set_event_vector(cid, &e.id, v, turns).await?;
                 done += 1;
             }

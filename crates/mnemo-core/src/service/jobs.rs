@@ -355,8 +355,11 @@ impl Service {
                 let t = d.and_hms_opt(h, 0, 0).expect("the hour exists");
                 t.and_local_timezone(self.config.extraction.utc_offset).single().map(|t| t.timestamp_millis())
             };
+            // The event's time: the past day its text names ("yesterday", "on 3 May"), else its
+            // message's — never later (VikingDB's `time` is when the memory was made): a plan
+            // ("tomorrow I will…") is remembered from when it was said, its day in the text.
             e.time = match event_date {
-                Some(d) if d != anchor.date_naive() => at(d, 12).unwrap_or(anchor_ms),
+                Some(d) if d < anchor.date_naive() => at(d, 12).unwrap_or(anchor_ms),
                 _ => anchor_ms,
             };
             // 2b. When what it tells became true, if the conversation says ("since 2013").
