@@ -76,6 +76,25 @@ impl Runtime {
     }
 }
 
+/// Whether ONNX Runtime's fast int8 product saturates on this CPU: x86 without VNNI (neither
+/// AVX512-VNNI nor AVX-VNNI), whose u8 × s8 products are summed in pairs into 16 bits.
+pub fn int8_saturates() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        !(std::arch::is_x86_feature_detected!("avx512vnni") || std::arch::is_x86_feature_detected!("avxvnni"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `session.x64quantprecision`: "1" (u8 × u8, exact and slower) only where the fast products
+/// saturate and `embedding.fast_int8` does not take them anyway.
+pub(super) fn quant_precision(fast_int8: bool, saturates: bool) -> &'static str {
+    if saturates && !fast_int8 { "1" } else { "0" }
+}
+
 /// A session builder set to run on `device` (an error, not a silent fall back to the CPU, when
 /// the library or the machine cannot).
 ///
@@ -86,15 +105,17 @@ impl Runtime {
 /// dev's evidence present at 1,200 tokens read 0.837 instead of 0.865 (multi-hop 0.352 instead of
 /// 0.458), zh-life's vector-only all@5 0.930 instead of 0.955. ONNX Runtime's
 /// `session.x64quantprecision` stores those weights as u8 and multiplies u8 by u8 without
-/// saturation there (~15 % slower on that CPU); a CPU with VNNI is exact either way and unaffected
-/// (docs/benchmarks.md, "Exact int8 on CPUs without VNNI").
+/// saturation there (~15 % slower on that CPU). It is asked for only there: a CPU with VNNI sums
+/// the fast products in 32 bits, exact already, and the option would take it off VNNI — 2–3×
+/// slower embedding for the same vectors (docs/benchmarks.md, "Exact int8 on CPUs without VNNI",
+/// "… and at full speed with VNNI").
 pub(super) fn on_device(
     builder: ort::session::builder::SessionBuilder,
     device: Device,
     fast_int8: bool,
 ) -> ort::Result<ort::session::builder::SessionBuilder> {
     let builder = builder
-        .with_config_entry("session.x64quantprecision", if fast_int8 { "0" } else { "1" })
+        .with_config_entry("session.x64quantprecision", quant_precision(fast_int8, int8_saturates()))
         .map_err(Into::<ort::Error>::into)?;
     match device {
         Device::Cpu => Ok(builder),
