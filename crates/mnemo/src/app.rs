@@ -486,7 +486,7 @@ pub async fn reindex(cfg: Config, all: bool) -> Result<()> {
     let model = service.embedder().model_id().to_string();
     if all {
         let n = service.mark_for_reembedding().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        eprintln!("{n} collections of {model} to re-embed");
+        eprintln!("{n} {} of {model} to re-embed", if n == 1 { "collection" } else { "collections" });
     }
     let todo = service.collections_to_reindex().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if todo.is_empty() {

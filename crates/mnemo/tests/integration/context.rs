@@ -315,7 +315,7 @@ async fn a_data_directory_of_the_previous_model_is_reindexed() {
     let out = reindex_with(&new_cfg, &data, &["--all"]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout} {stderr}");
-    assert!(stderr.contains("1 collections of embeddinggemma-300m-int8 to re-embed"), "{stderr}");
+    assert!(stderr.contains("1 collection of embeddinggemma-300m-int8 to re-embed"), "{stderr}");
     assert!(stdout.contains("3 events re-embedded with embeddinggemma-300m-int8"), "{stdout}");
     assert!(String::from_utf8_lossy(&run().stdout).contains("every collection is indexed with"));
     let again = Server::spawn(&new_cfg, &data, "127.0.0.1:0", &[]).expect("the re-embedded directory starts");
