@@ -123,8 +123,8 @@ pub struct EmbeddingConfig {
     /// local, on an x86 CPU without VNNI (AVX2 alone): multiply the int8 weights the fast way,
     /// whose 16-bit sums saturate (~15 % faster embedding there, vectors further from the
     /// model's: LoCoMo dev 0.865 → 0.837 evidence present at 1,200 tokens). Off (exact) by
-    /// default; no effect on a CPU with VNNI or on a GPU. Either way vectors stay comparable: no
-    /// reindex.
+    /// default there; no effect on a CPU with VNNI (exact on the fast path, which it keeps) or on
+    /// a GPU. Either way vectors stay comparable: no reindex.
     pub fast_int8: bool,
     /// local: searches waiting for the model at most; past it a search runs on full text alone
     /// instead of queueing (0: never fall back — searches always wait for their embedding).
