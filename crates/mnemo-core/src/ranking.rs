@@ -141,29 +141,7 @@ mod tests {
     use super::*;
 
     fn ev(time: Millis) -> Event {
-        Event {
-            id: "e".into(),
-            memory_type: "event_v1".into(),
-            user_id: vec![],
-            assistant_id: vec![],
-            group_id: None,
-            session_id: None,
-            conversation_id: None,
-            scope: None,
-            class: "conclusion".into(),
-            status: "active".into(),
-            time,
-            memory_info: Default::default(),
-            source_message_ids: vec![],
-            hit_count: 0,
-            last_hit_at: None,
-            created_at: 0,
-            updated_at: 0,
-            expires_at: None,
-            superseded_by: None,
-            valid_from: time,
-            valid_to: None,
-        }
+        crate::model::NewEvent::of_user(1, "event_v1", "u", Default::default(), time).stored_as("e".into())
     }
 
     #[test]

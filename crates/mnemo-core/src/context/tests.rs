@@ -1,7 +1,7 @@
 //! Tests of `context`: layouts (insta snapshots), the budget, the order of admission.
 
 use super::*;
-use crate::model::{Event, Role};
+use crate::model::{NewEvent, Role};
 use crate::ranking::Scores;
 use serde_json::json;
 
@@ -21,30 +21,8 @@ fn msg(i: i64, role: Role, content: &str) -> StoredMessage {
 }
 
 fn ev(id: &str, summary: &str, t: Millis) -> ScoredEvent {
-    let event = Event {
-        id: id.into(),
-        memory_type: "event_v1".into(),
-        user_id: vec!["u".into()],
-        assistant_id: vec![],
-        group_id: None,
-        session_id: None,
-        conversation_id: None,
-        scope: None,
-        class: "conclusion".into(),
-        status: "active".into(),
-        time: t,
-        memory_info: json!({"summary": summary}).as_object().unwrap().clone(),
-        source_message_ids: vec![],
-        hit_count: 0,
-        last_hit_at: None,
-        created_at: t,
-        updated_at: t,
-        expires_at: None,
-        superseded_by: None,
-        valid_from: t,
-        valid_to: None,
-    };
-    ScoredEvent::new(event, Scores::default(), None)
+    let info = json!({"summary": summary}).as_object().unwrap().clone();
+    ScoredEvent::new(NewEvent::of_user(1, "event_v1", "u", info, t).stored_as(id.into()), Scores::default(), None)
 }
 
 fn profile() -> Profile {
