@@ -433,7 +433,8 @@ fn add_months(d: NaiveDate, n: u32) -> NaiveDate {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Anchored {
     pub text: String,
-    /// The first mention precise to the day, if any: when the event happened.
+    /// The first past day the text names, if any: when the event happened. A day ahead ("tomorrow
+    /// I will…") has not happened; the event is then of its message's day.
     pub event_date: Option<NaiveDate>,
     /// When what the text tells became true, if it says ([`stated_start`]).
     pub start: Option<NaiveDate>,
@@ -444,7 +445,8 @@ pub struct Anchored {
 /// alone, so anchoring twice changes nothing.
 pub fn anchor_text(text: &str, anchor: DateTime<FixedOffset>) -> Anchored {
     let mentions = find_dates(text, anchor);
-    let event_date = mentions.iter().find(|m| m.granularity == Granularity::Day).map(|m| m.date);
+    let event_date =
+        mentions.iter().find(|m| m.granularity == Granularity::Day && m.date < anchor.date_naive()).map(|m| m.date);
     let start = start_among(text, &mentions, anchor);
     let mut out = String::with_capacity(text.len() + mentions.len() * 14);
     let mut at = 0;

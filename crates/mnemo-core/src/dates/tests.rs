@@ -161,6 +161,10 @@ fn anchoring_annotates_relative_dates_once() {
     assert_eq!(anchor_text(&a.text, anchor()).text, a.text, "idempotent");
     let e = anchor_text("Went to the gym yesterday; on 2026-11-01 too.", anchor());
     assert_eq!(e.text, "Went to the gym yesterday (2026-11-28); on 2026-11-01 too.");
+    // A day ahead has not happened: the event is of the first past day named, or of none.
+    let plan = anchor_text("Tomorrow I fly to Rome; yesterday I packed.", anchor());
+    assert_eq!(plan.event_date, NaiveDate::from_ymd_opt(2026, 11, 28));
+    assert_eq!(anchor_text("下周三要出差", anchor()).event_date, None);
     let none = anchor_text("no dates here, just words like todays or mayday", anchor());
     assert_eq!(none.event_date, None);
 }

@@ -358,10 +358,7 @@ impl Service {
             // The event's time: the past day its text names ("yesterday", "on 3 May"), else its
             // message's — never later (VikingDB's `time` is when the memory was made): a plan
             // ("tomorrow I will…") is remembered from when it was said, its day in the text.
-            e.time = match event_date {
-                Some(d) if d < anchor.date_naive() => at(d, 12).unwrap_or(anchor_ms),
-                _ => anchor_ms,
-            };
+            e.time = event_date.and_then(|d| at(d, 12)).unwrap_or(anchor_ms);
             // 2b. When what it tells became true, if the conversation says ("since 2013").
             e.valid_from = start.and_then(|d| at(d, 0)).filter(|from| *from < e.time);
             // 3. Corrections only of the user's own earlier events that the extractor was shown.
