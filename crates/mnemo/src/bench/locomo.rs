@@ -98,7 +98,10 @@ pub async fn run(
     let convs: Vec<Conversation> = read_jsonl(&dir.join("conversations.jsonl"))?;
     let questions: Vec<Question> = read_jsonl(&dir.join("questions.jsonl"))?;
     let tmp = tempfile::tempdir()?;
-    cfg.store.path = tmp.path().to_path_buf();
+    // MNEMO_BENCH_KEEP=DIR (end to end only): the store is kept in DIR, and a later run on it
+    // measures the same extracted events again instead of writing and extracting them anew.
+    let kept = std::env::var_os("MNEMO_BENCH_KEEP").filter(|_| e2e_only).map(std::path::PathBuf::from);
+    cfg.store.path = kept.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     // The benchmark reads raw store signals (the one-signal baselines) beside the service.
     let store = crate::app::open_store(&cfg).await?;
     let svc = crate::app::service_on(&cfg, Arc::new(SystemClock), crate::app::build_embedder(&cfg)?, store.clone())?;
@@ -116,7 +119,7 @@ pub async fn run(
         return super::locomo_qa::run(&svc, &convs, &questions, qa).await;
     }
     if e2e_only {
-        return super::locomo_e2e::run(&svc, &store, &convs, &questions).await;
+        return super::locomo_e2e::run(&svc, &store, &convs, &questions, kept.is_some()).await;
     }
     // ---- ingest every turn as an event
     let t0 = Instant::now();
@@ -293,7 +296,7 @@ pub async fn run(
         report(name, tallies, lat);
     }
     if e2e {
-        super::locomo_e2e::run(&svc, &store, &convs, &questions).await?;
+        super::locomo_e2e::run(&svc, &store, &convs, &questions, false).await?;
     }
     Ok(())
 }

@@ -224,10 +224,12 @@ pub fn answer_in(answer: &str, context_norm: &str) -> bool {
     relative && !dates.is_empty() && dates.iter().all(|d| padded.contains(&format!(" {d} ")))
 }
 
+const E2E_COLLECTION: &str = "locomo_e2e";
+
 /// Every turn through `streaming_write` (default trigger, each LoCoMo session closed at its end)
 /// and the rules extraction run to completion: what a user's deployment would hold.
 pub(super) async fn ingest(svc: &Arc<Service>, convs: &[Conversation]) -> Result<Target> {
-    let target = Target { project: "default".into(), collection: "locomo_e2e".into() };
+    let target = Target { project: "default".into(), collection: E2E_COLLECTION.into() };
     let t0 = Instant::now();
     let mut msgs = 0usize;
     for c in convs {
@@ -267,8 +269,18 @@ pub(super) async fn run(
     store: &Arc<dyn mnemo_core::store::Store>,
     convs: &[Conversation],
     questions: &[Question],
+    kept: bool,
 ) -> Result<()> {
-    let target = ingest(svc, convs).await?;
+    let target = Target { project: "default".into(), collection: E2E_COLLECTION.into() };
+    let held = match kept {
+        true => store.stats().await?.events,
+        false => 0,
+    };
+    if held > 0 {
+        println!("\nend to end: the kept store already holds {held} events; not written again");
+    } else {
+        ingest(svc, convs).await?;
+    }
     let msgs: usize = convs.iter().flat_map(|c| &c.sessions).map(|s| s.messages.len()).sum();
 
     // message id → turn id, from each conversation's sessions; turn id → its text.
