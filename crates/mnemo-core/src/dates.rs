@@ -519,6 +519,41 @@ fn start_among(text: &str, mentions: &[DateMention], anchor: DateTime<FixedOffse
     starts.into_iter().filter(|d| *d < a).min()
 }
 
+/// The days a text writes out in full (`2026-12-07`, as [`anchor_text`] writes them after a
+/// relative expression, or as a user types them), in order: a plan's day ("Tomorrow
+/// (2026-12-07) I will…") is in its text, not in its time.
+pub fn days_named(text: &str) -> Vec<NaiveDate> {
+    let b = text.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 10 <= b.len() {
+        let starts = i == 0 || !b[i - 1].is_ascii_digit();
+        let ends = b.get(i + 10).is_none_or(|c| !c.is_ascii_digit());
+        if starts
+            && ends
+            && b[i + 4] == b'-'
+            && b[i + 7] == b'-'
+            && digits(i..i + 4)
+            && digits(i + 5..i + 7)
+            && digits(i + 8..i + 10)
+        {
+            if let Ok(d) = NaiveDate::parse_from_str(&text[i..i + 10], "%Y-%m-%d") {
+                out.push(d);
+            }
+            i += 10;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A day's hour `hour` at `offset`, in milliseconds (`None` where that local time does not exist).
+pub fn at_hour(day: NaiveDate, hour: u32, offset: FixedOffset) -> Option<i64> {
+    day.and_hms_opt(hour, 0, 0)?.and_local_timezone(offset).single().map(|t| t.timestamp_millis())
+}
+
 /// Milliseconds → the wall-clock time at `offset`.
 pub fn local(ms: i64, offset: FixedOffset) -> DateTime<FixedOffset> {
     offset.timestamp_millis_opt(ms).single().unwrap_or_else(|| offset.timestamp_millis_opt(0).unwrap())

@@ -638,6 +638,37 @@ async fn a_past_day_dates_an_event_and_a_plan_is_remembered_from_when_it_was_sai
 }
 
 #[tokio::test]
+async fn a_question_naming_a_day_finds_the_plan_for_that_day() {
+    let f = fixture();
+    f.tick(3 * 24 * HOUR);
+    // Said on Sunday 2026-01-04: the plan is made then, for Friday the 9th.
+    f.converse(
+        "conv",
+        "u1",
+        &[
+            ("user", "I cleaned the garage and the car."),
+            ("user", "In five days I will clean the kitchen."),
+            ("user", "The windows are clean now."),
+        ],
+        3,
+    )
+    .await;
+    let ranked = |q: &'static str| {
+        let svc = f.svc.clone();
+        async move {
+            let filter = EventFilter { user_id: vec!["u1".into()], ..Default::default() };
+            let got = svc.search_events(EventSearch::new(target(), Some(q.into()), filter, 5)).await.unwrap();
+            got.into_iter().map(|r| r.event.text()).collect::<Vec<_>>()
+        }
+    };
+    // Its own time is Sunday, days before the day asked about: only its text says Friday.
+    let plan = "In five days (2026-01-09) I will clean the kitchen.";
+    assert_eq!(ranked("What will I clean on January 9?").await[0], plan, "lifted by the day its text names");
+    assert_ne!(ranked("What will I clean?").await[0], plan, "without a day asked, the other events match better");
+    assert_ne!(ranked("What will I clean on January 20?").await[0], plan, "nor with another day");
+}
+
+#[tokio::test]
 async fn a_reindex_embeds_its_events_in_batches() {
     let store = MemoryStore::new();
     let on = |embedder: Arc<dyn Embedder>| {

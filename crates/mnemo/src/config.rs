@@ -205,8 +205,9 @@ pub struct RetrievalConfig {
     pub neighbour_weight: f64,
     /// A question that names a time — "on May 23, 2023", "in December 2023", "last week",
     /// "yesterday", 上周三, 2023年5月 (resolved against the time it is asked, at
-    /// `extraction.utc_offset`) — lifts the events dated then by this share of their relevance
-    /// (ranking only; a named day reaches one day either side). 0 = off.
+    /// `extraction.utc_offset`) — lifts the events dated then, or whose text writes out a day
+    /// then (a plan's), by this share of their relevance (ranking only; a named day reaches one
+    /// day either side). 0 = off.
     pub date_weight: f64,
     /// get_context shows events whole until they fill this share of its budget; past it (and
     /// unless all the rest would fit whole), an event of several turns is shown as its turn that

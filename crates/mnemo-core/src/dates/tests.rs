@@ -170,6 +170,23 @@ fn anchoring_annotates_relative_dates_once() {
 }
 
 #[test]
+fn the_days_a_text_writes_out_are_found_in_order() {
+    let d = |y, m, dd| NaiveDate::from_ymd_opt(y, m, dd).unwrap();
+    let plan = anchor_text("我昨天去爬山，下周三要出差. Tomorrow I fly.", anchor()).text;
+    assert_eq!(days_named(&plan), vec![d(2026, 11, 28), d(2026, 12, 2), d(2026, 11, 30)]);
+    assert_eq!(days_named("2026-01-05 at the start, and at the end 2026-02-28"), vec![d(2026, 1, 5), d(2026, 2, 28)]);
+    // Not a day: more digits around it, an impossible date, a month, a version number.
+    for text in
+        ["12026-01-05", "2026-01-051", "2026-02-30", "(2026-09)", "v2026.01.05", "2026-1-5", "会议（2026-13-01）"]
+    {
+        assert_eq!(days_named(text), vec![], "{text}");
+    }
+    assert_eq!(days_named("第一次（2026-11-28）"), vec![d(2026, 11, 28)], "after a multi-byte character");
+    let noon = at_hour(d(2026, 11, 28), 12, *anchor().offset()).unwrap();
+    assert_eq!(noon, day(2026, 11, 28) + 12 * 3_600_000);
+}
+
+#[test]
 fn a_stated_start_is_when_a_fact_became_true() {
     let start = |t: &str| stated_start(t, anchor()).map(|d| d.to_string());
     // Anchor: Sunday 2026-11-29.

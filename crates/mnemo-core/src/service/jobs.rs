@@ -351,10 +351,7 @@ impl Service {
                     *s = a.text;
                 }
             }
-            let at = |d: chrono::NaiveDate, h: u32| {
-                let t = d.and_hms_opt(h, 0, 0).expect("the hour exists");
-                t.and_local_timezone(self.config.extraction.utc_offset).single().map(|t| t.timestamp_millis())
-            };
+            let at = |d, h| dates::at_hour(d, h, self.config.extraction.utc_offset);
             // The event's time: the past day its text names ("yesterday", "on 3 May"), else its
             // message's — never later (VikingDB's `time` is when the memory was made): a plan
             // ("tomorrow I will…") is remembered from when it was said, its day in the text.

@@ -23,7 +23,7 @@ pub struct RetrievalConfig {
     /// question it replies to (0 = off).
     pub neighbour_weight: f64,
     /// A question naming a time ("on May 23, 2023", "last week", 上周三) lifts the events dated
-    /// then by this share of their relevance (0 = off).
+    /// then, or whose text writes out a day then, by this share of their relevance (0 = off).
     pub date_weight: f64,
     /// get_context shows events whole until they fill this share of its budget; past it, an
     /// event of several turns is shown as its turn that matches the query (crate::excerpt;
@@ -335,6 +335,7 @@ impl Service {
             neighbour_weight: r.neighbour_weight,
             date_weight: r.date_weight,
             spans,
+            tz: self.config.extraction.utc_offset,
             turn_weight: r.turn_weight,
         }
     }
@@ -569,6 +570,8 @@ struct Ranker<'a> {
     neighbour_weight: f64,
     date_weight: f64,
     spans: Vec<(Millis, Millis)>,
+    /// Where the days an event's text writes out are read (the extraction's offset, which wrote them).
+    tz: chrono::FixedOffset,
     turn_weight: f32,
 }
 
@@ -590,6 +593,19 @@ impl Ranker<'_> {
             cands.iter().zip(&cosines).map(|(c, cos)| fusion.fuse(cos.map(|x| x + offset), c.bm25)).collect();
         let boosts = neighbour_boosts(cands, &cosines, &origins, offset, fusion, self.neighbour_weight);
         let in_spans = |t: Millis| self.spans.iter().any(|(from, to)| (*from..*to).contains(&t));
+        // Dated then: made then, or about a day then that its text writes out — a plan is made
+        // before its day ("Tomorrow (2026-12-07) I will…") and a story may tell of several days.
+        // The text's fields are read where they are (extraction anchors every one but the turns).
+        let dated_then = |e: &Event| {
+            in_spans(e.time)
+                || (!self.spans.is_empty()
+                    && e.memory_info
+                        .iter()
+                        .filter(|(k, _)| *k != "original_messages")
+                        .filter_map(|(_, v)| v.as_str())
+                        .flat_map(crate::dates::days_named)
+                        .any(|d| crate::dates::at_hour(d, 12, self.tz).is_some_and(in_spans)))
+        };
         let req = self.req;
         let mut kept: Vec<(usize, Scores)> = origins
             .into_iter()
@@ -598,7 +614,7 @@ impl Ranker<'_> {
             .filter(|(_, (origin, _))| *origin >= self.threshold)
             .map(|(i, (origin, boost))| {
                 let e = &cands[i].event;
-                let dated = if in_spans(e.time) { origin * self.date_weight } else { 0.0 };
+                let dated = if dated_then(e) { origin * self.date_weight } else { 0.0 };
                 let mut scores =
                     ranking::score(origin + boost + dated, e, &self.c.schema, self.now, &req.decay, req.custom_weight);
                 scores.origin_score = origin;
