@@ -176,6 +176,47 @@ fn negated(before: &str) -> bool {
     neg.is_match(before.rsplit(['.', '!', '?', ';', ',', '\n']).next().unwrap_or(before))
 }
 
+/// A weekday named alone ("on Friday", 周五) is the nearest one (English) or this week's (Chinese)
+/// — unless its clause says which way: "On Friday I'll see the dentist", 周五要去体检 said on a
+/// Sunday is the coming Friday; "on Friday I went" (said on a Tuesday) the last one.
+fn by_tense(text: &str, at: std::ops::Range<usize>, date: NaiveDate, a: NaiveDate) -> NaiveDate {
+    static FUTURE: OnceLock<Regex> = OnceLock::new();
+    static PAST: OnceLock<Regex> = OnceLock::new();
+    let said = &text[at.clone()];
+    let english = said.get(..3).is_some_and(|w| w.eq_ignore_ascii_case("on "));
+    let chinese = said.starts_with(['周', '星', '礼']);
+    if !english && !chinese {
+        return date;
+    }
+    const ENDS: [char; 9] = ['.', '!', '?', ';', '\n', '。', '！', '？', '；'];
+    let from =
+        text[..at.start].char_indices().rfind(|(_, ch)| ENDS.contains(ch)).map_or(0, |(i, ch)| i + ch.len_utf8());
+    let to = text[at.end..].find(ENDS).map_or(text.len(), |i| at.end + i);
+    let clause = &text[from..to];
+    let future = FUTURE.get_or_init(|| {
+        Regex::new(r"(?i)\b(?:will|shall|gonna|going\s+to|plan(?:ning)?\s+to)\b|['’]ll\b|要|会|打算|准备|将")
+            .expect("future")
+    });
+    let past = PAST.get_or_init(|| {
+        Regex::new(r"(?i)\b(?:went|did|was|were|had|got|saw|met|came|took|made|([a-z]{2,}ed))\b").expect("past")
+    });
+    // "-ed" words that are no past tense.
+    const NOT_PAST: &[&str] = &[
+        "need", "feed", "seed", "speed", "proceed", "succeed", "exceed", "indeed", "embed", "hundred", "shed", "bleed",
+        "breed", "weed", "naked", "wicked", "sacred",
+    ];
+    let told_past = past
+        .captures_iter(clause)
+        .any(|c| c.get(1).is_none_or(|w| !NOT_PAST.contains(&w.as_str().to_lowercase().as_str())));
+    if date < a && future.is_match(clause) {
+        date + Duration::days(7)
+    } else if english && date > a && told_past && !future.is_match(clause) {
+        date - Duration::days(7)
+    } else {
+        date
+    }
+}
+
 /// Every date expression in `text`, resolved against `anchor`, in text order, never overlapping
 /// (the longest match wins).
 pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention> {
@@ -196,6 +237,7 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
                 continue;
             }
             if let Some((date, granularity)) = (rule.resolve)(&c, a) {
+                let date = by_tense(text, m.range(), date, a);
                 found.push(DateMention { start: m.start(), end: m.end(), date, granularity, relative: rule.relative });
             }
         }

@@ -170,6 +170,34 @@ fn anchoring_annotates_relative_dates_once() {
 }
 
 #[test]
+fn a_weekday_named_alone_goes_the_way_its_clause_tells() {
+    // Anchor: Sunday 2026-11-29. Alone, "on Friday" is the nearest (the 27th, two days back) and
+    // 周五 this week's (the 27th too).
+    assert_eq!(resolve("We met on Friday at noon"), vec!["on Friday=2026-11-27"]);
+    assert_eq!(resolve("周五去体检"), vec!["周五=2026-11-27"]);
+    // A plan is the coming one.
+    assert_eq!(resolve("On Friday I'll see the dentist."), vec!["On Friday=2026-12-04"]);
+    assert_eq!(resolve("I am going to paint on Friday, then rest"), vec!["on Friday=2026-12-04"]);
+    assert_eq!(resolve("周五要去体检"), vec!["周五=2026-12-04"]);
+    // Only its own clause counts; a prefix says it already.
+    assert_eq!(resolve("I will call you. We met on Friday"), vec!["on Friday=2026-11-27"]);
+    assert_eq!(resolve("下周五要去体检"), vec!["下周五=2026-12-04"]);
+    assert_eq!(
+        resolve("我想再给他报个游泳。周日上午比较合适"),
+        vec!["周日=2026-11-29"],
+        "after a full stop of three bytes"
+    );
+    assert_eq!(resolve("报个游泳。周五要去"), vec!["周五=2026-12-04"]);
+    // Told in the past, a day ahead is last week's: Tuesday's "on Thursday I went" is the 19th.
+    let tuesday = FixedOffset::east_opt(8 * 3600).unwrap().with_ymd_and_hms(2026, 11, 24, 10, 0, 0).unwrap();
+    let at_tuesday = |t: &str| find_dates(t, tuesday).iter().map(|m| m.render()).collect::<Vec<_>>();
+    assert_eq!(at_tuesday("On Thursday I went hiking"), vec!["2026-11-19"]);
+    assert_eq!(at_tuesday("On Thursday I finished the book"), vec!["2026-11-19"]);
+    assert_eq!(at_tuesday("On Thursday I need a break"), vec!["2026-11-26"], "\"need\" is no past tense");
+    assert_eq!(at_tuesday("On Thursday I will go hiking"), vec!["2026-11-26"]);
+}
+
+#[test]
 fn the_days_a_text_writes_out_are_found_in_order() {
     let d = |y, m, dd| NaiveDate::from_ymd_opt(y, m, dd).unwrap();
     let plan = anchor_text("我昨天去爬山，下周三要出差. Tomorrow I fly.", anchor()).text;
