@@ -57,12 +57,25 @@ struct Rule {
     re: Regex,
     resolve: Resolve,
     relative: bool,
+    /// A weekday named alone: which way it goes is its clause's tense ([`by_tense`]).
+    tensed: bool,
+}
+
+impl Rule {
+    fn tensed(self) -> Self {
+        Rule { tensed: true, ..self }
+    }
 }
 
 fn rules() -> &'static [Rule] {
     static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
     RULES.get_or_init(|| {
-        let r = |p: &str, resolve: Resolve, relative: bool| Rule { re: Regex::new(p).expect("date rule"), resolve, relative };
+        let r = |p: &str, resolve: Resolve, relative: bool| Rule {
+            re: Regex::new(p).expect("date rule"),
+            resolve,
+            relative,
+            tensed: false,
+        };
         vec![
             // Absolute dates first: they also set an event's time, but need no annotation.
             r(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", |c, _| ymd(num(&c[1])?, num(&c[2])?, num(&c[3])?), false),
@@ -94,16 +107,17 @@ fn rules() -> &'static [Rule] {
             r(r"(?i)\byesterday\b", |_, a| day(a, -1), true),
             r(r"(?i)\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b", |_, a| day(a, 0), true),
             r(r"(?i)\btomorrow\b", |_, a| day(a, 1), true),
-            r(&format!(r"(?i)\b(last|next|this|coming|on)\s+{WD_EN}\b"), |c, a| {
+            r(&format!(r"(?i)\b(last|next|this|coming)\s+{WD_EN}\b"), |c, a| {
                 let wd = weekday_en(&c[2])?;
                 match c[1].to_ascii_lowercase().as_str() {
                     "last" => Some((prev_weekday(a, wd), Granularity::Day)),
                     "next" | "coming" => Some((next_weekday(a, wd), Granularity::Day)),
-                    "this" => Some((week_start(a) + Duration::days(wd.num_days_from_monday() as i64), Granularity::Day)),
-                    // "on Friday": said of the past or the future; the nearest one within the week around.
-                    _ => Some((nearest_weekday(a, wd), Granularity::Day)),
+                    _ => Some((week_start(a) + Duration::days(wd.num_days_from_monday() as i64), Granularity::Day)),
                 }
             }, true),
+            // "on Friday": said of the past or the future; the nearest one within the week around.
+            r(&format!(r"(?i)\bon\s+{WD_EN}\b"), |c, a| Some((nearest_weekday(a, weekday_en(&c[1])?), Granularity::Day)), true)
+                .tensed(),
             r(&format!(r"(?i)\b{NUM_EN}\s+(day|week|month|year)s?\s+ago\b"), |c, a| shift(a, -(num_en(&c[1])? as i64), &c[2]), true),
             r(&format!(r"(?i)\bin\s+{NUM_EN}\s+(day|week|month|year)s?\b"), |c, a| shift(a, num_en(&c[1])? as i64, &c[2]), true),
             r(r"(?i)\b(last|next|this)\s+(week|month|year)\b", |c, a| {
@@ -122,17 +136,22 @@ fn rules() -> &'static [Rule] {
             r(r"昨[天日晚]", |_, a| day(a, -1), true),
             r(r"(?:今[天日晚早]|今儿)", |_, a| day(a, 0), true),
             r(r"明[天日晚早]", |_, a| day(a, 1), true),
-            r(r"(上上|下下|上|下|这|本)?\s*(?:个)?(?:周|星期|礼拜)([一二三四五六日天])", |c, a| {
-                let off = match c.get(1).map(|m| m.as_str()) {
-                    Some("上上") => -2,
-                    Some("上") => -1,
-                    Some("下") => 1,
-                    Some("下下") => 2,
+            r(r"(上上|下下|上|下|这|本)\s*(?:个)?(?:周|星期|礼拜)([一二三四五六日天])", |c, a| {
+                let off = match &c[1] {
+                    "上上" => -2,
+                    "上" => -1,
+                    "下" => 1,
+                    "下下" => 2,
                     _ => 0,
                 };
                 let wd = weekday_zh(&c[2])?;
                 Some((week_start(a) + Duration::days(7 * off + wd.num_days_from_monday() as i64), Granularity::Day))
             }, true),
+            // 周五 alone: this week's.
+            r(r"(?:周|星期|礼拜)([一二三四五六日天])", |c, a| {
+                Some((week_start(a) + Duration::days(weekday_zh(&c[1])?.num_days_from_monday() as i64), Granularity::Day))
+            }, true)
+            .tensed(),
             r(&format!(r"{NUM_ZH}\s*(?:个)?(天|日|周|星期|礼拜|月|年)(?:以|之)?(前|后)"), |c, a| {
                 let n = num(&c[1])? as i64;
                 let n = if &c[3] == "前" { -n } else { n };
@@ -182,12 +201,7 @@ fn negated(before: &str) -> bool {
 fn by_tense(text: &str, at: std::ops::Range<usize>, date: NaiveDate, a: NaiveDate) -> NaiveDate {
     static FUTURE: OnceLock<Regex> = OnceLock::new();
     static PAST: OnceLock<Regex> = OnceLock::new();
-    let said = &text[at.clone()];
-    let english = said.get(..3).is_some_and(|w| w.eq_ignore_ascii_case("on "));
-    let chinese = said.starts_with(['周', '星', '礼']);
-    if !english && !chinese {
-        return date;
-    }
+    let english = text[at.clone()].is_ascii();
     const ENDS: [char; 9] = ['.', '!', '?', ';', '\n', '。', '！', '？', '；'];
     let from =
         text[..at.start].char_indices().rfind(|(_, ch)| ENDS.contains(ch)).map_or(0, |(i, ch)| i + ch.len_utf8());
@@ -237,7 +251,7 @@ pub fn find_dates(text: &str, anchor: DateTime<FixedOffset>) -> Vec<DateMention>
                 continue;
             }
             if let Some((date, granularity)) = (rule.resolve)(&c, a) {
-                let date = by_tense(text, m.range(), date, a);
+                let date = if rule.tensed { by_tense(text, m.range(), date, a) } else { date };
                 found.push(DateMention { start: m.start(), end: m.end(), date, granularity, relative: rule.relative });
             }
         }

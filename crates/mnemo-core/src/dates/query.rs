@@ -20,12 +20,7 @@ use super::*;
 pub fn spans(text: &str, anchor: DateTime<FixedOffset>) -> Vec<(i64, i64)> {
     let offset = *anchor.offset();
     let a = anchor.date_naive();
-    let ms = |d: NaiveDate| {
-        d.and_hms_opt(0, 0, 0)
-            .and_then(|t| t.and_local_timezone(offset).single())
-            .map(|t| t.timestamp_millis())
-            .unwrap_or(i64::MIN)
-    };
+    let ms = |d: NaiveDate| at_hour(d, 0, offset).unwrap_or(i64::MIN);
     let mentions = find_dates(text, anchor);
     let q = query_rules();
     let (mut out, seasons) = season_spans(text, a, q);
