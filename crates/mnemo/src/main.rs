@@ -230,6 +230,11 @@ enum BenchCommand {
         /// Only the end-to-end figure (implies --e2e).
         #[arg(long)]
         e2e_only: bool,
+        /// Distractors: every conversation also holds the sessions of this set's conversations,
+        /// spoken by its own user and interleaved in time (e.g. bench/en-life with
+        /// ../shared/bench/locomo/dev): a long-lived user's memory, where the small sets saturate.
+        #[arg(long)]
+        haystack: Option<PathBuf>,
         #[command(flatten)]
         qa: bench::locomo_qa::QaArgs,
     },
@@ -505,8 +510,9 @@ fn run() -> Result<()> {
         Command::Bench { which: BenchCommand::Webhooks { events, stores } } => {
             rt.block_on(bench::webhooks::run(events.max(1), stores, cfg))
         }
-        Command::Bench { which: BenchCommand::Locomo { dir, e2e, e2e_only, qa } } => {
-            rt.block_on(bench::locomo::run(&dir, e2e || e2e_only, e2e_only, qa.requested(), cfg))
+        Command::Bench { which: BenchCommand::Locomo { dir, e2e, e2e_only, haystack, qa } } => {
+            let e2e = e2e || e2e_only;
+            rt.block_on(bench::locomo::run(&dir, e2e, e2e_only, haystack.as_deref(), qa.requested(), cfg))
         }
         Command::Bench {
             which: BenchCommand::Write { url, key, concurrency, seconds, runs, message_count, stores },

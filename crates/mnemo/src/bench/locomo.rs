@@ -92,10 +92,15 @@ pub async fn run(
     dir: &Path,
     e2e: bool,
     e2e_only: bool,
+    haystack: Option<&Path>,
     qa: Option<super::locomo_qa::QaArgs>,
     mut cfg: Config,
 ) -> Result<()> {
-    let convs: Vec<Conversation> = read_jsonl(&dir.join("conversations.jsonl"))?;
+    let mut convs: Vec<Conversation> = read_jsonl(&dir.join("conversations.jsonl"))?;
+    if let Some(hay) = haystack {
+        let hay: Vec<Conversation> = read_jsonl(&hay.join("conversations.jsonl"))?;
+        convs = with_haystack(convs, &hay)?;
+    }
     let questions: Vec<Question> = read_jsonl(&dir.join("questions.jsonl"))?;
     let tmp = tempfile::tempdir()?;
     // MNEMO_BENCH_KEEP=DIR (end to end only): the store is kept in DIR, and a later run on it
@@ -107,10 +112,12 @@ pub async fn run(
     let svc = crate::app::service_on(&cfg, Arc::new(SystemClock), crate::app::build_embedder(&cfg)?, store.clone())?;
     crate::app::prepare(&svc).await?;
     let target = Target { project: "default".into(), collection: "locomo".into() };
+    let turns: usize = convs.iter().flat_map(|c| &c.sessions).map(|s| s.messages.len()).sum();
     println!(
-        "LoCoMo {}: {} conversations, {} questions; model {}",
+        "LoCoMo {}: {} conversations ({turns} turns{}), {} questions; model {}",
         dir.display(),
         convs.len(),
+        haystack.map(|h| format!(", with {}'s as distractors", h.display())).unwrap_or_default(),
         questions.len(),
         svc.embedder().model_id()
     );
