@@ -11,7 +11,9 @@
 use std::sync::LazyLock;
 
 mod catalog;
+mod lift;
 pub use catalog::*;
+pub use lift::Aliases;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -204,6 +206,10 @@ const PERSON_ROLES: &[&str] = &[
     "niece",
     "nephew",
     "roommate",
+    "granddaughter",
+    "grandson",
+    "grandchild",
+    "grandkid",
     "teacher",
     "coach",
     "mentor",
@@ -364,7 +370,7 @@ fn english(text: &str, speakers: &[String]) -> Vec<Mention> {
 }
 
 /// Chinese kinship words that name a person by role (我姐姐小雨: 小雨, role 姐姐).
-const ZH_ROLES: &[&str] = &[
+pub(crate) const ZH_ROLES: &[&str] = &[
     "姐姐",
     "妹妹",
     "哥哥",

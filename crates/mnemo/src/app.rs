@@ -436,6 +436,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
     for (key, w) in [
         ("neighbour_weight", r.neighbour_weight),
         ("date_weight", r.date_weight),
+        ("entity_weight", r.entity_weight),
         ("whole_share", r.whole_share),
         ("turn_weight", r.turn_weight),
     ] {
@@ -462,6 +463,7 @@ fn retrieval_config(cfg: &Config) -> Result<RetrievalConfig> {
         feedback_terms: r.feedback_terms,
         neighbour_weight: r.neighbour_weight,
         date_weight: r.date_weight,
+        entity_weight: r.entity_weight,
         whole_share: r.whole_share,
         reply_hits: r.reply_hits,
         turn_weight: r.turn_weight as f32,

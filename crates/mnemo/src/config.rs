@@ -209,6 +209,13 @@ pub struct RetrievalConfig {
     /// then (a plan's), by this share of their relevance (ranking only; a named day reaches one
     /// day either side). 0 = off.
     pub date_weight: f64,
+    /// A question naming someone ("What does Ingrid do for a living?") lifts the events that name
+    /// them by a role the candidates tie to that name alone ("my sister Ingrid", "Fiona, my
+    /// wife", 我姐姐小雨 → "my sister is a veterinarian") by this share of their relevance, and the
+    /// search's second hop looks for the role's word too. A name most candidates hold (the user,
+    /// a speaker of every turn) lifts nothing. 0 = off (0.3 by default: own sets with LoCoMo
+    /// distractors +2 questions each at 1,200 tokens, LoCoMo dev unchanged; docs/benchmarks.md).
+    pub entity_weight: f64,
     /// get_context shows events whole until they fill this share of its budget; past it (and
     /// unless all the rest would fit whole), an event of several turns is shown as its turn that
     /// best matches the query, with the reply when that turn asks (1 = always whole; 0.5 by
@@ -240,6 +247,7 @@ impl Default for RetrievalConfig {
             feedback_terms: d.feedback_terms,
             neighbour_weight: d.neighbour_weight,
             date_weight: d.date_weight,
+            entity_weight: d.entity_weight,
             whole_share: d.whole_share,
             reply_hits: d.reply_hits,
             turn_weight: f64::from(d.turn_weight),

@@ -25,6 +25,11 @@ pub struct RetrievalConfig {
     /// A question naming a time ("on May 23, 2023", "last week", 上周三) lifts the events dated
     /// then, or whose text writes out a day then, by this share of their relevance (0 = off).
     pub date_weight: f64,
+    /// A question naming someone ("What does Ingrid do?") lifts the events that name them by a
+    /// role the candidates tie to that name ("my sister Ingrid" → "my sister is a vet") by this
+    /// share of their relevance, and its second hop looks for the role too
+    /// (`crate::entities::Aliases`; 0 = off).
+    pub entity_weight: f64,
     /// get_context shows events whole until they fill this share of its budget; past it, an
     /// event of several turns is shown as its turn that matches the query (crate::excerpt;
     /// 1 = always whole).
@@ -51,6 +56,7 @@ impl Default for RetrievalConfig {
             feedback_terms: 16,
             neighbour_weight: 0.3,
             date_weight: 0.3,
+            entity_weight: 0.3,
             whole_share: 0.5,
             reply_hits: 3,
             turn_weight: 0.5,
@@ -265,9 +271,20 @@ impl Service {
         let mut first_ranked = None;
         let then: crate::store::NextTerms<'_> = Box::new(|found| {
             let results = ranker.rank(found, None);
-            let extra = (n_feedback > 0 && results.len() >= 2)
+            let mut extra = (n_feedback > 0 && results.len() >= 2)
                 .then(|| feedback_terms(&results, &cq.terms, n_feedback))
                 .flatten();
+            // What the query names goes by a role in the hits ("my sister Ingrid"): the second
+            // hop also looks for the role ("my sister is a vet in Oslo").
+            let roles = ranker.role_terms(found, &cq.terms);
+            if !roles.is_empty() {
+                let extra = extra.get_or_insert_with(Vec::new);
+                for r in roles {
+                    if !extra.contains(&r) {
+                        extra.push(r);
+                    }
+                }
+            }
             first_ranked = Some(results);
             let next = extra.map(|extra| crate::store::NextHop::terms(cq.terms.iter().cloned().chain(extra).collect()));
             Box::pin(std::future::ready(next))
@@ -335,6 +352,12 @@ impl Service {
             neighbour_weight: r.neighbour_weight,
             date_weight: r.date_weight,
             spans,
+            entity_weight: r.entity_weight,
+            entity_names: match r.entity_weight > 0.0 {
+                true => crate::entities::Question::of(query, &[]).names,
+                false => Vec::new(),
+            },
+            aliases: Default::default(),
             tz: self.config.extraction.utc_offset,
             turn_weight: r.turn_weight,
         }

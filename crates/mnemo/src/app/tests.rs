@@ -11,6 +11,8 @@ fn retrieval_weights_out_of_range_are_refused_not_clamped() {
             .map(|r| (r.neighbour_weight, r.date_weight, r.feedback_terms, r.whole_share, r.reply_hits, r.turn_weight))
     };
     assert_eq!(with(&|_| {}).unwrap(), (0.3, 0.3, 16, 0.5, 3, 0.5));
+    let e = with(&|c| c.retrieval.entity_weight = 1.01).unwrap_err().to_string();
+    assert_eq!(e, "retrieval.entity_weight: must be in [0,1], got 1.01");
     let mut mcp = mnemo_mcp::McpScope::default();
     assert!(check_mcp(&mcp).is_ok(), "unset: the model's floor");
     mcp.min_score = Some(1.5);

@@ -106,6 +106,27 @@ async fn a_users_entities_are_listed_fetched_searched_and_forgotten() {
     assert_eq!(hits["count"], 1, "{hits}");
     assert!(hits["result_list"][0]["memory_info"]["original_messages"].as_str().unwrap().contains("Biscuit"));
 
+    // A question naming Ingrid lifts what the memory says of "my sister" (Ingrid, by the second
+    // session) by 0.3 of its relevance; the puppy is not lifted.
+    let query = "When is Ingrid flying in for the trip?";
+    let hits =
+        s.ok("event/search", json!({"collection_name": "c", "query": query, "filter": {"user_id": "u-maya"}})).await;
+    let of = |needle: &str| {
+        let hit = hits["result_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["memory_info"]["original_messages"].as_str().unwrap().contains(needle));
+        let hit = hit.unwrap_or_else(|| panic!("{needle}: {hits}"));
+        (hit["score"].as_f64().unwrap(), hit["origin_score"].as_f64().unwrap())
+    };
+    let ((trip, trip_origin), (puppy, puppy_origin)) = (of("flying in next month"), of("Biscuit"));
+    assert!(
+        trip_origin > 0.0 && (trip - 1.3 * trip_origin).abs() < 1e-6,
+        "the first session's 'my sister' is Ingrid: {hits}"
+    );
+    assert_eq!(puppy, puppy_origin, "{hits}");
+
     // Bad input: named fields and ranges.
     let bad = [
         (

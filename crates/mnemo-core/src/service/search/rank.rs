@@ -16,12 +16,27 @@ pub(super) struct Ranker<'a> {
     pub(super) neighbour_weight: f64,
     pub(super) date_weight: f64,
     pub(super) spans: Vec<(Millis, Millis)>,
+    pub(super) entity_weight: f64,
+    /// The names the query is about (`crate::entities::Question::of`).
+    pub(super) entity_names: Vec<String>,
+    /// The roles the first candidates ranked tie to those names: found once a search.
+    pub(super) aliases: std::sync::OnceLock<crate::entities::Aliases>,
     /// Where the days an event's text writes out are read (the extraction's offset, which wrote them).
     pub(super) tz: chrono::FixedOffset,
     pub(super) turn_weight: f32,
 }
 
 impl Ranker<'_> {
+    /// The roles the candidates give what the query names ("sister" for "Ingrid"), as search
+    /// terms not already in `terms`: the second hop looks for them.
+    pub(super) fn role_terms(&self, cands: &[Candidate], terms: &[String]) -> Vec<String> {
+        let aliases = self.aliases(cands);
+        let mut out: Vec<String> = aliases.roles().iter().flat_map(|r| crate::text::search_tokens(r)).collect();
+        out.retain(|t| !terms.contains(t));
+        out.dedup();
+        out
+    }
+
     fn cosine(&self, c: &Candidate) -> Option<f32> {
         match (c.cosine, c.best_turn) {
             (Some(whole), Some(turn)) if self.turn_weight > 0.0 => {
@@ -52,6 +67,13 @@ impl Ranker<'_> {
                         .flat_map(crate::dates::days_named)
                         .any(|d| crate::dates::at_hour(d, 12, self.tz).is_some_and(in_spans)))
         };
+        // About someone or something the query names: by name, or by the role the candidates
+        // tie to that name.
+        let aliases = self.aliases(cands);
+        let about: Vec<bool> = match aliases.is_empty() {
+            true => vec![false; cands.len()],
+            false => search_texts(cands).iter().map(|t| aliases.about(&t.to_lowercase())).collect(),
+        };
         let req = self.req;
         let mut kept: Vec<(usize, Scores)> = origins
             .into_iter()
@@ -61,8 +83,15 @@ impl Ranker<'_> {
             .map(|(i, (origin, boost))| {
                 let e = &cands[i].event;
                 let dated = if dated_then(e) { origin * self.date_weight } else { 0.0 };
-                let mut scores =
-                    ranking::score(origin + boost + dated, e, &self.c.schema, self.now, &req.decay, req.custom_weight);
+                let named = if about[i] { origin * self.entity_weight } else { 0.0 };
+                let mut scores = ranking::score(
+                    origin + boost + dated + named,
+                    e,
+                    &self.c.schema,
+                    self.now,
+                    &req.decay,
+                    req.custom_weight,
+                );
                 scores.origin_score = origin;
                 (i, scores)
             })
@@ -79,6 +108,25 @@ impl Ranker<'_> {
             })
             .collect()
     }
+}
+
+impl Ranker<'_> {
+    /// The roles of what the query names, from the first candidates this search ranks (none
+    /// when it names no one, or the lift is off).
+    fn aliases(&self, cands: &[Candidate]) -> &crate::entities::Aliases {
+        self.aliases.get_or_init(|| match self.entity_names.is_empty() || self.entity_weight <= 0.0 {
+            true => Default::default(),
+            false => {
+                let texts = search_texts(cands);
+                crate::entities::Aliases::of(&self.entity_names, &texts.iter().map(String::as_str).collect::<Vec<_>>())
+            }
+        })
+    }
+}
+
+/// What full-text search reads of each candidate (its text and the messages it came from).
+fn search_texts(cands: &[Candidate]) -> Vec<String> {
+    cands.iter().map(|c| crate::model::event_search_text(&c.event.memory_info)).collect()
 }
 
 /// Per candidate, what the adjacent turns add to its relevance: an event is scored again with
