@@ -13,7 +13,7 @@ use super::{is_role, key};
 /// names someone.
 #[derive(Debug, Default)]
 pub struct Aliases {
-    /// How a text names one of them by role (lowercased): "my sister", 姐姐.
+    /// How a text names one of them by role (lowercased): "my sister", "our sister", 姐姐.
     needles: Vec<String>,
     /// The roles alone ("sister", 姐姐): words to search for.
     roles: Vec<String>,
@@ -41,7 +41,7 @@ impl Aliases {
             roles.sort_unstable();
             roles.dedup();
             roles.retain(|r| !texts.iter().zip(&lower).any(|(t, l)| names_another(t, l, r, name)));
-            out.needles.extend(roles.iter().map(|r| role_needle(r)));
+            out.needles.extend(roles.iter().flat_map(|r| role_needles(r)));
             out.roles.extend(roles.iter().map(|r| r.to_string()));
         }
         out
@@ -63,7 +63,9 @@ impl Aliases {
     }
 }
 
-const OWNERS: [&str; 6] = ["my", "our", "his", "her", "their", "your"];
+/// Whose role ties it to the memory's owner: "my sister", "our dog" ("her sister" is someone
+/// else's).
+const OWNERS: [&str; 2] = ["my", "our"];
 
 /// The role right before a name: "my sister " (English, owned), 姐姐 (Chinese).
 fn role_before(before: &str) -> Option<&str> {
@@ -71,7 +73,7 @@ fn role_before(before: &str) -> Option<&str> {
         return Some(role);
     }
     let mut ws = before.trim_end().rsplit(|c: char| c.is_whitespace());
-    let role = ws.next()?;
+    let role = ws.next()?.trim_matches(|c: char| !c.is_alphanumeric());
     let owner = ws.next()?;
     (OWNERS.contains(&owner) && is_role(role) && role.is_ascii()).then_some(role)
 }
@@ -93,18 +95,21 @@ fn names_another(text: &str, lower: &str, role: &str, name: &str) -> bool {
     if !role.is_ascii() || text.len() != lower.len() {
         return false;
     }
-    word_at(lower, &role_needle(role)).any(|at| {
-        let after = &text[at + role.len() + 3..];
-        let next = after.trim_start().split(|c: char| !c.is_alphanumeric()).next().unwrap_or("");
-        next.starts_with(|c: char| c.is_uppercase()) && key(next) != *name && !name.starts_with(&key(next))
+    role_needles(role).iter().any(|needle| {
+        word_at(lower, needle).any(|at| {
+            let Some(after) = text.get(at + needle.len()..) else { return false };
+            let next = after.trim_start().split(|c: char| !c.is_alphanumeric()).next().unwrap_or("");
+            next.starts_with(|c: char| c.is_uppercase()) && key(next) != *name && !name.starts_with(&key(next))
+        })
     })
 }
 
-/// How a text names someone by a role: "my sister" (English roles are owned), 姐姐 (Chinese).
-fn role_needle(role: &str) -> String {
+/// How a text names someone by a role: "my sister", "our sister" (English roles are owned), 姐姐
+/// (Chinese).
+fn role_needles(role: &str) -> Vec<String> {
     match role.is_ascii() {
-        true => format!("my {role}"),
-        false => role.to_string(),
+        true => OWNERS.iter().map(|o| format!("{o} {role}")).collect(),
+        false => vec![role.to_string()],
     }
 }
 
@@ -164,6 +169,15 @@ mod tests {
         ];
         assert_eq!(about(&["Fiona"], &texts), [true, true, false, false, false]);
         assert_eq!(about(&["Mel"], &texts), [false, false, false, false, false], "'my partner' is not said");
+    }
+
+    #[test]
+    fn only_the_users_own_role_counts() {
+        // Someone else's sister is not "my sister"; a comma after the role is no part of it.
+        let texts = ["Mel said her sister Ingrid is a nurse.", "My sister is a vet.", "a", "b"];
+        assert_eq!(about(&["Ingrid"], &texts), [false; 4]);
+        let texts = ["Our dog, Max, ate the couch.", "Our dog is sick.", "My dog hates baths.", "a", "b"];
+        assert_eq!(about(&["Max"], &texts), [true, true, true, false, false]);
     }
 
     #[test]

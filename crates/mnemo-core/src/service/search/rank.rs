@@ -37,6 +37,18 @@ impl Ranker<'_> {
         out
     }
 
+    /// The roles of what the query names, from the first candidates this search ranks (none
+    /// when it names no one, or the lift is off).
+    fn aliases(&self, cands: &[Candidate]) -> &crate::entities::Aliases {
+        self.aliases.get_or_init(|| match self.entity_names.is_empty() || self.entity_weight <= 0.0 {
+            true => Default::default(),
+            false => {
+                let texts = search_texts(cands);
+                crate::entities::Aliases::of(&self.entity_names, &texts.iter().map(String::as_str).collect::<Vec<_>>())
+            }
+        })
+    }
+
     fn cosine(&self, c: &Candidate) -> Option<f32> {
         match (c.cosine, c.best_turn) {
             (Some(whole), Some(turn)) if self.turn_weight > 0.0 => {
@@ -67,8 +79,8 @@ impl Ranker<'_> {
                         .flat_map(crate::dates::days_named)
                         .any(|d| crate::dates::at_hour(d, 12, self.tz).is_some_and(in_spans)))
         };
-        // About someone or something the query names: by name, or by the role the candidates
-        // tie to that name.
+        // Names someone the query names by the role the candidates tie to that name (the name's
+        // own words are BM25's).
         let aliases = self.aliases(cands);
         let about: Vec<bool> = match aliases.is_empty() {
             true => vec![false; cands.len()],
@@ -107,20 +119,6 @@ impl Ranker<'_> {
                 ScoredEvent { event, scores, layer, best_turn: cands[i].best_turn.map(|t| t.index) }
             })
             .collect()
-    }
-}
-
-impl Ranker<'_> {
-    /// The roles of what the query names, from the first candidates this search ranks (none
-    /// when it names no one, or the lift is off).
-    fn aliases(&self, cands: &[Candidate]) -> &crate::entities::Aliases {
-        self.aliases.get_or_init(|| match self.entity_names.is_empty() || self.entity_weight <= 0.0 {
-            true => Default::default(),
-            false => {
-                let texts = search_texts(cands);
-                crate::entities::Aliases::of(&self.entity_names, &texts.iter().map(String::as_str).collect::<Vec<_>>())
-            }
-        })
     }
 }
 
