@@ -137,15 +137,8 @@ fn rules() -> &'static [Rule] {
             r(r"(?:今[天日晚早]|今儿)", |_, a| day(a, 0), true),
             r(r"明[天日晚早]", |_, a| day(a, 1), true),
             r(r"(上上|下下|上|下|这|本)\s*(?:个)?(?:周|星期|礼拜)([一二三四五六日天])", |c, a| {
-                let off = match &c[1] {
-                    "上上" => -2,
-                    "上" => -1,
-                    "下" => 1,
-                    "下下" => 2,
-                    _ => 0,
-                };
                 let wd = weekday_zh(&c[2])?;
-                Some((week_start(a) + Duration::days(7 * off + wd.num_days_from_monday() as i64), Granularity::Day))
+                Some((week_start(a) + Duration::days(7 * step_zh(&c[1]) + wd.num_days_from_monday() as i64), Granularity::Day))
             }, true),
             // 周五 alone: this week's.
             r(r"(?:周|星期|礼拜)([一二三四五六日天])", |c, a| {
@@ -164,14 +157,7 @@ fn rules() -> &'static [Rule] {
                 shift(a, n, unit)
             }, true),
             r(r"(上上|下下|上|下|这|本)(?:个)?(周|星期|礼拜|月)", |c, a| {
-                let n = match &c[1] {
-                    "上上" => -2,
-                    "上" => -1,
-                    "下" => 1,
-                    "下下" => 2,
-                    _ => 0,
-                };
-                period(a, n, if &c[2] == "月" { "month" } else { "week" })
+                period(a, step_zh(&c[1]), if &c[2] == "月" { "month" } else { "week" })
             }, true),
             r(r"(去年|前年|明年|今年|后年)", |c, a| {
                 let n = match &c[1] {
@@ -222,9 +208,10 @@ fn by_tense(text: &str, at: std::ops::Range<usize>, date: NaiveDate, a: NaiveDat
     let told_past = past
         .captures_iter(clause)
         .any(|c| c.get(1).is_none_or(|w| !NOT_PAST.contains(&w.as_str().to_lowercase().as_str())));
-    if date < a && future.is_match(clause) {
+    let told_future = future.is_match(clause);
+    if date < a && told_future {
         date + Duration::days(7)
-    } else if english && date > a && told_past && !future.is_match(clause) {
+    } else if english && date > a && told_past && !told_future {
         date - Duration::days(7)
     } else {
         date
@@ -526,6 +513,17 @@ fn weekday_en(s: &str) -> Option<Weekday> {
     let s = s.to_ascii_lowercase();
     let names = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
     names.iter().position(|n| s.starts_with(n)).and_then(|i| Weekday::try_from(i as u8).ok())
+}
+
+/// How many weeks or months 上上 / 上 / 这 / 本 / 下 / 下下 step from this one.
+fn step_zh(s: &str) -> i64 {
+    match s {
+        "上上" => -2,
+        "上" => -1,
+        "下" => 1,
+        "下下" => 2,
+        _ => 0,
+    }
 }
 
 fn weekday_zh(s: &str) -> Option<Weekday> {
