@@ -334,7 +334,12 @@ fn english(text: &str, speakers: &[String]) -> Vec<Mention> {
         // the text also writes it capitalised mid-sentence.
         let mid_sentence_elsewhere =
             || ws.iter().any(|o| !o.opens && key(o.text) == lower && capitalised(o.text)) || speakers.contains(&lower);
-        if w.opens && !speaker && !mid_sentence_elsewhere() && !w.text.ends_with("'s") {
+        // "Fiona, my wife, found…": a role in apposition makes the words before it a name, even
+        // at a sentence's start.
+        let end = ws[j - 1].text.as_ptr() as usize - text.as_ptr() as usize + ws[j - 1].text.len();
+        let window: String = text[end..].chars().take(48).collect::<String>().to_lowercase();
+        let appositive = lift::role_after(&window).map(str::to_string);
+        if w.opens && !speaker && appositive.is_none() && !mid_sentence_elsewhere() && !w.text.ends_with("'s") {
             // "Woah Jon", "Agreed John": the opener is no part of the name after it ("New York"
             // at a sentence's start keeps its first word).
             if j == i + 1 || !NAME_OPENERS.contains(&lower.as_str()) {
@@ -352,6 +357,9 @@ fn english(text: &str, speakers: &[String]) -> Vec<Mention> {
             (Kind::Pet, Some(prev))
         } else if owner && PERSON_ROLES.contains(&prev.as_str()) {
             (Kind::Person, Some(prev))
+        } else if let Some(role) = appositive {
+            let kind = if PET_ROLES.contains(&role.as_str()) { Kind::Pet } else { Kind::Person };
+            (kind, Some(role))
         } else if speaker {
             (Kind::Person, None)
         } else if ORG_WORDS.contains(&last.as_str()) {
@@ -502,6 +510,15 @@ mod tests {
                 ("Max".into(), "pet", Some("dog".into())),
                 ("Lake Tahoe".into(), "place", None),
             ]
+        );
+        // A role in apposition, at a sentence's start too.
+        assert_eq!(
+            names("Fiona, my wife, found a supplier. Our dog, Max, hid.", &[]),
+            vec![("Fiona".into(), "person", Some("wife".into())), ("Max".into(), "pet", Some("dog".into()))]
+        );
+        assert_eq!(
+            names("We met Mel, my old climbing partner from Seattle.", &[]),
+            vec![("Mel".into(), "person", Some("partner".into())), ("Seattle".into(), "place", None)]
         );
         assert_eq!(
             names("I started at Acme Corp last week; Priya's team is great.", &[]),

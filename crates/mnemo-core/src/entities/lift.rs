@@ -80,7 +80,7 @@ fn role_before(before: &str) -> Option<&str> {
 
 /// The role in apposition right after a name: ", my wife", ", my old climbing partner" (up to
 /// two words between the owner and the role).
-fn role_after(after: &str) -> Option<&str> {
+pub(super) fn role_after(after: &str) -> Option<&str> {
     let rest = after.strip_prefix(',')?.trim_start();
     let mut ws = rest.split(|c: char| c.is_whitespace() || matches!(c, ',' | '.' | '!' | '?' | ';'));
     if !OWNERS.contains(&ws.next()?) {
