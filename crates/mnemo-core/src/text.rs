@@ -342,6 +342,13 @@ impl ScopeTerms {
         self.tokens.push(*self.vocab.entry(token_key(token)).or_insert(next));
     }
 
+    /// About how much memory it holds (a scope cache's measure).
+    pub fn heap_bytes(&self) -> usize {
+        self.vocab.capacity() * 16
+            + self.tokens.capacity() * 4
+            + self.docs.iter().map(|(id, _)| id.len() + 40).sum::<usize>()
+    }
+
     /// Documents in the scope.
     pub fn len(&self) -> usize {
         self.docs.len()

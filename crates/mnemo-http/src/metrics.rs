@@ -61,6 +61,8 @@ pub struct Metrics {
     full_text_searches: Gauge,
     query_cache: Family<OutcomeLabels, Gauge>,
     query_cache_entries: Gauge,
+    scope_cache: Family<OutcomeLabels, Gauge>,
+    scope_cache_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -103,6 +105,14 @@ impl Default for Metrics {
             query_cache.clone(),
         );
         registry.register("query_cache_entries", "Query vectors in the cache now", query_cache_entries.clone());
+        let (scope_cache, scope_cache_bytes) = (Family::default(), Gauge::default());
+        registry.register(
+            "scope_cache_lookups",
+            "Scoped searches since start by outcome (hit: the user's events, terms and vector copies kept from an \
+             earlier search, nothing of theirs changed since; miss: read from the store)",
+            scope_cache.clone(),
+        );
+        registry.register("scope_cache_bytes", "Memory the kept search scopes hold now", scope_cache_bytes.clone());
         Self {
             registry,
             requests,
@@ -115,6 +125,8 @@ impl Default for Metrics {
             full_text_searches,
             query_cache,
             query_cache_entries,
+            scope_cache,
+            scope_cache_bytes,
         }
     }
 }
@@ -165,6 +177,12 @@ pub async fn scrape(State(state): State<AppState>, req: axum::extract::Request) 
             m.rows.get_or_create(&KindLabels { kind: kind.into() }).set(n as i64);
         }
         m.bytes.set(stats.bytes as i64);
+        if let Some(kept) = stats.scope_cache {
+            for (outcome, n) in [("hit", kept.hits), ("miss", kept.misses)] {
+                m.scope_cache.get_or_create(&OutcomeLabels { outcome: outcome.into() }).set(n as i64);
+            }
+            m.scope_cache_bytes.set(kept.bytes as i64);
+        }
     }
     if let Ok((pending, delivered, dead)) = svc.webhook_delivery_totals().await {
         for (st, n) in [("pending", pending), ("delivered", delivered), ("dead", dead)] {

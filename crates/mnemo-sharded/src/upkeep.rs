@@ -103,6 +103,11 @@ impl StatsStore for ShardedStore {
             events: parts.iter().map(|p| p.events).sum(),
             profiles: parts.iter().map(|p| p.profiles).sum(),
             bytes: parts.iter().map(|p| p.bytes).sum(),
+            scope_cache: parts.iter().filter_map(|p| p.scope_cache).reduce(|a, b| ScopeCacheStats {
+                hits: a.hits + b.hits,
+                misses: a.misses + b.misses,
+                bytes: a.bytes + b.bytes,
+            }),
         })
     }
 }

@@ -187,6 +187,7 @@ impl StatsStore for PgStore {
             )
             .await?
             .get::<_, i64>(0) as u64,
+            scope_cache: None,
         })
     }
 }

@@ -125,7 +125,16 @@ impl CollectionStore for SqliteStore {
                 .map_err(backend)?;
                 conn.execute("DELETE FROM term_stats WHERE collection_id=?1", [id]).map_err(backend)?;
                 conn.execute("DELETE FROM collection_stats WHERE collection_id=?1", [id]).map_err(backend)?;
-                let rest = ["event_subjects", "events", "profiles", "jobs", "sessions", "messages", "conversations"];
+                let rest = [
+                    "event_subjects",
+                    "events",
+                    "scope_versions",
+                    "profiles",
+                    "jobs",
+                    "sessions",
+                    "messages",
+                    "conversations",
+                ];
                 for t in crate::schema::vector_tables(conn)?.iter().chain(&rest) {
                     conn.execute(&format!("DELETE FROM {t} WHERE collection_id=?1"), [id]).map_err(backend)?;
                 }

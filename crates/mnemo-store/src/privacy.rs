@@ -153,6 +153,13 @@ pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<Forget
         .map_err(backend)? as u64;
     conn.execute("DELETE FROM hits_daily WHERE collection_id=?1 AND user_id=?2", params![cid, user])
         .map_err(backend)?;
+    // The user's scope stamps go too (they hold the user's id); the clock keeps counting, so
+    // a stamp a cached scope was read under never comes back.
+    conn.execute(
+        "DELETE FROM scope_versions WHERE collection_id=?1 AND kind='u' AND subject_id=?2",
+        params![cid, user],
+    )
+    .map_err(backend)?;
     // Merge the full-text index so deleted terms leave its segments, not only its doclists.
     conn.execute("INSERT INTO event_fts(event_fts) VALUES('optimize')", []).map_err(backend)?;
     crate::webhooks::announce_forgotten(conn, cid, user, &n)?;

@@ -416,6 +416,70 @@ const MIGRATIONS: &[&str] = &[
         WHERE c.id = NEW.collection_id AND instr(w.events, ' memory.superseded ') > 0;
     END;
     "#,
+    // v16: scope versions, for the search's scope cache (`scope_cache`). Every change a scoped
+    // search could see — a subject row added or removed, an event's terms, rowid or any column a
+    // filter reads changed, an event deleted, a vector copy added or removed — stamps each of the
+    // event's subjects (user or assistant) with the next value of one clock, in the transaction
+    // of the change. A cached scope is used only while its subjects' stamps are those it was read
+    // under; the clock never goes back, so a stamp is never reused (not after a forgotten user's
+    // rows are deleted either).
+    r#"
+    CREATE TABLE scope_clock(n INTEGER NOT NULL);
+    INSERT INTO scope_clock VALUES (0);
+    CREATE TABLE scope_versions(
+        collection_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        subject_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        PRIMARY KEY(collection_id, kind, subject_id)
+    ) WITHOUT ROWID;
+    CREATE TRIGGER scope_subject_added AFTER INSERT ON event_subjects
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT NEW.collection_id, NEW.kind, NEW.subject_id, n FROM scope_clock WHERE true
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER scope_subject_removed AFTER DELETE ON event_subjects
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT OLD.collection_id, OLD.kind, OLD.subject_id, n FROM scope_clock WHERE true
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER scope_event_changed AFTER UPDATE ON events
+    WHEN OLD.rowid IS NOT NEW.rowid OR OLD.id IS NOT NEW.id OR OLD.collection_id IS NOT NEW.collection_id
+        OR OLD.terms IS NOT NEW.terms OR OLD.status IS NOT NEW.status OR OLD.time IS NOT NEW.time
+        OR OLD.valid_from IS NOT NEW.valid_from OR OLD.valid_to IS NOT NEW.valid_to
+        OR OLD.memory_type IS NOT NEW.memory_type OR OLD.group_id IS NOT NEW.group_id
+        OR OLD.session_id IS NOT NEW.session_id OR OLD.conversation_id IS NOT NEW.conversation_id
+        OR OLD.scope IS NOT NEW.scope
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
+        WHERE s.event_id IN (OLD.id, NEW.id)
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER scope_event_deleted BEFORE DELETE ON events
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
+        WHERE s.event_id = OLD.id
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER scope_copy_added AFTER INSERT ON event_vectors_f16
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
+        WHERE s.event_id = (SELECT e.id FROM events e WHERE e.rowid = NEW.rowid)
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER scope_copy_removed AFTER DELETE ON event_vectors_f16
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
+        WHERE s.event_id = (SELECT e.id FROM events e WHERE e.rowid = OLD.rowid)
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

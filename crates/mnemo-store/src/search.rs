@@ -6,6 +6,7 @@
 use crate::copies::Score;
 use crate::filter::event_filter_sql;
 use crate::rows::{EVENT_COLS, event_from_row};
+use crate::scope_cache::{RowIds, Scope, ScopeCache};
 use crate::{SqliteStore, backend};
 use async_trait::async_trait;
 use mnemo_core::StoreError;
@@ -17,6 +18,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, OnceLock};
 
 /// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
 fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
@@ -47,24 +49,42 @@ pub fn corpus(conn: &Connection, cid: CollectionId, tokens: &[String]) -> Result
 
 pub fn candidates(
     conn: &Connection,
+    cache: &ScopeCache,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
 ) -> Result<Vec<Candidate>, StoreError> {
-    Ok(first_hop(conn, cid, f, q, || q.vector.clone())?.found)
+    Ok(first_hop(conn, cache, cid, f, q, || q.vector.clone())?.found)
 }
 
-/// What a small scope's search read, kept for a search's second hop over the same scope: the
-/// scope's events with their terms, and their rowids.
+/// What a small scope's search read, kept for a search's second hop over the same scope (and in
+/// the [`ScopeCache`] for the next search of it): the scope's events with their terms, and their
+/// rowids — a row read by rowid skips the id's index, whose leaves are spread over the whole file
+/// (ids are random), and lands in the user's clustered rows (the event's, its vector's).
 pub struct Kept {
-    in_scope: ScopeTerms,
-    rowids: RowIds,
+    scope: Arc<Scope>,
+    /// Its key in the cache (`None`: not cached).
+    key: Option<String>,
 }
 
-/// Event id → rowid, for the events a search has seen: a row read by rowid skips the id's
-/// index, whose leaves are spread over the whole file (ids are random), and lands in the
-/// user's clustered rows (the event's, its vector's).
-type RowIds = HashMap<String, i64>;
+impl Kept {
+    /// The scope's f16 copies: kept with it, or read now (and kept).
+    fn copies(
+        &self,
+        conn: &Connection,
+        cache: &ScopeCache,
+        where_sql: &str,
+        args: &[SqlValue],
+    ) -> Result<&Copies, StoreError> {
+        if self.scope.copies.get().is_none() {
+            let _ = self.scope.copies.set(Copies::read(conn, where_sql, args)?);
+            if let Some(key) = &self.key {
+                cache.resize(key, &self.scope);
+            }
+        }
+        Ok(self.scope.copies.get().expect("set above"))
+    }
+}
 
 impl Kept {
     /// The same scope searched again with `q` (its `vector_hits` from the first hop): BM25 over
@@ -78,8 +98,8 @@ impl Kept {
         found: &[Candidate],
     ) -> Result<Vec<Candidate>, StoreError> {
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
-        let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.in_scope)? };
-        load_candidates(conn, cosine, bm25, q, found, Early::default(), &self.rowids)
+        let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.scope.terms)? };
+        load_candidates(conn, cosine, bm25, q, found, Early::default(), &self.scope.rowids)
     }
 }
 
@@ -109,59 +129,55 @@ pub struct FirstHop {
 /// called — it may wait for the query's embedding, which leaves a core idle for most of its time.
 pub fn first_hop(
     conn: &Connection,
+    cache: &ScopeCache,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
     vector: impl FnOnce() -> Option<Vec<f32>>,
 ) -> Result<FirstHop, StoreError> {
     let (where_sql, args) = event_filter_sql(cid, f);
-    let (bm25, mut kept) = text_part(conn, cid, q, &where_sql, &args)?;
-    let mut rowids = kept.as_mut().map(|k| std::mem::take(&mut k.rowids)).unwrap_or_default();
+    let (bm25, kept) = text_part(conn, cache, cid, f, q, &where_sql, &args)?;
+    // The rowids of a scope not kept: those the vector part finds.
+    let mut own = RowIds::new();
     // The full-text hits are read now, while the query is embedded: only the vector's own hits
     // are left to read once it is there.
-    let early = Early::read(conn, &bm25, &rowids)?;
+    let early = Early::read(conn, &bm25, kept.as_ref().map_or(&own, |k| &k.scope.rowids))?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
-    let copies = match kept.is_some() && q.vector_hits.is_none() && !crate::schema::has_legacy_vectors(conn)? {
-        true => Some(Copies::read(conn, &where_sql, &args)?),
-        false => None,
+    let copies = match &kept {
+        Some(k) if q.vector_hits.is_none() && !crate::schema::has_legacy_vectors(conn)? => {
+            Some(k.copies(conn, cache, &where_sql, &args)?)
+        }
+        _ => None,
     };
     let q = CandidateQuery { vector: vector(), ..q.clone() };
     let cosine = match (&q.vector, copies) {
         (Some(qv), Some(copies)) => {
             let mut ranker = CopyRanker::new(qv, q.k);
             copies.offer_to(&mut ranker);
-            ranker.finish(conn, &mut rowids)?
+            ranker.finish(conn, &mut own)?
         }
-        _ => vector_part(conn, &q, &where_sql, &args, &mut rowids)?,
+        _ => vector_part(conn, &q, &where_sql, &args, &mut own)?,
     };
-    let found = load_candidates(conn, cosine, bm25, &q, &[], early, &rowids)?;
-    if let Some(k) = kept.as_mut() {
-        k.rowids = rowids;
-    }
+    let found = load_candidates(conn, cosine, bm25, &q, &[], early, kept.as_ref().map_or(&own, |k| &k.scope.rowids))?;
     Ok(FirstHop { vector: q.vector, found, kept })
 }
 
-/// A scope's f16 vector copies, read into memory and widened to f32 (one buffer) before the
-/// query vector exists: what is left once it is there is one dot product a row.
-struct Copies {
-    /// Each event's rowid and where its copy is in `floats` (`None`: no copy yet).
+/// A scope's f16 vector copies, read into memory before the query vector exists: what is left
+/// once it is there is one widening and one dot product a row.
+pub(crate) struct Copies {
+    /// Each event's rowid and where its copy is in `halves` (`None`: no copy yet).
     rows: Vec<(i64, Option<std::ops::Range<usize>>)>,
-    floats: Vec<f32>,
+    halves: Vec<half::f16>,
 }
 
 impl Copies {
     fn read(conn: &Connection, where_sql: &str, args: &[SqlValue]) -> Result<Self, StoreError> {
-        use half::slice::HalfFloatSliceExt;
-        let mut c = Copies { rows: Vec::new(), floats: Vec::new() };
-        let mut halves: Vec<half::f16> = Vec::new();
+        let mut c = Copies { rows: Vec::new(), halves: Vec::new() };
         for_each_copy(conn, where_sql, args, |rowid, h| {
             let at = h.map(|h| {
-                halves.clear();
-                halves.extend(h.chunks_exact(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]))));
-                let start = c.floats.len();
-                c.floats.resize(start + halves.len(), 0.0);
-                halves.convert_to_f32_slice(&mut c.floats[start..]);
-                start..c.floats.len()
+                let start = c.halves.len();
+                c.halves.extend(h.chunks_exact(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]))));
+                start..c.halves.len()
             });
             c.rows.push((rowid, at));
         })?;
@@ -170,8 +186,12 @@ impl Copies {
 
     fn offer_to(&self, ranker: &mut CopyRanker<'_>) {
         for (rowid, at) in &self.rows {
-            ranker.ranker.offer_widened(*rowid, at.clone().map(|r| &self.floats[r]));
+            ranker.ranker.offer(*rowid, at.clone().map(|r| &self.halves[r]));
         }
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.halves.capacity() * 2 + self.rows.capacity() * 32
     }
 }
 
@@ -199,7 +219,9 @@ fn vector_part(
 /// terms kept for a second hop.
 fn text_part(
     conn: &Connection,
+    cache: &ScopeCache,
     cid: CollectionId,
+    f: &EventFilter,
     q: &CandidateQuery,
     where_sql: &str,
     args: &[SqlValue],
@@ -207,6 +229,14 @@ fn text_part(
     let mut bm25: HashMap<String, f64> = HashMap::new();
     if q.terms.is_empty() {
         return Ok((bm25, None));
+    }
+    // Stamped before the scope is read: what is read is at least as new as its stamp.
+    let stamp = cache.stamp(conn, where_sql, args, f)?;
+    if let Some((key, stamp)) = &stamp
+        && let Some(scope) = cache.get(key, *stamp)
+    {
+        let bm25 = scope_bm25(conn, cid, q, &scope.terms)?;
+        return Ok((bm25, Some(Kept { scope, key: Some(key.clone()) })));
     }
     // Each term quoted: user text can never be read as FTS5 query syntax.
     let expr = q.terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" OR ");
@@ -233,7 +263,12 @@ fn text_part(
     drop(rows);
     if in_scope.len() <= SMALL_SCOPE {
         let bm25 = scope_bm25(conn, cid, q, &in_scope)?;
-        return Ok((bm25, Some(Kept { in_scope, rowids })));
+        let scope = Arc::new(Scope { terms: in_scope, rowids, copies: OnceLock::new() });
+        let key = stamp.map(|(key, stamp)| {
+            cache.put(key.clone(), stamp, scope.clone());
+            key
+        });
+        return Ok((bm25, Some(Kept { scope, key })));
     }
     let mut a = args.to_vec();
     a.push(SqlValue::Text(expr));
@@ -592,7 +627,8 @@ impl SearchStore for SqliteStore {
         filter: EventFilter,
         q: CandidateQuery,
     ) -> StoreResult<Vec<Candidate>> {
-        self.read(move |conn| crate::search::candidates(conn, cid, &filter, &q)).await
+        let cache = self.scope_cache.clone();
+        self.read(move |conn| crate::search::candidates(conn, &cache, cid, &filter, &q)).await
     }
 
     /// Both hops of a search. The first reads the scope's terms and a small scope's vector
@@ -610,7 +646,9 @@ impl SearchStore for SqliteStore {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<f32>>>(1);
         let (f, q) = (filter.clone(), first.clone());
         // A dropped sender (the request cancelled) ends the wait as "no vector".
-        let read = self.read(move |conn| crate::search::first_hop(conn, cid, &f, &q, move || rx.recv().ok().flatten()));
+        let cache = self.scope_cache.clone();
+        let read = self
+            .read(move |conn| crate::search::first_hop(conn, &cache, cid, &f, &q, move || rx.recv().ok().flatten()));
         let send = async move {
             let _ = tx.send(vector.await);
         };

@@ -155,27 +155,32 @@ impl StatsStore for SqliteStore {
 
     async fn stats(&self) -> StoreResult<StoreStats> {
         let path = self.path.clone();
-        self.read(move |conn| {
-            let count = |sql: &str| -> StoreResult<u64> {
-                conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(backend)
-            };
-            let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state").map_err(backend)?;
-            let jobs = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
-                .map_err(backend)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(backend)?;
-            let file = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-            let wal = path.with_extension("db-wal");
-            Ok(StoreStats {
-                jobs,
-                conversations: count("SELECT COUNT(*) FROM conversations")?,
-                messages: count("SELECT COUNT(*) FROM messages")?,
-                events: count("SELECT COUNT(*) FROM events")?,
-                profiles: count("SELECT COUNT(*) FROM profiles")?,
-                bytes: file(&path) + file(&wal),
+        let (hits, misses, bytes) = self.scope_cache.counts();
+        let kept = ScopeCacheStats { hits, misses, bytes: bytes as u64 };
+        let stats = self
+            .read(move |conn| {
+                let count = |sql: &str| -> StoreResult<u64> {
+                    conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(backend)
+                };
+                let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state").map_err(backend)?;
+                let jobs = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+                    .map_err(backend)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(backend)?;
+                let file = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                let wal = path.with_extension("db-wal");
+                Ok(StoreStats {
+                    jobs,
+                    conversations: count("SELECT COUNT(*) FROM conversations")?,
+                    messages: count("SELECT COUNT(*) FROM messages")?,
+                    events: count("SELECT COUNT(*) FROM events")?,
+                    profiles: count("SELECT COUNT(*) FROM profiles")?,
+                    bytes: file(&path) + file(&wal),
+                    scope_cache: None,
+                })
             })
-        })
-        .await
+            .await?;
+        Ok(StoreStats { scope_cache: Some(kept), ..stats })
     }
 }

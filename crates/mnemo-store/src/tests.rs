@@ -111,6 +111,7 @@ async fn small_scope_bm25_equals_fts5_and_statistics_stay_exact() {
                 .unwrap();
             let ours = crate::search::candidates(
                 conn,
+                &crate::scope_cache::ScopeCache::new(0),
                 cid,
                 &EventFilter { user_id: vec!["u0".into(), "u1".into()], active_only: true, ..Default::default() },
                 &CandidateQuery { vector: None, terms: q.clone(), k: 100, vector_hits: None, corpus: None },
@@ -154,7 +155,7 @@ async fn small_scope_bm25_equals_fts5_and_statistics_stay_exact() {
     assert_eq!((docs, bad_df), (events, 0), "document and per-term counts are exact after updates and deletes");
 }
 
-fn unit(seed: u64, dim: usize) -> Vec<f32> {
+pub(crate) fn unit(seed: u64, dim: usize) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut v: Vec<f32> = (0..dim)
         .map(|_| {

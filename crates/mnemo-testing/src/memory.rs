@@ -1339,6 +1339,7 @@ impl StatsStore for MemoryStore {
             events: s.events.len() as u64,
             profiles: s.profiles.len() as u64,
             bytes: 0,
+            scope_cache: None,
         })
     }
 }

@@ -190,11 +190,15 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
             if !(1..=64).contains(&cfg.store.readers) {
                 bail!("store.readers: must be 1..=64, got {}", cfg.store.readers);
             }
+            if cfg.store.scope_cache_mib > 65_536 {
+                bail!("store.scope_cache_mib: must be 0..=65536, got {}", cfg.store.scope_cache_mib);
+            }
             let opts = SqliteOptions {
                 durability,
                 cache_mib: cfg.store.cache_mib,
                 mmap_mib: cfg.store.mmap_mib,
                 readers: cfg.store.readers,
+                scope_cache_mib: cfg.store.scope_cache_mib,
             };
             Arc::new(
                 SqliteStore::open(&cfg.store.path, opts)

@@ -74,6 +74,17 @@ pub struct StoreStats {
     pub profiles: u64,
     /// Bytes on disk (data file and log), where the store can tell.
     pub bytes: u64,
+    /// Searches answered from a kept scope, those that read theirs, and the bytes kept — for a
+    /// store that keeps scopes between searches (SQLite's `store.scope_cache_mib`).
+    pub scope_cache: Option<ScopeCacheStats>,
+}
+
+/// See [`StoreStats::scope_cache`].
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ScopeCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes: u64,
 }
 
 /// `stats` (seed 002 §6.2): what is remembered and what is used, per day.

@@ -1,0 +1,162 @@
+//! A scoped search's scope kept between searches: its events' ids and rowids, their terms
+//! tokenised ([`ScopeTerms`]) and their f16 vector copies — what a search reads before its
+//! query vector exists, ~1 KB of terms and 1.5 KB of copy an event. The user asking again (every
+//! `get_context` of a running conversation) finds it here instead of reading and tokenising it.
+//!
+//! Valid by construction: a scope's subjects (its filter's users and assistants) carry stamps
+//! that every change a search could see renews, in the change's own transaction (schema v16's
+//! triggers). An entry is used only while the stamps read now are those it was read under; the
+//! stamps are read before the scope is, so an entry is never older than its stamps say.
+//! Bounded by bytes, least recently used out first.
+
+use crate::backend;
+use hashlink::LruCache;
+use mnemo_core::StoreError;
+use mnemo_core::model::EventFilter;
+use mnemo_core::text::ScopeTerms;
+use rusqlite::{Connection, params_from_iter};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Event id → rowid, for the events a search has seen.
+pub(crate) type RowIds = HashMap<String, i64>;
+
+/// What a scope's subjects' stamps were when it was read: the greatest and how many there are.
+/// Any change renews one stamp with a value above every other (the greatest grows); a forgotten
+/// subject's row goes (the count falls) — either way the stamp differs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Stamp {
+    greatest: Option<i64>,
+    count: i64,
+}
+
+/// A scope as a search read it.
+pub(crate) struct Scope {
+    pub terms: ScopeTerms,
+    pub rowids: RowIds,
+    /// Its events' f16 copies, read by the first search that wanted them (see `search::Copies`).
+    pub copies: OnceLock<crate::search::Copies>,
+}
+
+impl Scope {
+    /// About how much memory it holds.
+    fn bytes(&self) -> usize {
+        let ids: usize = self.rowids.keys().map(|k| k.len() + 48).sum();
+        self.terms.heap_bytes() + ids + self.copies.get().map_or(0, |c| c.heap_bytes())
+    }
+}
+
+pub(crate) struct ScopeCache {
+    entries: Mutex<Entries>,
+    capacity: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+struct Entries {
+    lru: LruCache<String, (Stamp, Arc<Scope>, usize)>,
+    bytes: usize,
+}
+
+impl ScopeCache {
+    /// At most `mib` MiB of scopes (0: off).
+    pub(crate) fn new(mib: usize) -> Self {
+        Self {
+            entries: Mutex::new(Entries { lru: LruCache::new_unbounded(), bytes: 0 }),
+            capacity: mib << 20,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// The cache key of a filter's scope and its subjects' stamp, or `None` when the filter is
+    /// not scoped by a user or an assistant (nothing stamps it) or the cache is off.
+    pub(crate) fn stamp(
+        &self,
+        conn: &Connection,
+        where_sql: &str,
+        args: &[rusqlite::types::Value],
+        f: &EventFilter,
+    ) -> Result<Option<(String, Stamp)>, StoreError> {
+        if self.capacity == 0 || (f.user_id.is_empty() && f.assistant_id.is_empty()) {
+            return Ok(None);
+        }
+        // ?1 is the collection; the subjects follow.
+        let mut a: Vec<rusqlite::types::Value> = vec![args[0].clone()];
+        let mut marks = |kind: &str, ids: &[String]| {
+            let m: Vec<String> = ids
+                .iter()
+                .map(|id| {
+                    a.push(rusqlite::types::Value::Text(id.clone()));
+                    format!("?{}", a.len())
+                })
+                .collect();
+            format!("(kind = '{kind}' AND subject_id IN ({}))", if m.is_empty() { "NULL".into() } else { m.join(",") })
+        };
+        let (users, assistants) = (marks("u", &f.user_id), marks("a", &f.assistant_id));
+        let sql = format!(
+            "SELECT max(version), count(*) FROM scope_versions WHERE collection_id = ?1 AND ({users} OR {assistants})"
+        );
+        let stamp = conn
+            .prepare_cached(&sql)
+            .map_err(backend)?
+            .query_row(params_from_iter(a.iter()), |r| Ok(Stamp { greatest: r.get(0)?, count: r.get(1)? }))
+            .map_err(backend)?;
+        Ok(Some((format!("{where_sql}\u{1f}{args:?}"), stamp)))
+    }
+
+    /// The scope kept under `key`, if it was read under `stamp` (counted as a hit or a miss).
+    pub(crate) fn get(&self, key: &str, stamp: Stamp) -> Option<Arc<Scope>> {
+        let mut e = self.entries.lock().expect("scope cache");
+        let found = match e.lru.get(key) {
+            Some((s, scope, _)) if *s == stamp => Some(scope.clone()),
+            _ => None,
+        };
+        drop(e);
+        let counter = if found.is_some() { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Keeps `scope`, read under `stamp` (an entry older than it is replaced), and makes room.
+    pub(crate) fn put(&self, key: String, stamp: Stamp, scope: Arc<Scope>) {
+        let bytes = scope.bytes();
+        if bytes > self.capacity {
+            return;
+        }
+        let mut e = self.entries.lock().expect("scope cache");
+        if let Some((_, _, old)) = e.lru.insert(key, (stamp, scope, bytes)) {
+            e.bytes -= old;
+        }
+        e.bytes += bytes;
+        while e.bytes > self.capacity {
+            let Some((_, (_, _, b))) = e.lru.remove_lru() else { break };
+            e.bytes -= b;
+        }
+    }
+
+    /// The entry's size again, once its copies were added (they are read after it is kept).
+    pub(crate) fn resize(&self, key: &str, scope: &Arc<Scope>) {
+        let bytes = scope.bytes();
+        let mut e = self.entries.lock().expect("scope cache");
+        let old = match e.lru.peek_mut(key) {
+            Some((_, kept, size)) if Arc::ptr_eq(kept, scope) => std::mem::replace(size, bytes),
+            _ => return,
+        };
+        e.bytes = e.bytes - old + bytes;
+        while e.bytes > self.capacity {
+            let Some((_, (_, _, b))) = e.lru.remove_lru() else { break };
+            e.bytes -= b;
+        }
+    }
+
+    /// Searches answered from a kept scope and those that read theirs, since start; bytes held.
+    pub(crate) fn counts(&self) -> (u64, u64, usize) {
+        let bytes = self.entries.lock().expect("scope cache").bytes;
+        (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed), bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests;
