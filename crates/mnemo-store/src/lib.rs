@@ -7,6 +7,7 @@
 //! returned `Ok` is on disk (WAL, `synchronous=NORMAL` survives a killed process; `full` also
 //! survives power loss). This crate knows SQL and nothing of HTTP or models.
 
+mod candidates;
 mod collections;
 mod conversations;
 mod copies;
@@ -78,7 +79,7 @@ pub struct SqliteStore {
     readers: Arc<Mutex<Vec<Connection>>>,
     /// One permit per reader: held while a read has its connection.
     read_permits: Arc<tokio::sync::Semaphore>,
-    scope_cache: Arc<scope_cache::ScopeCache>,
+    scope_cache: Arc<scope_cache::ScopeCache<search::Scope>>,
     options: SqliteOptions,
     relocation: upgrade::Relocation,
     f16_fill: upgrade::F16Fill,

@@ -1,6 +1,6 @@
-//! A scoped search's scope kept between searches: its events' ids and rowids, their terms
-//! tokenised ([`ScopeTerms`]) and their f16 vector copies — what a search reads before its
-//! query vector exists, ~1 KB of terms and 1.5 KB of copy an event. The user asking again (every
+//! A scoped search's scope kept between searches (`search::Scope`: its events' ids and rowids,
+//! their terms tokenised and their f16 vector copies — what a search reads before its query
+//! vector exists, ~1 KB of terms and 1.5 KB of copy an event). The user asking again (every
 //! `get_context` of a running conversation) finds it here instead of reading and tokenising it.
 //!
 //! Valid by construction: a scope's subjects (its filter's users and assistants) carry stamps
@@ -13,14 +13,14 @@ use crate::backend;
 use hashlink::LruCache;
 use mnemo_core::StoreError;
 use mnemo_core::model::EventFilter;
-use mnemo_core::text::ScopeTerms;
 use rusqlite::{Connection, params_from_iter};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
-/// Event id → rowid, for the events a search has seen.
-pub(crate) type RowIds = HashMap<String, i64>;
+/// What an entry weighs: about how much memory it holds.
+pub(crate) trait Weighed {
+    fn bytes(&self) -> usize;
+}
 
 /// What a scope's subjects' stamps were when it was read: the greatest and how many there are.
 /// Any change renews one stamp with a value above every other (the greatest grows); a forgotten
@@ -31,35 +31,19 @@ pub(crate) struct Stamp {
     count: i64,
 }
 
-/// A scope as a search read it.
-pub(crate) struct Scope {
-    pub terms: ScopeTerms,
-    pub rowids: RowIds,
-    /// Its events' f16 copies, read by the first search that wanted them (see `search::Copies`).
-    pub copies: OnceLock<crate::search::Copies>,
-}
-
-impl Scope {
-    /// About how much memory it holds.
-    fn bytes(&self) -> usize {
-        let ids: usize = self.rowids.keys().map(|k| k.len() + 48).sum();
-        self.terms.heap_bytes() + ids + self.copies.get().map_or(0, |c| c.heap_bytes())
-    }
-}
-
-pub(crate) struct ScopeCache {
-    entries: Mutex<Entries>,
+pub(crate) struct ScopeCache<V> {
+    entries: Mutex<Entries<V>>,
     capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
 }
 
-struct Entries {
-    lru: LruCache<String, (Stamp, Arc<Scope>, usize)>,
+struct Entries<V> {
+    lru: LruCache<String, (Stamp, Arc<V>, usize)>,
     bytes: usize,
 }
 
-impl ScopeCache {
+impl<V: Weighed> ScopeCache<V> {
     /// At most `mib` MiB of scopes (0: off).
     pub(crate) fn new(mib: usize) -> Self {
         Self {
@@ -107,7 +91,7 @@ impl ScopeCache {
     }
 
     /// The scope kept under `key`, if it was read under `stamp` (counted as a hit or a miss).
-    pub(crate) fn get(&self, key: &str, stamp: Stamp) -> Option<Arc<Scope>> {
+    pub(crate) fn get(&self, key: &str, stamp: Stamp) -> Option<Arc<V>> {
         let mut e = self.entries.lock().expect("scope cache");
         let found = match e.lru.get(key) {
             Some((s, scope, _)) if *s == stamp => Some(scope.clone()),
@@ -120,7 +104,7 @@ impl ScopeCache {
     }
 
     /// Keeps `scope`, read under `stamp` (an entry older than it is replaced), and makes room.
-    pub(crate) fn put(&self, key: String, stamp: Stamp, scope: Arc<Scope>) {
+    pub(crate) fn put(&self, key: String, stamp: Stamp, scope: Arc<V>) {
         let bytes = scope.bytes();
         if bytes > self.capacity {
             return;
@@ -137,7 +121,7 @@ impl ScopeCache {
     }
 
     /// The entry's size again, once its copies were added (they are read after it is kept).
-    pub(crate) fn resize(&self, key: &str, scope: &Arc<Scope>) {
+    pub(crate) fn resize(&self, key: &str, scope: &Arc<V>) {
         let bytes = scope.bytes();
         let mut e = self.entries.lock().expect("scope cache");
         let old = match e.lru.peek_mut(key) {

@@ -3,10 +3,10 @@
 //! where an ANN index would start to pay) and BM25 over the FTS5 index of jieba-segmented terms,
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
+use crate::candidates::{Early, RowIds, dot_blob, load_candidates};
 use crate::copies::Score;
 use crate::filter::event_filter_sql;
-use crate::rows::{EVENT_COLS, event_from_row};
-use crate::scope_cache::{RowIds, Scope, ScopeCache};
+use crate::scope_cache::{ScopeCache, Weighed};
 use crate::{SqliteStore, backend};
 use async_trait::async_trait;
 use mnemo_core::StoreError;
@@ -19,11 +19,6 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, OnceLock};
-
-/// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
-fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
-    q.iter().zip(blob.chunks_exact(4)).map(|(a, b)| a * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).sum()
-}
 
 /// The collection's BM25 statistics for `tokens` (see `SearchStore::corpus`).
 pub fn corpus(conn: &Connection, cid: CollectionId, tokens: &[String]) -> Result<Corpus, StoreError> {
@@ -49,7 +44,7 @@ pub fn corpus(conn: &Connection, cid: CollectionId, tokens: &[String]) -> Result
 
 pub fn candidates(
     conn: &Connection,
-    cache: &ScopeCache,
+    cache: &ScopeCache<Scope>,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
@@ -57,10 +52,23 @@ pub fn candidates(
     Ok(first_hop(conn, cache, cid, f, q, || q.vector.clone())?.found)
 }
 
-/// What a small scope's search read, kept for a search's second hop over the same scope (and in
-/// the [`ScopeCache`] for the next search of it): the scope's events with their terms, and their
-/// rowids — a row read by rowid skips the id's index, whose leaves are spread over the whole file
-/// (ids are random), and lands in the user's clustered rows (the event's, its vector's).
+/// A small scope as a search read it, kept for its second hop and in the [`ScopeCache`] for the
+/// next search of it: its events' terms tokenised and their rowids; their f16 copies once a
+/// search with a vector read them.
+pub(crate) struct Scope {
+    terms: ScopeTerms,
+    rowids: RowIds,
+    copies: OnceLock<Copies>,
+}
+
+impl Weighed for Scope {
+    fn bytes(&self) -> usize {
+        let ids: usize = self.rowids.keys().map(|k| k.len() + 48).sum();
+        self.terms.heap_bytes() + ids + self.copies.get().map_or(0, |c| c.heap_bytes())
+    }
+}
+
+/// What a small scope's search read, kept for a search's second hop over the same scope.
 pub struct Kept {
     scope: Arc<Scope>,
     /// Its key in the cache (`None`: not cached).
@@ -72,7 +80,7 @@ impl Kept {
     fn copies(
         &self,
         conn: &Connection,
-        cache: &ScopeCache,
+        cache: &ScopeCache<Scope>,
         where_sql: &str,
         args: &[SqlValue],
     ) -> Result<&Copies, StoreError> {
@@ -129,7 +137,7 @@ pub struct FirstHop {
 /// called — it may wait for the query's embedding, which leaves a core idle for most of its time.
 pub fn first_hop(
     conn: &Connection,
-    cache: &ScopeCache,
+    cache: &ScopeCache<Scope>,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
@@ -164,7 +172,7 @@ pub fn first_hop(
 
 /// A scope's f16 vector copies, read into memory before the query vector exists: what is left
 /// once it is there is one widening and one dot product a row.
-pub(crate) struct Copies {
+struct Copies {
     /// Each event's rowid and where its copy is in `halves` (`None`: no copy yet).
     rows: Vec<(i64, Option<std::ops::Range<usize>>)>,
     halves: Vec<half::f16>,
@@ -190,7 +198,7 @@ impl Copies {
         }
     }
 
-    pub(crate) fn heap_bytes(&self) -> usize {
+    fn heap_bytes(&self) -> usize {
         self.halves.capacity() * 2 + self.rows.capacity() * 32
     }
 }
@@ -219,7 +227,7 @@ fn vector_part(
 /// terms kept for a second hop.
 fn text_part(
     conn: &Connection,
-    cache: &ScopeCache,
+    cache: &ScopeCache<Scope>,
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
@@ -452,172 +460,6 @@ impl<'q> CopyRanker<'q> {
 
 /// Scopes up to this many events are matched by rowid lookups in the full-text index.
 const SMALL_SCOPE: usize = 5_000;
-
-/// Full-text hits read before the query vector exists (see [`first_hop`]): each event, its
-/// vector, and — for those `turns::scored` will pick by BM25 — its turns' vectors.
-#[derive(Default)]
-struct Early {
-    rows: HashMap<String, EarlyRow>,
-}
-
-struct EarlyRow {
-    event: Event,
-    /// The event's vector (`None`: it has none).
-    vector: Option<Vec<u8>>,
-    /// Its turns' vectors (`None`: it has none, or it is not among those scored).
-    turns: Option<Vec<u8>>,
-}
-
-impl Early {
-    fn read(conn: &Connection, bm25: &HashMap<String, f64>, rowids: &RowIds) -> Result<Self, StoreError> {
-        let mut early = Early::default();
-        if bm25.is_empty() || crate::schema::has_legacy_vectors(conn)? {
-            return Ok(early);
-        }
-        let mut rows = RowReader::new(conn)?;
-        let none = HashMap::<String, f32>::new();
-        let scored = mnemo_core::turns::scored(&none, bm25);
-        for id in bm25.keys() {
-            let rowid = rowids.get(id).copied();
-            let Some(event) = rows.event(id, rowid)? else { continue };
-            let vector = rows.vector(id, rowid)?;
-            let turns = match scored.contains(id.as_str()) {
-                true => rows.turns(id)?,
-                false => None,
-            };
-            early.rows.insert(id.clone(), EarlyRow { event, vector, turns });
-        }
-        Ok(early)
-    }
-}
-
-/// The per-event reads of a search's candidates: the event, its vector, its turns' vectors.
-/// By rowid where the search saw it (then checked against the id: a background relocation may
-/// have moved the event since), else by id.
-pub(crate) struct RowReader<'c> {
-    event_by_id: rusqlite::CachedStatement<'c>,
-    event_by_rowid: rusqlite::CachedStatement<'c>,
-    vector_by_id: rusqlite::CachedStatement<'c>,
-    vector_by_rowid: rusqlite::CachedStatement<'c>,
-    turns: rusqlite::CachedStatement<'c>,
-}
-
-impl<'c> RowReader<'c> {
-    pub(crate) fn new(conn: &'c Connection) -> Result<Self, StoreError> {
-        let prepare = |sql: &str| conn.prepare_cached(sql).map_err(backend);
-        Ok(Self {
-            event_by_id: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1"))?,
-            event_by_rowid: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE rowid=?1"))?,
-            vector_by_id: prepare(if crate::schema::has_legacy_vectors(conn)? {
-                "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
-            } else {
-                "SELECT vec FROM event_vectors WHERE event_id=?1"
-            })?,
-            vector_by_rowid: prepare("SELECT event_id, vec FROM event_vectors WHERE rowid=?1")?,
-            turns: prepare("SELECT turns FROM event_turn_vectors WHERE event_id=?1")?,
-        })
-    }
-
-    pub(crate) fn event(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Event>, StoreError> {
-        if let Some(rowid) = rowid
-            && let Some(e) = self.event_by_rowid.query_row([rowid], event_from_row).optional().map_err(backend)?
-            && e.id == id
-        {
-            return Ok(Some(e));
-        }
-        self.event_by_id.query_row([id], event_from_row).optional().map_err(backend)
-    }
-
-    pub(crate) fn vector(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(rowid) = rowid {
-            let mut rows = self.vector_by_rowid.query([rowid]).map_err(backend)?;
-            if let Some(r) = rows.next().map_err(backend)?
-                && r.get_ref(0).map_err(backend)?.as_str().map_err(backend)? == id
-            {
-                return r.get(1).map_err(backend);
-            }
-        }
-        self.vector_by_id.query_row([id], |r| r.get(0)).optional().map_err(backend)
-    }
-
-    fn turns(&mut self, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.turns.query_row([id], |r| r.get(0)).optional().map_err(backend)
-    }
-}
-
-/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in, and the
-/// best turn cosine of those `turns::scored` picks read. A candidate an earlier hop of the same search returned
-/// (`known`) is not read again, nor one read `early`.
-fn load_candidates(
-    conn: &Connection,
-    cosine: HashMap<String, f32>,
-    bm25: HashMap<String, f64>,
-    q: &CandidateQuery,
-    known: &[Candidate],
-    mut early: Early,
-    rowids: &RowIds,
-) -> Result<Vec<Candidate>, StoreError> {
-    let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
-    let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
-    if ids.is_empty() {
-        return Ok(vec![]);
-    }
-    let mut out = Vec::with_capacity(ids.len());
-    let mut rows = RowReader::new(conn)?;
-    let scored = mnemo_core::turns::scored(&cosine, &bm25);
-    for id in ids {
-        let seen = known.get(id.as_str());
-        // What was read early is moved out, not copied.
-        let (pre_event, pre_vector, pre_turns) = match early.rows.remove(&id) {
-            Some(EarlyRow { event, vector, turns }) => (Some(event), Some(vector), turns),
-            None => (None, None, None),
-        };
-        let rowid = rowids.get(&id).copied();
-        let event = match (seen, pre_event) {
-            (Some(c), _) => c.event.clone(),
-            (None, Some(e)) => e,
-            // A row deleted since an earlier read of the same search (its first hop): gone.
-            (None, None) => match rows.event(&id, rowid)? {
-                Some(e) => e,
-                None => continue,
-            },
-        };
-        let cos = match (cosine.get(&id), &q.vector) {
-            (Some(c), _) => Some(*c),
-            (None, Some(_)) if seen.is_some_and(|c| c.cosine.is_some()) => seen.and_then(|c| c.cosine),
-            (None, Some(qv)) => {
-                let read;
-                let blob = match &pre_vector {
-                    Some(v) => v.as_deref(),
-                    None => {
-                        read = rows.vector(&id, rowid)?;
-                        read.as_deref()
-                    }
-                };
-                blob.filter(|b| b.len() == qv.len() * 4).map(|b| dot_blob(qv, b))
-            }
-            (None, None) => None,
-        };
-        let best_turn = match (seen, &q.vector) {
-            (Some(c), _) => c.best_turn,
-            (None, Some(qv)) if scored.contains(id.as_str()) => {
-                let read;
-                let blob = match pre_turns.as_deref() {
-                    Some(b) => Some(b),
-                    None => {
-                        read = rows.turns(&id)?;
-                        read.as_deref()
-                    }
-                };
-                blob.and_then(|b| mnemo_core::turns::best(b, qv))
-            }
-            (None, _) => None,
-        };
-        let b = bm25.get(&id).copied();
-        out.push(Candidate { event, cosine: cos, bm25: b, best_turn });
-    }
-    Ok(out)
-}
 
 #[async_trait]
 impl SearchStore for SqliteStore {

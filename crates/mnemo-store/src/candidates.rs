@@ -1,0 +1,187 @@
+//! A SQLite search's candidates loaded: the events either signal found, each row read once (by
+//! the rowid the search saw, or taken from what an earlier hop or the wait for the query vector
+//! read), the cosine of a BM25-only hit filled in, the best turn cosine of those
+//! `turns::scored` picks.
+
+use crate::backend;
+use crate::rows::{EVENT_COLS, event_from_row};
+use mnemo_core::StoreError;
+use mnemo_core::model::*;
+use rusqlite::{Connection, OptionalExtension};
+use std::collections::HashMap;
+
+/// Event id → rowid, for the events a search has seen: a row read by rowid skips the id's
+/// index, whose leaves are spread over the whole file (ids are random), and lands in the
+/// user's clustered rows (the event's, its vector's).
+pub(crate) type RowIds = HashMap<String, i64>;
+
+/// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
+pub(crate) fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
+    q.iter().zip(blob.chunks_exact(4)).map(|(a, b)| a * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).sum()
+}
+
+/// Full-text hits read before the query vector exists (see `search::first_hop`): each event, its
+/// vector, and — for those `turns::scored` will pick by BM25 — its turns' vectors.
+#[derive(Default)]
+pub(crate) struct Early {
+    rows: HashMap<String, EarlyRow>,
+}
+
+struct EarlyRow {
+    event: Event,
+    /// The event's vector (`None`: it has none).
+    vector: Option<Vec<u8>>,
+    /// Its turns' vectors (`None`: it has none, or it is not among those scored).
+    turns: Option<Vec<u8>>,
+}
+
+impl Early {
+    pub(crate) fn read(conn: &Connection, bm25: &HashMap<String, f64>, rowids: &RowIds) -> Result<Self, StoreError> {
+        let mut early = Early::default();
+        if bm25.is_empty() || crate::schema::has_legacy_vectors(conn)? {
+            return Ok(early);
+        }
+        let mut rows = RowReader::new(conn)?;
+        let none = HashMap::<String, f32>::new();
+        let scored = mnemo_core::turns::scored(&none, bm25);
+        for id in bm25.keys() {
+            let rowid = rowids.get(id).copied();
+            let Some(event) = rows.event(id, rowid)? else { continue };
+            let vector = rows.vector(id, rowid)?;
+            let turns = match scored.contains(id.as_str()) {
+                true => rows.turns(id)?,
+                false => None,
+            };
+            early.rows.insert(id.clone(), EarlyRow { event, vector, turns });
+        }
+        Ok(early)
+    }
+}
+
+/// The per-event reads of a search's candidates: the event, its vector, its turns' vectors.
+/// By rowid where the search saw it (then checked against the id: a background relocation may
+/// have moved the event since), else by id.
+pub(crate) struct RowReader<'c> {
+    event_by_id: rusqlite::CachedStatement<'c>,
+    event_by_rowid: rusqlite::CachedStatement<'c>,
+    vector_by_id: rusqlite::CachedStatement<'c>,
+    vector_by_rowid: rusqlite::CachedStatement<'c>,
+    turns: rusqlite::CachedStatement<'c>,
+}
+
+impl<'c> RowReader<'c> {
+    pub(crate) fn new(conn: &'c Connection) -> Result<Self, StoreError> {
+        let prepare = |sql: &str| conn.prepare_cached(sql).map_err(backend);
+        Ok(Self {
+            event_by_id: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1"))?,
+            event_by_rowid: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE rowid=?1"))?,
+            vector_by_id: prepare(if crate::schema::has_legacy_vectors(conn)? {
+                "SELECT vec FROM event_vectors WHERE event_id=?1 UNION ALL SELECT vec FROM event_vectors_legacy WHERE event_id=?1 LIMIT 1"
+            } else {
+                "SELECT vec FROM event_vectors WHERE event_id=?1"
+            })?,
+            vector_by_rowid: prepare("SELECT event_id, vec FROM event_vectors WHERE rowid=?1")?,
+            turns: prepare("SELECT turns FROM event_turn_vectors WHERE event_id=?1")?,
+        })
+    }
+
+    pub(crate) fn event(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Event>, StoreError> {
+        if let Some(rowid) = rowid
+            && let Some(e) = self.event_by_rowid.query_row([rowid], event_from_row).optional().map_err(backend)?
+            && e.id == id
+        {
+            return Ok(Some(e));
+        }
+        self.event_by_id.query_row([id], event_from_row).optional().map_err(backend)
+    }
+
+    pub(crate) fn vector(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(rowid) = rowid {
+            let mut rows = self.vector_by_rowid.query([rowid]).map_err(backend)?;
+            if let Some(r) = rows.next().map_err(backend)?
+                && r.get_ref(0).map_err(backend)?.as_str().map_err(backend)? == id
+            {
+                return r.get(1).map_err(backend);
+            }
+        }
+        self.vector_by_id.query_row([id], |r| r.get(0)).optional().map_err(backend)
+    }
+
+    fn turns(&mut self, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.turns.query_row([id], |r| r.get(0)).optional().map_err(backend)
+    }
+}
+
+/// Events found by either signal, loaded once; the cosine of a BM25-only hit is filled in, and the
+/// best turn cosine of those `turns::scored` picks read. A candidate an earlier hop of the same search returned
+/// (`known`) is not read again, nor one read `early`.
+pub(crate) fn load_candidates(
+    conn: &Connection,
+    cosine: HashMap<String, f32>,
+    bm25: HashMap<String, f64>,
+    q: &CandidateQuery,
+    known: &[Candidate],
+    mut early: Early,
+    rowids: &RowIds,
+) -> Result<Vec<Candidate>, StoreError> {
+    let known: HashMap<&str, &Candidate> = known.iter().map(|c| (c.event.id.as_str(), c)).collect();
+    let ids = mnemo_core::store::candidate_ids(&cosine, &bm25);
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    let mut rows = RowReader::new(conn)?;
+    let scored = mnemo_core::turns::scored(&cosine, &bm25);
+    for id in ids {
+        let seen = known.get(id.as_str());
+        // What was read early is moved out, not copied.
+        let (pre_event, pre_vector, pre_turns) = match early.rows.remove(&id) {
+            Some(EarlyRow { event, vector, turns }) => (Some(event), Some(vector), turns),
+            None => (None, None, None),
+        };
+        let rowid = rowids.get(&id).copied();
+        let event = match (seen, pre_event) {
+            (Some(c), _) => c.event.clone(),
+            (None, Some(e)) => e,
+            // A row deleted since an earlier read of the same search (its first hop): gone.
+            (None, None) => match rows.event(&id, rowid)? {
+                Some(e) => e,
+                None => continue,
+            },
+        };
+        let cos = match (cosine.get(&id), &q.vector) {
+            (Some(c), _) => Some(*c),
+            (None, Some(_)) if seen.is_some_and(|c| c.cosine.is_some()) => seen.and_then(|c| c.cosine),
+            (None, Some(qv)) => {
+                let read;
+                let blob = match &pre_vector {
+                    Some(v) => v.as_deref(),
+                    None => {
+                        read = rows.vector(&id, rowid)?;
+                        read.as_deref()
+                    }
+                };
+                blob.filter(|b| b.len() == qv.len() * 4).map(|b| dot_blob(qv, b))
+            }
+            (None, None) => None,
+        };
+        let best_turn = match (seen, &q.vector) {
+            (Some(c), _) => c.best_turn,
+            (None, Some(qv)) if scored.contains(id.as_str()) => {
+                let read;
+                let blob = match pre_turns.as_deref() {
+                    Some(b) => Some(b),
+                    None => {
+                        read = rows.turns(&id)?;
+                        read.as_deref()
+                    }
+                };
+                blob.and_then(|b| mnemo_core::turns::best(b, qv))
+            }
+            (None, _) => None,
+        };
+        let b = bm25.get(&id).copied();
+        out.push(Candidate { event, cosine: cos, bm25: b, best_turn });
+    }
+    Ok(out)
+}
