@@ -418,11 +418,13 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // v16: scope versions, for the search's scope cache (`scope_cache`). Every change a scoped
     // search could see — a subject row added or removed, an event's terms, rowid or any column a
-    // filter reads changed, an event deleted, a vector copy added or removed — stamps each of the
-    // event's subjects (user or assistant) with the next value of one clock, in the transaction
-    // of the change. A cached scope is used only while its subjects' stamps are those it was read
-    // under; the clock never goes back, so a stamp is never reused (not after a forgotten user's
-    // rows are deleted either).
+    // filter reads changed, an event deleted, a vector copy replaced or removed (a copy added
+    // needs no stamp: a scope kept without it reads that event's f32 vector, the same score) —
+    // stamps each of the event's subjects (user or assistant) with the next value of one clock,
+    // in the transaction of the change. (An event's first terms come in the transaction that
+    // adds it, whose subject rows stamp it: no stamp of their own.) A cached scope is used only
+    // while its subjects' stamps are those it was read under; the clock never goes back, so a
+    // stamp is never reused (not after a forgotten user's rows are deleted either).
     r#"
     CREATE TABLE scope_clock(n INTEGER NOT NULL);
     INSERT INTO scope_clock VALUES (0);
@@ -445,9 +447,10 @@ const MIGRATIONS: &[&str] = &[
         INSERT INTO scope_versions SELECT OLD.collection_id, OLD.kind, OLD.subject_id, n FROM scope_clock WHERE true
         ON CONFLICT DO UPDATE SET version = excluded.version;
     END;
-    CREATE TRIGGER scope_event_changed AFTER UPDATE ON events
+    CREATE TRIGGER scope_event_changed AFTER UPDATE OF rowid, id, collection_id, terms, status, time, valid_from,
+        valid_to, memory_type, group_id, session_id, conversation_id, scope ON events
     WHEN OLD.rowid IS NOT NEW.rowid OR OLD.id IS NOT NEW.id OR OLD.collection_id IS NOT NEW.collection_id
-        OR OLD.terms IS NOT NEW.terms OR OLD.status IS NOT NEW.status OR OLD.time IS NOT NEW.time
+        OR (OLD.terms IS NOT NEW.terms AND OLD.terms IS NOT NULL) OR OLD.status IS NOT NEW.status OR OLD.time IS NOT NEW.time
         OR OLD.valid_from IS NOT NEW.valid_from OR OLD.valid_to IS NOT NEW.valid_to
         OR OLD.memory_type IS NOT NEW.memory_type OR OLD.group_id IS NOT NEW.group_id
         OR OLD.session_id IS NOT NEW.session_id OR OLD.conversation_id IS NOT NEW.conversation_id
@@ -465,7 +468,8 @@ const MIGRATIONS: &[&str] = &[
         WHERE s.event_id = OLD.id
         ON CONFLICT DO UPDATE SET version = excluded.version;
     END;
-    CREATE TRIGGER scope_copy_added AFTER INSERT ON event_vectors_f16
+    CREATE TRIGGER scope_copy_replaced BEFORE INSERT ON event_vectors_f16
+    WHEN EXISTS (SELECT 1 FROM event_vectors_f16 WHERE rowid = NEW.rowid)
     BEGIN
         UPDATE scope_clock SET n = n + 1;
         INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
