@@ -427,7 +427,7 @@ const MIGRATIONS: &[&str] = &[
     // stamp is never reused (not after a forgotten user's rows are deleted either).
     r#"
     CREATE TABLE scope_clock(n INTEGER NOT NULL);
-    INSERT INTO scope_clock VALUES (0);
+    INSERT INTO scope_clock VALUES (1);
     CREATE TABLE scope_versions(
         collection_id INTEGER NOT NULL,
         kind TEXT NOT NULL,
@@ -435,6 +435,10 @@ const MIGRATIONS: &[&str] = &[
         version INTEGER NOT NULL,
         PRIMARY KEY(collection_id, kind, subject_id)
     ) WITHOUT ROWID;
+    -- Every subject that has events is stamped from the start: an unstamped subject (no row:
+    -- stamp "none of zero") then has never had an event in this collection, and the only scope
+    -- ever read under that stamp is empty — even after a deleted collection's id is reused.
+    INSERT INTO scope_versions SELECT DISTINCT collection_id, kind, subject_id, 1 FROM event_subjects WHERE true;
     CREATE TRIGGER scope_subject_added AFTER INSERT ON event_subjects
     BEGIN
         UPDATE scope_clock SET n = n + 1;

@@ -4,7 +4,7 @@ use super::*;
 use mnemo_core::model::*;
 use serde_json::json;
 
-fn new_coll() -> NewCollection {
+pub(crate) fn new_coll() -> NewCollection {
     NewCollection {
         id: None,
         project_name: "default".into(),
@@ -310,6 +310,11 @@ async fn a_data_directory_of_schema_v10_is_usable_at_once_and_relocated_in_the_b
         }
     }
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let stamped: i64 = s
+        .read(|conn| conn.query_row("SELECT count(*) FROM scope_versions", [], |r| r.get(0)).map_err(backend))
+        .await
+        .unwrap();
+    assert_eq!(stamped, 2, "the upgrade stamps each user who has events (scope_cache)");
     // Right after the upgrade nothing has moved, and every read already finds everything.
     assert!(s.relocation.pending());
     assert_eq!(legacy_vectors(&s).await, Some(10), "the vectors wait in the legacy table");

@@ -2,7 +2,7 @@
 //! every change a search could see makes the next search read the scope again.
 
 use super::ScopeCache;
-use crate::tests::unit;
+use crate::tests::{new_coll, unit};
 use crate::{SqliteOptions, SqliteStore};
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
@@ -54,19 +54,7 @@ async fn add(s: &SqliteStore, cid: CollectionId, user: &str, text: &str, seed: u
 async fn a_kept_scope_answers_until_something_in_it_changes() {
     let dir = tempfile::tempdir().unwrap();
     let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
-    let c = s
-        .ensure_collection(NewCollection {
-            id: None,
-            project_name: "default".into(),
-            collection_name: "c1".into(),
-            description: String::new(),
-            schema: CollectionSchema::default(),
-            embedding_model: "test-hashing".into(),
-            embedding_dim: 64,
-            created_at: 1,
-        })
-        .await
-        .unwrap();
+    let c = s.ensure_collection(new_coll()).await.unwrap();
     let cid = c.id;
     let mut ids = Vec::new();
     for i in 0..4 {
@@ -137,19 +125,7 @@ async fn a_kept_scope_answers_until_something_in_it_changes() {
 async fn the_cache_holds_no_more_than_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let s = SqliteStore::open(dir.path(), SqliteOptions { scope_cache_mib: 1, ..Default::default() }).unwrap();
-    let c = s
-        .ensure_collection(NewCollection {
-            id: None,
-            project_name: "default".into(),
-            collection_name: "c1".into(),
-            description: String::new(),
-            schema: CollectionSchema::default(),
-            embedding_model: "test-hashing".into(),
-            embedding_dim: 64,
-            created_at: 1,
-        })
-        .await
-        .unwrap();
+    let c = s.ensure_collection(new_coll()).await.unwrap();
     let words = "coffee ".repeat(2000);
     for u in 0..8 {
         let batch = (0..40)
@@ -177,4 +153,22 @@ async fn the_cache_holds_no_more_than_its_bytes() {
     search(&s, c.id, "u0").await;
     let (hits, misses, _) = s.scope_cache.counts();
     assert_eq!((hits, misses), (1, 9));
+}
+
+#[tokio::test]
+async fn a_deleted_collections_scopes_are_not_served_to_one_that_takes_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let old = s.ensure_collection(new_coll()).await.unwrap();
+    add(&s, old.id, "u0", "coffee before", 1).await;
+    let (before, _, _) = search(&s, old.id, "u0").await;
+    assert_eq!(before.len(), 1);
+    assert!(s.delete_collection(old.id).await.unwrap());
+    let new = s.ensure_collection(new_coll()).await.unwrap();
+    assert_eq!(new.id, old.id, "SQLite gives the new collection the deleted one's id");
+    let (after, fresh, _) = search(&s, new.id, "u0").await;
+    assert_eq!((after.len(), &after), (0, &fresh), "nothing of the deleted collection");
+    let id = add(&s, new.id, "u0", "coffee after", 2).await;
+    let (after, fresh, _) = search(&s, new.id, "u0").await;
+    assert_eq!((after.len(), &after[0].0, &after), (1, &id, &fresh));
 }
