@@ -16,6 +16,7 @@ pub mod entities;
 pub mod error;
 pub mod excerpt;
 pub mod extract;
+pub mod kept;
 pub mod model;
 pub mod profile;
 pub mod ranking;

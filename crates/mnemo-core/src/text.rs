@@ -291,6 +291,8 @@ const B: f64 = 0.75;
 #[derive(Default)]
 pub struct ScopeTerms {
     vocab: rustc_hash::FxHashMap<u64, u32>,
+    /// Each token's key by its number (`vocab` backwards).
+    keys: Vec<u64>,
     /// Every document's tokens, one after another.
     tokens: Vec<u32>,
     /// Each document's id and its tokens' range in `tokens` (`None`: no terms stored).
@@ -338,13 +340,41 @@ impl ScopeTerms {
     }
 
     fn intern(&mut self, token: &[u8]) {
+        self.intern_key(token_key(token));
+    }
+
+    fn intern_key(&mut self, key: u64) {
         let next = self.vocab.len() as u32;
-        self.tokens.push(*self.vocab.entry(token_key(token)).or_insert(next));
+        let n = *self.vocab.entry(key).or_insert(next);
+        if n == next {
+            self.keys.push(key);
+        }
+        self.tokens.push(n);
+    }
+
+    /// Adds `from`'s document number `doc` as it is there (its tokens not read from text again:
+    /// a kept scope's unchanged documents carried into its next reading).
+    pub fn push_copied(&mut self, from: &ScopeTerms, doc: usize) {
+        let (id, range) = &from.docs[doc];
+        let range = range.clone().map(|r| {
+            let start = self.tokens.len() as u32;
+            for &t in &from.tokens[r.start as usize..r.end as usize] {
+                self.intern_key(from.keys[t as usize]);
+            }
+            start..self.tokens.len() as u32
+        });
+        self.docs.push((id.clone(), range));
+    }
+
+    /// Document `doc`'s id.
+    pub fn id(&self, doc: usize) -> &str {
+        &self.docs[doc].0
     }
 
     /// About how much memory it holds (a scope cache's measure).
     pub fn heap_bytes(&self) -> usize {
         self.vocab.capacity() * 16
+            + self.keys.capacity() * 8
             + self.tokens.capacity() * 4
             + self.docs.iter().map(|(id, _)| id.len() + 40).sum::<usize>()
     }
@@ -481,6 +511,21 @@ mod tests {
             }
         }
         assert_eq!(scope.len(), docs.len() + 1);
+        // Copied document by document in another order (a kept scope read again), with one
+        // document left out and one new: the same scores as the strings.
+        let mut copied = ScopeTerms::default();
+        copied.push("new".into(), Some("kyoto coffee 宝宝"));
+        for i in (1..scope.len()).rev() {
+            copied.push_copied(&scope, i);
+        }
+        assert_eq!((copied.id(0), copied.id(1), copied.len()), ("new", "none", docs.len() + 1));
+        let strings = docs.iter().enumerate().skip(1).map(|(i, d)| (format!("e{i}"), Some(*d)));
+        let strings = strings.chain([("new".to_string(), Some("kyoto coffee 宝宝"))]);
+        for query in [vec!["coffee", "berlin", "咖啡"], vec!["user-61", "kyoto", "宝宝"]] {
+            let query: Vec<String> = query.into_iter().map(String::from).collect();
+            let q = Bm25Query::new(&query, stats, |t| t.len() as u64);
+            assert_eq!(q.top_k_in(&copied, 10), q.top_k(strings.clone(), 10), "{query:?}");
+        }
         // Bytes that are not UTF-8 (no store writes them) cost their piece, not the document.
         let mut odd = ScopeTerms::default();
         odd.push_bytes("bad".into(), Some(b"caf\xff\xfe coffee kyoto"));

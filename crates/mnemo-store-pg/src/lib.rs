@@ -25,6 +25,7 @@ mod privacy;
 mod profiles;
 mod rows;
 mod schema;
+mod scope_cache;
 mod search;
 mod sql;
 mod stats;
@@ -65,6 +66,8 @@ pub struct PgOptions {
     pub read_url: Option<String>,
     /// `maintenance_work_mem` (MiB, at least) for the index builds after a bulk load.
     pub index_build_mib: u32,
+    /// Memory for small scopes' terms kept between searches on this replica (MiB; 0: none).
+    pub scope_cache_mib: usize,
 }
 
 impl PgOptions {
@@ -77,6 +80,7 @@ impl PgOptions {
             hnsw: true,
             read_url: None,
             index_build_mib: 1024,
+            scope_cache_mib: 64,
         }
     }
 }
@@ -88,7 +92,8 @@ pub struct PgStore {
     /// … except until this instant (ms since the epoch) after it failed: a replica that is down
     /// costs one failed attempt every few seconds, not one per search.
     read_pool_resting_until: std::sync::atomic::AtomicU64,
-    exact_scope: usize,
+    /// How small scopes are searched: the exact scan's bound, the terms kept between searches.
+    scopes: scope_cache::Scopes,
     hnsw: bool,
     index_build_mib: u32,
     /// The connection that holds this schema's bulk-load lock, between `begin_bulk_load` and
@@ -246,7 +251,10 @@ impl PgStore {
             pool,
             read_pool,
             read_pool_resting_until: Default::default(),
-            exact_scope: o.exact_scope.max(1),
+            scopes: scope_cache::Scopes {
+                exact: o.exact_scope.max(1),
+                kept: mnemo_core::kept::Kept::new(o.scope_cache_mib),
+            },
             hnsw: o.hnsw,
             index_build_mib: o.index_build_mib,
             bulk: Default::default(),

@@ -521,6 +521,57 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE event_turn_vectors SET (toast_tuple_target = 8160);
     "#,
+    // v11: a version on each user-document row, for the search's kept scopes (`scope_cache`).
+    // Every write of a row's search copy — the event added, its terms, filter columns or vector
+    // changed (v5's refresh rewrites the row) — takes the next value of one sequence, so a row's
+    // (event, version) names what it holds: a replica that kept a scope's terms tokenised asks
+    // for the versions alone (the index-only scan) and for the terms of the rows whose version
+    // it does not hold. Per-row, not per user: a sequence's values are handed out in one order
+    // and committed in another, so "the greatest version of a user" can stay the same while an
+    // older one appears; the versions a snapshot shows, row by row, cannot. A row written before
+    // has none (NULL): it has not changed since, which is as good a version. The covering index
+    // is built again to hold it (one build over every user row: ~1 minute at 1M events).
+    r#"
+    CREATE SEQUENCE subject_doc_versions;
+    ALTER TABLE event_subjects ADD COLUMN d_version BIGINT;
+    CREATE OR REPLACE FUNCTION mnemo_subject_doc() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE e RECORD; v RECORD; room INT;
+    BEGIN
+        IF NEW.kind <> 'u' THEN RETURN NEW; END IF;
+        SELECT status, time, memory_type, terms INTO e FROM events WHERE id = NEW.event_id;
+        SELECT dim, vec INTO v FROM event_vectors WHERE event_id = NEW.event_id;
+        NEW.d_active := e.status = 'active';
+        NEW.d_time := e.time;
+        NEW.d_type := e.memory_type;
+        NEW.d_terms := NULL;
+        NEW.d_vec := NULL;
+        NEW.d_norm := NULL;
+        NEW.d_state := 4;
+        NEW.d_version := nextval('subject_doc_versions');
+        -- What is left of an index entry's 2,704 bytes (with room for headers, alignment and
+        -- the version).
+        room := 2540 - octet_length(NEW.subject_id) - octet_length(NEW.event_id) - COALESCE(octet_length(e.memory_type), 0);
+        IF v.vec IS NULL THEN
+            NEW.d_state := NEW.d_state | 2;
+        -- f16 holds every component when the norm is under 65,000 (no component exceeds it).
+        ELSIF 8 + 2 * v.dim <= room AND -(v.vec <#> v.vec) < 65000.0 * 65000.0 THEN
+            NEW.d_vec := v.vec::halfvec;
+            NEW.d_norm := sqrt(-(v.vec <#> v.vec));
+            NEW.d_state := NEW.d_state | 2;
+            room := room - 8 - 2 * v.dim;
+        END IF;
+        IF e.terms IS NULL THEN
+            NEW.d_state := NEW.d_state | 1;
+        ELSIF octet_length(e.terms) <= room THEN
+            NEW.d_terms := e.terms;
+            NEW.d_state := NEW.d_state | 1;
+        END IF;
+        RETURN NEW;
+    END $$;
+    DROP INDEX event_subjects_docs;
+    CREATE INDEX event_subjects_docs ON event_subjects(collection_id, subject_id)
+        INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec, d_norm, d_version) WHERE kind = 'u';
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -19,6 +19,7 @@
 use crate::PgStore;
 use crate::candidates::{Early, load_candidates};
 use crate::exact::{Doc, vector_part};
+use crate::scope_cache::{Row, Scopes};
 use crate::sql::{Args, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use crate::vector_index::VectorIndex;
 use async_trait::async_trait;
@@ -29,6 +30,7 @@ use mnemo_core::store::prelude::*;
 use mnemo_core::store::{NextHop, NextTerms, PendingVector, StoreResult, TwoHops};
 use mnemo_core::text::{CorpusStats, ScopeTerms, fts_tokens};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Scopes up to this many events are searched exactly (the default of `PgOptions::exact_scope`).
 pub const EXACT_SCOPE: usize = 5_000;
@@ -40,10 +42,10 @@ pub async fn candidates(
     cid: CollectionId,
     f: &EventFilter,
     q: &CandidateQuery,
-    exact_scope: usize,
+    scopes: &Scopes,
 ) -> Result<Vec<Candidate>, StoreError> {
     let mut vector = QueryVector::Known(q.vector.clone());
-    Ok(candidates_kept(conn, cid, f, q, &mut vector, exact_scope).await?.0)
+    Ok(candidates_kept(conn, cid, f, q, &mut vector, scopes).await?.0)
 }
 
 /// Whether a search makes a second one, and with which terms: asked of the first's candidates
@@ -121,9 +123,9 @@ pub(crate) async fn two_hops(
     first: &CandidateQuery,
     vector: &mut QueryVector<'_>,
     then: &mut Then<'_>,
-    exact_scope: usize,
+    scopes: &Scopes,
 ) -> Result<(Vec<Candidate>, Option<Vec<Candidate>>), StoreError> {
-    let (found, kept) = candidates_kept(conn, cid, f, first, vector, exact_scope).await?;
+    let (found, kept) = candidates_kept(conn, cid, f, first, vector, scopes).await?;
     let Some(next) = then.decide(&found).await else { return Ok((found, None)) };
     let first = CandidateQuery { vector: vector.known().await.cloned(), ..first.clone() };
     let second = first.second_hop(&found, next);
@@ -133,7 +135,7 @@ pub(crate) async fn two_hops(
         Some(kept) if kept.has_stats || second.corpus.is_some() => {
             kept.search_again(&*conn, cid, &second, &found).await?
         }
-        _ => candidates(conn, cid, f, &second, exact_scope).await?,
+        _ => candidates(conn, cid, f, &second, scopes).await?,
     };
     Ok((found, Some(more)))
 }
@@ -198,13 +200,13 @@ async fn candidates_kept(
     f: &EventFilter,
     q: &CandidateQuery,
     vector: &mut QueryVector<'_>,
-    exact_scope: usize,
+    scopes: &Scopes,
 ) -> Result<(Vec<Candidate>, Option<Kept>), StoreError> {
-    let mut search = Search { cid, f, q, qv: None, dim: None, tokens: query_tokens(&q.terms) };
+    let mut search = Search { cid, f, q, qv: None, dim: None, tokens: query_tokens(&q.terms), scopes };
     // With the vector still pending: the scope's terms, its BM25 hits and their rows, meanwhile.
     let early = if vector.is_pending() && !q.terms.is_empty() && q.vector_hits.is_none() {
         let read = async {
-            let Some(scope) = small_scope(&*conn, &search, exact_scope, Read::Terms).await? else { return Ok(None) };
+            let Some(scope) = small_scope(&*conn, &search, Read::Terms).await? else { return Ok(None) };
             let bm25 = scope.bm25(q);
             let rows = Early::read(&*conn, &bm25).await?;
             Ok::<_, StoreError>(Some((scope, bm25, rows)))
@@ -221,7 +223,7 @@ async fn candidates_kept(
         Some(Some((mut scope, mut bm25, rows))) if search.qv.is_some() => {
             // The same scope's scores, read now: another snapshot, so an event deleted meanwhile
             // leaves the BM25 hits too, and one written meanwhile has its vector score alone.
-            small_scope(&*conn, &search, exact_scope, Read::Vectors).await?.map(|scores| {
+            small_scope(&*conn, &search, Read::Vectors).await?.map(|scores| {
                 let now: std::collections::HashSet<&str> = scores.docs.iter().map(|d| d.id.as_str()).collect();
                 bm25.retain(|id, _| now.contains(id.as_str()));
                 scope.docs = scores.docs;
@@ -229,7 +231,7 @@ async fn candidates_kept(
             })
         }
         Some(early) => early,
-        None => small_scope(&*conn, &search, exact_scope, Read::All).await?.map(|scope| {
+        None => small_scope(&*conn, &search, Read::All).await?.map(|scope| {
             let bm25 = scope.bm25(q);
             (scope, bm25, Early::default())
         }),
@@ -263,12 +265,13 @@ struct Search<'a> {
     qv: Option<pgvector::Vector>,
     dim: Option<i32>,
     tokens: Vec<String>,
+    scopes: &'a Scopes,
 }
 
 /// A small scope's events, their terms (tokenised once, for both searches) and BM25 statistics.
 struct Scope {
     docs: Vec<Doc>,
-    terms: ScopeTerms,
+    terms: Arc<ScopeTerms>,
     stats: CorpusStats,
     df: HashMap<String, u64>,
 }
@@ -337,19 +340,28 @@ enum Read {
 
 /// One statement, one snapshot: the scope with the signals `read` asks for (those the query
 /// has), or `None` when the scope holds more than `exact_scope` events (then nothing else was
-/// computed).
-async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize, read: Read) -> Result<Option<Scope>, StoreError> {
+/// computed). Through the user-document index the terms come with their rows' versions, and
+/// only those this replica does not keep are sent (`scope_cache`).
+async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Scope>, StoreError> {
     let (cid, f, q, qv, dim, tokens) = (s.cid, s.f, s.q, s.qv.as_ref(), s.dim, &s.tokens[..]);
+    let exact_scope = s.scopes.exact;
     let want_ip = q.vector_hits.is_none() && qv.is_some() && read != Read::Terms;
     let want_terms = !q.terms.is_empty() && read != Read::Vectors;
+    // Where the scope's terms are kept, and the greatest row version kept (through the index).
+    let mut kept: Option<(String, i64)> = None;
     let (scope_sql, terms, ip, norm, mut a) = if user_docs_serve(f, qv) {
         // Scored inside the scope: only the scores are materialised, never the f16 copies.
         let (scope_where, mut a) = user_docs_where(cid, f);
         let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
         let terms = if !want_terms {
-            "NULL::text"
+            "NULL::text".to_string()
         } else {
-            "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END"
+            let (key, greatest) = s.scopes.known(cid, f);
+            kept = Some((key, greatest));
+            format!(
+                "CASE WHEN coalesce(s.d_version, 0) <= {greatest} THEN NULL WHEN s.d_state & 1 = 1 THEN s.d_terms
+                 ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END"
+            )
         };
         let (ip, norm) = match (qv, dim) {
             (Some(qv), Some(dim)) if want_ip => {
@@ -365,7 +377,8 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize, read: Read)
             _ => ("NULL::float8".into(), "NULL::float8".into()),
         };
         let scope_sql = format!(
-            "SELECT {distinct} s.event_id AS id, {terms} AS terms, {ip} AS ip, {norm} AS norm
+            "SELECT {distinct} s.event_id AS id, {terms} AS terms, {ip} AS ip, {norm} AS norm,
+                    coalesce(s.d_version, 0) AS version
              FROM event_subjects s WHERE {scope_where}"
         );
         (scope_sql, "s.terms".to_string(), "s.ip".to_string(), "s.norm".to_string(), a)
@@ -383,6 +396,7 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize, read: Read)
     let cap = a.push((exact_scope + 1) as i64);
     let exact = a.push(exact_scope as i64);
     let terms = if want_terms { &terms } else { "NULL::text" };
+    let version = if kept.is_some() { "s.version" } else { "NULL::bigint" };
     // The statistics rows (kind 1: documents and tokens; kind 2: a token's document frequency)
     // are the folded figures plus the deltas appended since, as everywhere.
     let stats = if !want_terms || q.corpus.is_some() {
@@ -402,22 +416,29 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize, read: Read)
     let sql = format!(
         "WITH scope AS MATERIALIZED ({scope_sql} LIMIT {cap}),
               small AS (SELECT count(*) <= {exact} AS yes FROM scope)
-         SELECT 0, s.id, {terms}, {ip}, {norm}, NULL::bigint, NULL::bigint FROM scope s WHERE (SELECT yes FROM small)
+         SELECT 0, s.id, {terms}, {ip}, {norm}, {version}, NULL::bigint FROM scope s WHERE (SELECT yes FROM small)
          UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM small)
          {stats}"
     );
     let rows = query_all(c, &sql, &a.refs()).await?;
     let mut out = Scope {
         docs: Vec::new(),
-        terms: ScopeTerms::default(),
+        terms: Arc::default(),
         stats: CorpusStats { docs: 0, tokens: 0 },
         df: HashMap::new(),
     };
+    let (mut terms, mut versioned) = (ScopeTerms::default(), Vec::new());
     for r in rows {
         match r.get::<_, i32>(0) {
             0 => {
-                if want_terms {
-                    out.terms.push(r.get(1), r.get(2));
+                match &kept {
+                    Some((_, greatest)) => {
+                        let version: i64 = r.get(5);
+                        let sent = (version > *greatest).then(|| r.get(2));
+                        versioned.push(Row { id: r.get(1), version, terms: sent });
+                    }
+                    None if want_terms => terms.push(r.get(1), r.get(2)),
+                    None => {}
                 }
                 out.docs.push(Doc { id: r.get(1), ip: r.get(3), approx_norm: r.get(4) })
             }
@@ -431,6 +452,10 @@ async fn small_scope(c: &Object, s: &Search<'_>, exact_scope: usize, read: Read)
             _ => return Ok(None), // more than `exact_scope` events
         }
     }
+    out.terms = match kept {
+        Some((key, _)) => s.scopes.terms(c, cid, &f.user_id, key, versioned).await?,
+        None => Arc::new(terms),
+    };
     Ok(Some(out))
 }
 
@@ -592,7 +617,7 @@ impl PgStore {
         if let Some(read) = self.replica() {
             let on_replica = async {
                 let mut conn = read.get().await.map_err(crate::sql::pool_error)?;
-                two_hops(&mut conn, cid, filter, first, vector, then, self.exact_scope).await
+                two_hops(&mut conn, cid, filter, first, vector, then, &self.scopes).await
             };
             match on_replica.await {
                 Ok(found) => return Ok(found),
@@ -607,6 +632,6 @@ impl PgStore {
             }
         }
         let mut conn = self.client().await?;
-        two_hops(&mut conn, cid, filter, first, vector, then, self.exact_scope).await
+        two_hops(&mut conn, cid, filter, first, vector, then, &self.scopes).await
     }
 }

@@ -187,7 +187,10 @@ impl StatsStore for PgStore {
             )
             .await?
             .get::<_, i64>(0) as u64,
-            scope_cache: None,
+            scope_cache: Some({
+                let (hits, misses, bytes) = self.scopes.kept.counts();
+                mnemo_core::model::ScopeCacheStats { hits, misses, bytes: bytes as u64 }
+            }),
         })
     }
 }

@@ -519,6 +519,10 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
             "DROP TABLE {schema}.event_turn_vectors, {schema}.event_turns_backfill;
              DROP TRIGGER webhook_events ON {schema}.events;
              ALTER TABLE {schema}.events DROP COLUMN valid_from, DROP COLUMN valid_to;
+             ALTER TABLE {schema}.event_subjects DROP COLUMN d_version;
+             DROP SEQUENCE {schema}.subject_doc_versions;
+             CREATE INDEX event_subjects_docs ON {schema}.event_subjects(collection_id, subject_id)
+                 INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec, d_norm) WHERE kind = 'u';
              CREATE TRIGGER webhook_events AFTER INSERT OR DELETE OR UPDATE OF memory_info, memory_type, user_ids, assistant_ids, time, scope, class, expires_at, status ON {schema}.events
                  FOR EACH ROW EXECUTE FUNCTION {schema}.mnemo_webhook_events();
              UPDATE {schema}.mnemo_schema SET version = 6"

@@ -10,17 +10,11 @@
 //! Bounded by bytes, least recently used out first.
 
 use crate::backend;
-use hashlink::LruCache;
 use mnemo_core::StoreError;
+use mnemo_core::kept::{Kept, Weighed};
 use mnemo_core::model::EventFilter;
 use rusqlite::{Connection, params_from_iter};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-/// What an entry weighs: about how much memory it holds.
-pub(crate) trait Weighed {
-    fn bytes(&self) -> usize;
-}
+use std::sync::Arc;
 
 /// What a scope's subjects' stamps were when it was read: the greatest and how many there are.
 /// Any change renews one stamp with a value above every other (the greatest grows); a forgotten
@@ -31,27 +25,13 @@ pub(crate) struct Stamp {
     count: i64,
 }
 
-pub(crate) struct ScopeCache<V> {
-    entries: Mutex<Entries<V>>,
-    capacity: usize,
-    hits: AtomicU64,
-    misses: AtomicU64,
-}
-
-struct Entries<V> {
-    lru: LruCache<String, (Stamp, Arc<V>, usize)>,
-    bytes: usize,
-}
+/// Scopes kept under the stamps they were read under (`mnemo_core::kept`).
+pub(crate) struct ScopeCache<V>(Kept<Stamp, V>);
 
 impl<V: Weighed> ScopeCache<V> {
     /// At most `mib` MiB of scopes (0: off).
     pub(crate) fn new(mib: usize) -> Self {
-        Self {
-            entries: Mutex::new(Entries { lru: LruCache::new_unbounded(), bytes: 0 }),
-            capacity: mib << 20,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        }
+        Self(Kept::new(mib))
     }
 
     /// The cache key of a filter's scope and its subjects' stamp, or `None` when the filter is
@@ -63,7 +43,7 @@ impl<V: Weighed> ScopeCache<V> {
         args: &[rusqlite::types::Value],
         f: &EventFilter,
     ) -> Result<Option<(String, Stamp)>, StoreError> {
-        if self.capacity == 0 || (f.user_id.is_empty() && f.assistant_id.is_empty()) {
+        if self.0.is_off() || (f.user_id.is_empty() && f.assistant_id.is_empty()) {
             return Ok(None);
         }
         // ?1 is the collection; the subjects follow.
@@ -92,53 +72,24 @@ impl<V: Weighed> ScopeCache<V> {
 
     /// The scope kept under `key`, if it was read under `stamp` (counted as a hit or a miss).
     pub(crate) fn get(&self, key: &str, stamp: Stamp) -> Option<Arc<V>> {
-        let mut e = self.entries.lock().expect("scope cache");
-        let found = match e.lru.get(key) {
-            Some((s, scope, _)) if *s == stamp => Some(scope.clone()),
-            _ => None,
-        };
-        drop(e);
-        let counter = if found.is_some() { &self.hits } else { &self.misses };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let found = self.0.get(key).and_then(|(s, scope)| (s == stamp).then_some(scope));
+        self.0.count(found.is_some());
         found
     }
 
     /// Keeps `scope`, read under `stamp` (an entry older than it is replaced), and makes room.
     pub(crate) fn put(&self, key: String, stamp: Stamp, scope: Arc<V>) {
-        let bytes = scope.bytes();
-        if bytes > self.capacity {
-            return;
-        }
-        let mut e = self.entries.lock().expect("scope cache");
-        if let Some((_, _, old)) = e.lru.insert(key, (stamp, scope, bytes)) {
-            e.bytes -= old;
-        }
-        e.bytes += bytes;
-        while e.bytes > self.capacity {
-            let Some((_, (_, _, b))) = e.lru.remove_lru() else { break };
-            e.bytes -= b;
-        }
+        self.0.put(key, stamp, scope)
     }
 
     /// The entry's size again, once its copies were added (they are read after it is kept).
     pub(crate) fn resize(&self, key: &str, scope: &Arc<V>) {
-        let bytes = scope.bytes();
-        let mut e = self.entries.lock().expect("scope cache");
-        let old = match e.lru.peek_mut(key) {
-            Some((_, kept, size)) if Arc::ptr_eq(kept, scope) => std::mem::replace(size, bytes),
-            _ => return,
-        };
-        e.bytes = e.bytes - old + bytes;
-        while e.bytes > self.capacity {
-            let Some((_, (_, _, b))) = e.lru.remove_lru() else { break };
-            e.bytes -= b;
-        }
+        self.0.resize(key, scope)
     }
 
     /// Searches answered from a kept scope and those that read theirs, since start; bytes held.
     pub(crate) fn counts(&self) -> (u64, u64, usize) {
-        let bytes = self.entries.lock().expect("scope cache").bytes;
-        (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed), bytes)
+        self.0.counts()
     }
 }
 

@@ -6,10 +6,11 @@
 use crate::candidates::{Early, RowIds, dot_blob, load_candidates};
 use crate::copies::Score;
 use crate::filter::event_filter_sql;
-use crate::scope_cache::{ScopeCache, Weighed};
+use crate::scope_cache::ScopeCache;
 use crate::{SqliteStore, backend};
 use async_trait::async_trait;
 use mnemo_core::StoreError;
+use mnemo_core::kept::Weighed;
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
 use mnemo_core::store::{NextTerms, PendingVector, StoreResult, TwoHops};

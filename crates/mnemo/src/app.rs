@@ -156,6 +156,9 @@ pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Se
     // A store setting the engine ignores, or a retrieval setting out of range, stops the start
     // before the model's 2 s of loading.
     cfg.store.check_engine()?;
+    if cfg.store.scope_cache_mib > 65_536 {
+        bail!("store.scope_cache_mib: must be 0..=65536, got {}", cfg.store.scope_cache_mib);
+    }
     retrieval_config(cfg)?;
     check_mcp(&cfg.mcp)?;
     let t = std::time::Instant::now();
@@ -180,6 +183,9 @@ pub async fn build_service_with(
 /// Opens the configured store (`store.engine`).
 pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
     cfg.store.check_engine()?;
+    if cfg.store.scope_cache_mib > 65_536 {
+        bail!("store.scope_cache_mib: must be 0..=65536, got {}", cfg.store.scope_cache_mib);
+    }
     Ok(match cfg.store.engine.as_str() {
         "sqlite" => {
             let durability = match cfg.store.durability.as_str() {
@@ -189,9 +195,6 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
             };
             if !(1..=64).contains(&cfg.store.readers) {
                 bail!("store.readers: must be 1..=64, got {}", cfg.store.readers);
-            }
-            if cfg.store.scope_cache_mib > 65_536 {
-                bail!("store.scope_cache_mib: must be 0..=65536, got {}", cfg.store.scope_cache_mib);
             }
             let opts = SqliteOptions {
                 durability,
@@ -212,6 +215,7 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
                 hnsw: cfg.store.hnsw,
                 read_url: cfg.store.read_url.clone(),
                 index_build_mib: cfg.store.index_build_mib.max(64),
+                scope_cache_mib: cfg.store.scope_cache_mib,
                 ..mnemo_store_pg::PgOptions::new(url)
             };
             if !cfg.store.shards.is_empty() {

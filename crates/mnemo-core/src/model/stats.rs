@@ -75,7 +75,7 @@ pub struct StoreStats {
     /// Bytes on disk (data file and log), where the store can tell.
     pub bytes: u64,
     /// Searches answered from a kept scope, those that read theirs, and the bytes kept — for a
-    /// store that keeps scopes between searches (SQLite's `store.scope_cache_mib`).
+    /// store that keeps scopes between searches (`store.scope_cache_mib`; PostgreSQL: per replica).
     pub scope_cache: Option<ScopeCacheStats>,
 }
 
