@@ -291,10 +291,12 @@ pub struct StoreConfig {
     /// others wait their turn. More helps a store that reads from disk; on a cached one, more
     /// than twice the cores only adds threads.
     pub readers: usize,
-    /// sqlite: memory for scopes kept between searches (MiB, 0..=65536; default 64; 0: none).
-    /// A search reads its user's events' terms and vector copies before its query vector
+    /// Memory for scopes kept between searches (MiB, 0..=65536; default 64; 0: none). A search
+    /// reads its user's events' terms (and, on sqlite, vector copies) before its query vector
     /// exists; kept, the same user's next search (every `get_context` of a conversation) reads
-    /// neither while nothing of the user's changed. ~2.5 MB for a user of 1,000 events.
+    /// neither while nothing of the user's changed. ~2.5 MB for a user of 1,000 events on
+    /// sqlite; postgres keeps the terms alone, per replica (~0.8 MB), and reads the terms of
+    /// the rows whose version changed.
     pub scope_cache_mib: usize,
     /// postgres: `postgres://user:password@host:port/database`.
     pub url: Option<String>,
