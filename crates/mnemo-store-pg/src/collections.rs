@@ -136,8 +136,12 @@ impl CollectionStore for PgStore {
         ] {
             execute(&tx, &format!("DELETE FROM {t} WHERE collection_id=$1"), &[&id]).await?;
         }
-        // Everything else goes with the collection (ON DELETE CASCADE).
+        // Everything else goes with the collection (ON DELETE CASCADE) — then the activity its
+        // events' triggers appended on their way out.
         let n = execute(&tx, "DELETE FROM collections WHERE id=$1", &[&id]).await?;
+        for t in ["user_activity", "user_activity_delta"] {
+            execute(&tx, &format!("DELETE FROM {t} WHERE collection_id=$1"), &[&id]).await?;
+        }
         tx.commit().await.map_err(backend)?;
         Ok(n > 0)
     }

@@ -119,6 +119,10 @@ pub async fn forget(tx: &Tx<'_>, cid: CollectionId, user: &str) -> StoreResult<F
     }
     n.profiles += execute(tx, "DELETE FROM profiles WHERE collection_id=$1 AND user_id=$2", &[&cid, &user]).await?;
     execute(tx, "DELETE FROM hits_daily WHERE collection_id=$1 AND user_id=$2", &[&cid, &user]).await?;
+    // Their activity (it holds their id, and counts none of their events now).
+    for t in ["user_activity", "user_activity_delta"] {
+        execute(tx, &format!("DELETE FROM {t} WHERE collection_id=$1 AND subject_id=$2"), &[&cid, &user]).await?;
+    }
     stats.flush(tx).await?;
     crate::webhooks::announce_forgotten(tx, cid, user, &n).await?;
     Ok(n)

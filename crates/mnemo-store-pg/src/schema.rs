@@ -572,6 +572,83 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX event_subjects_docs ON event_subjects(collection_id, subject_id)
         INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec, d_norm, d_version) WHERE kind = 'u';
     "#,
+    // v12: each user's active events counted, with the latest change among them — what
+    // `user/list` (the dashboard's first page) shows — instead of reading every active event's
+    // row when asked. As for the BM25 statistics (v2), the triggers append a change per event
+    // and subject (`user_activity_delta`: no row two writers wait on, no lock order to deadlock
+    // on) and housekeeping folds them into `user_activity` (`stats::fold_activity`). A count
+    // moves by one; the latest change moves up with a change, and when an active event stops
+    // being active or the user's, `recheck` says the latest must be read again from the user's
+    // events (by the reader until the fold has done it). The functions keep the schema they were
+    // made in (`search_path FROM CURRENT`): a statement from any session finds their tables.
+    r#"
+    CREATE TABLE user_activity(
+        collection_id BIGINT NOT NULL,
+        subject_id TEXT NOT NULL,
+        events BIGINT NOT NULL,
+        last BIGINT,
+        recheck BOOLEAN NOT NULL DEFAULT false,
+        PRIMARY KEY(collection_id, subject_id)
+    );
+    CREATE TABLE user_activity_delta(
+        collection_id BIGINT NOT NULL,
+        subject_id TEXT NOT NULL,
+        events BIGINT NOT NULL,
+        last BIGINT,
+        recheck BOOLEAN NOT NULL
+    );
+    CREATE INDEX user_activity_delta_collection ON user_activity_delta(collection_id);
+    INSERT INTO user_activity(collection_id, subject_id, events, last)
+    SELECT s.collection_id, s.subject_id, count(*), max(e.updated_at)
+    FROM event_subjects s JOIN events e ON e.id = s.event_id
+    WHERE s.kind = 'u' AND e.status = 'active' GROUP BY s.collection_id, s.subject_id;
+
+    CREATE FUNCTION mnemo_activity_subject() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            IF NEW.kind = 'u' THEN
+                INSERT INTO user_activity_delta
+                SELECT NEW.collection_id, NEW.subject_id, 1, e.updated_at, false FROM events e
+                WHERE e.id = NEW.event_id AND e.status = 'active';
+            END IF;
+        -- A subject row removed while its event stays (an event deleted takes its rows along
+        -- after it is gone: `mnemo_activity_event` counted that).
+        ELSIF OLD.kind = 'u' THEN
+            INSERT INTO user_activity_delta
+            SELECT OLD.collection_id, OLD.subject_id, -1, NULL, true FROM events e
+            WHERE e.id = OLD.event_id AND e.status = 'active';
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER activity_subject AFTER INSERT OR DELETE ON event_subjects
+        FOR EACH ROW EXECUTE FUNCTION mnemo_activity_subject();
+
+    CREATE FUNCTION mnemo_activity_event() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            IF OLD.status = 'active' THEN
+                INSERT INTO user_activity_delta
+                SELECT s.collection_id, s.subject_id, -1, NULL, true FROM event_subjects s
+                WHERE s.event_id = OLD.id AND s.kind = 'u';
+            END IF;
+            RETURN OLD;
+        END IF;
+        IF (OLD.status = 'active' OR NEW.status = 'active')
+            AND (OLD.status IS DISTINCT FROM NEW.status OR OLD.updated_at IS DISTINCT FROM NEW.updated_at) THEN
+            INSERT INTO user_activity_delta
+            SELECT s.collection_id, s.subject_id,
+                (NEW.status = 'active')::int - (OLD.status = 'active')::int,
+                CASE WHEN NEW.status = 'active' THEN NEW.updated_at END,
+                OLD.status = 'active' AND (NEW.status <> 'active' OR NEW.updated_at < OLD.updated_at)
+            FROM event_subjects s WHERE s.event_id = NEW.id AND s.kind = 'u';
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER activity_event_deleted BEFORE DELETE ON events
+        FOR EACH ROW EXECUTE FUNCTION mnemo_activity_event();
+    CREATE TRIGGER activity_event_changed AFTER UPDATE OF status, updated_at ON events
+        FOR EACH ROW EXECUTE FUNCTION mnemo_activity_event();
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -83,8 +83,9 @@ impl TermStats {
 /// Key of the advisory lock one compactor at a time holds (across replicas).
 pub(crate) const COMPACT_LOCK: i64 = 0x6d6e_656d_6f02;
 
-/// Folds the appended statistics changes into `term_stats` / `collection_stats`, in one
-/// transaction; a no-op when another replica is compacting.
+/// Folds the appended statistics changes into `term_stats` / `collection_stats` (and the users'
+/// activity, `stats::fold_activity`), in one transaction; a no-op when another replica is
+/// compacting.
 pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
     let mut conn = pool.get().await.map_err(crate::sql::pool_error)?;
     let tx = begin(&mut conn).await?;
@@ -113,6 +114,7 @@ pub(crate) async fn compact_stats(pool: &Pool) -> StoreResult<u64> {
         &[],
     )
     .await?;
+    crate::stats::fold_activity(&tx).await?;
     tx.commit().await.map_err(backend)?;
     if deleted >= BIG_FOLD {
         // After a bulk load the delta table is mostly dead rows (514 MB after 1M events), which

@@ -521,6 +521,8 @@ async fn a_database_of_schema_v6_has_its_events_offered_for_turn_vectors_once() 
              ALTER TABLE {schema}.events DROP COLUMN valid_from, DROP COLUMN valid_to;
              ALTER TABLE {schema}.event_subjects DROP COLUMN d_version;
              DROP SEQUENCE {schema}.subject_doc_versions;
+             DROP FUNCTION {schema}.mnemo_activity_subject(), {schema}.mnemo_activity_event() CASCADE;
+             DROP TABLE {schema}.user_activity, {schema}.user_activity_delta;
              CREATE INDEX event_subjects_docs ON {schema}.event_subjects(collection_id, subject_id)
                  INCLUDE (event_id, d_state, d_active, d_time, d_type, d_terms, d_vec, d_norm) WHERE kind = 'u';
              CREATE TRIGGER webhook_events AFTER INSERT OR DELETE OR UPDATE OF memory_info, memory_type, user_ids, assistant_ids, time, scope, class, expires_at, status ON {schema}.events

@@ -129,6 +129,7 @@ impl CollectionStore for SqliteStore {
                     "event_subjects",
                     "events",
                     "scope_versions",
+                    "user_activity",
                     "profiles",
                     "jobs",
                     "sessions",

@@ -160,6 +160,9 @@ pub fn forget(conn: &Connection, cid: CollectionId, user: &str) -> Result<Forget
         params![cid, user],
     )
     .map_err(backend)?;
+    // So does their activity row (their events are gone: it counts none).
+    conn.execute("DELETE FROM user_activity WHERE collection_id=?1 AND subject_id=?2", params![cid, user])
+        .map_err(backend)?;
     // Merge the full-text index so deleted terms leave its segments, not only its doclists.
     conn.execute("INSERT INTO event_fts(event_fts) VALUES('optimize')", []).map_err(backend)?;
     crate::webhooks::announce_forgotten(conn, cid, user, &n)?;

@@ -99,15 +99,10 @@ pub fn memory_stats(
     Ok(out)
 }
 
-/// The users of a collection: conversations by their metadata's user, active events by their
-/// subject rows (`event_subjects`' primary key leads with the collection and kind; each row
-/// reaches its event by rowid, or — a row from before schema v11 — by id).
+/// The users of a collection: conversations by their metadata's user, active events by the
+/// counts schema v17's triggers keep (`user_activity`).
 const USERS_SQL: &str = "
-    WITH ev AS (
-        SELECT s.subject_id AS u, count(*) AS n, max(e.updated_at) AS last
-        FROM event_subjects s
-        JOIN events e ON e.rowid = coalesce(s.event_rowid, (SELECT l.rowid FROM events l WHERE l.id = s.event_id))
-        WHERE s.collection_id = ?1 AND s.kind = 'u' AND e.status = 'active' GROUP BY s.subject_id),
+    WITH ev AS (SELECT subject_id AS u, events AS n, last FROM user_activity WHERE collection_id = ?1 AND events > 0),
     cv AS (
         SELECT json_extract(meta_json, '$.user_id') AS u, count(*) AS n, max(last_write_at) AS last
         FROM conversations WHERE collection_id = ?1 AND json_extract(meta_json, '$.user_id') IS NOT NULL GROUP BY 1),

@@ -315,6 +315,10 @@ async fn a_data_directory_of_schema_v10_is_usable_at_once_and_relocated_in_the_b
         .await
         .unwrap();
     assert_eq!(stamped, 2, "the upgrade stamps each user who has events (scope_cache)");
+    let users = s.list_users(1, None, 10).await.unwrap();
+    let counted: Vec<(&str, u64, Option<i64>)> =
+        users.iter().map(|u| (u.user_id.as_str(), u.events, u.last_active)).collect();
+    assert_eq!(counted, [("u0", 5, Some(1)), ("u1", 5, Some(1))], "the upgrade counts each user's events (v17)");
     // Right after the upgrade nothing has moved, and every read already finds everything.
     assert!(s.relocation.pending());
     assert_eq!(legacy_vectors(&s).await, Some(10), "the vectors wait in the legacy table");

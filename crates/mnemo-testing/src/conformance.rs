@@ -451,8 +451,9 @@ pub async fn users_are_listed_most_recently_active_first(h: &impl StoreHarness) 
         ..append(&c, "c-bob", vec![msg(Role::User, "hello", 5, None)], t, 2_000)
     };
     s.append_messages(bob).await.unwrap();
+    let mut alice = None;
     for (user, at) in [("u1", 500), ("u1", 600), ("alice", 3_000)] {
-        s.insert_event(NewEvent::of_user(c.id, EVENT_V1, user, summary("x"), at)).await.unwrap();
+        alice = Some(s.insert_event(NewEvent::of_user(c.id, EVENT_V1, user, summary("x"), at)).await.unwrap().id);
     }
     let gone = s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "carol", summary("x"), 9_000)).await.unwrap();
     assert!(s.delete_event(c.id, &gone.id).await.unwrap());
@@ -471,6 +472,39 @@ pub async fn users_are_listed_most_recently_active_first(h: &impl StoreHarness) 
     assert_eq!(list(Some("b_"), 10).await.unwrap(), vec![row("Bob_1", 0, 1, 2_000)], "part of the id, any case");
     assert!(list(Some("%"), 10).await.unwrap().is_empty(), "% is no wildcard");
     assert_eq!(list(None, 1).await.unwrap(), vec![row("alice", 1, 0, 3_000)]);
+
+    // The latest change leaving (archived) and coming back, a later change, and an event of two
+    // users forgotten for one of them: counts and last activity as the events say.
+    let alice_now = async || list(Some("alice"), 10).await.unwrap();
+    let newer = s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "alice", summary("y"), 4_000)).await.unwrap();
+    assert_eq!(alice_now().await, vec![row("alice", 2, 0, 4_000)]);
+    let status = |st: &str| EventPatch { status: Some(st.into()), ..Default::default() };
+    s.update_event(c.id, &newer.id, status("archived"), 5_000).await.unwrap();
+    assert_eq!(alice_now().await, vec![row("alice", 1, 0, 3_000)], "an archived event counts no more, nor its change");
+    s.update_event(c.id, &newer.id, status("active"), 6_000).await.unwrap();
+    assert_eq!(alice_now().await, vec![row("alice", 2, 0, 6_000)], "restored: counted, changed at 6,000");
+    let text = EventPatch { memory_info: Some(summary("z")), ..Default::default() };
+    s.update_event(c.id, alice.as_deref().unwrap(), text, 7_000).await.unwrap();
+    assert_eq!(alice_now().await, vec![row("alice", 2, 0, 7_000)]);
+    let both = NewEvent {
+        user_id: vec!["erin".into(), "frank".into()],
+        ..NewEvent::of_user(c.id, EVENT_V1, "erin", summary("w"), 8_000)
+    };
+    let both = s.insert_event(both).await.unwrap();
+    s.insert_event(NewEvent::of_user(c.id, EVENT_V1, "frank", summary("v"), 7_500)).await.unwrap();
+    s.forget_user(c.id, "erin").await.unwrap();
+    assert!(list(Some("erin"), 10).await.unwrap().is_empty(), "forgotten");
+    assert_eq!(
+        list(Some("frank"), 10).await.unwrap(),
+        vec![row("frank", 2, 0, 8_000)],
+        "the shared event stays frank's"
+    );
+    assert!(s.delete_event(c.id, &both.id).await.unwrap());
+    assert_eq!(list(Some("frank"), 10).await.unwrap(), vec![row("frank", 1, 0, 7_500)], "deleted: counted once");
+    // The same once the store has done its upkeep (PostgreSQL folds what its triggers appended).
+    while s.housekeeping().await.unwrap() {}
+    assert_eq!(list(Some("frank"), 10).await.unwrap(), vec![row("frank", 1, 0, 7_500)]);
+    assert_eq!(alice_now().await, vec![row("alice", 2, 0, 7_000)]);
 }
 
 pub async fn idle_deadline_closes_once_and_survives_reopen(h: &impl StoreHarness) {
