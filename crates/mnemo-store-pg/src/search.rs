@@ -356,10 +356,12 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
         let terms = if !want_terms {
             "NULL::text".to_string()
         } else {
+            // A parameter, not a literal: one prepared statement whatever the versions.
             let (key, greatest) = s.scopes.known(cid, f);
             kept = Some((key, greatest));
+            let greatest = a.push(greatest);
             format!(
-                "CASE WHEN coalesce(s.d_version, 0) <= {greatest} THEN NULL WHEN s.d_state & 1 = 1 THEN s.d_terms
+                "CASE WHEN coalesce(s.d_version, 0) <= {greatest}::bigint THEN NULL WHEN s.d_state & 1 = 1 THEN s.d_terms
                  ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END"
             )
         };

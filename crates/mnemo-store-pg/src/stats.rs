@@ -22,8 +22,15 @@ pub(crate) async fn fold_activity(tx: &Tx<'_>) -> StoreResult<()> {
         &[],
     )
     .await?;
-    let latest = format!("UPDATE user_activity a SET last = {LATEST_SQL}, recheck = false WHERE recheck");
-    crate::sql::execute(tx, &latest, &[]).await?;
+    crate::sql::execute(
+        tx,
+        "UPDATE user_activity a SET recheck = false, last = (
+             SELECT max(e.updated_at) FROM event_subjects s JOIN events e ON e.id = s.event_id
+             WHERE s.collection_id = a.collection_id AND s.kind = 'u' AND s.subject_id = a.subject_id AND e.status = 'active')
+         WHERE recheck",
+        &[],
+    )
+    .await?;
     crate::sql::execute(tx, "DELETE FROM user_activity WHERE events = 0", &[]).await?;
     Ok(())
 }
@@ -105,24 +112,27 @@ pub async fn memory_stats(
     Ok(out)
 }
 
-/// A user's latest change among their active events, read from the events (`a`: an activity row).
-const LATEST_SQL: &str = "(SELECT max(e.updated_at) FROM event_subjects s JOIN events e ON e.id = s.event_id
-     WHERE s.collection_id = a.collection_id AND s.kind = 'u' AND s.subject_id = a.subject_id AND e.status = 'active')";
-
 /// The users of a collection: conversations by their metadata's user, active events by the
-/// counts schema v12's triggers keep (`user_activity` and the changes appended since its fold;
-/// a user whose latest change must be read again is read from their events).
-static USERS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("
+/// counts schema v12's triggers keep (`user_activity` and the changes appended since its fold).
+/// The latest change of a user marked `recheck` is read from their events — in one grouped read
+/// for them all (a hash join when there are many, as right after a batch of deletes).
+const USERS_SQL: &str = "
     WITH d AS (
-        SELECT $1::bigint AS collection_id, subject_id, sum(events) AS n, max(last) AS last, bool_or(recheck) AS recheck
+        SELECT subject_id, sum(events) AS n, max(last) AS last, bool_or(recheck) AS recheck
         FROM user_activity_delta WHERE collection_id = $1 GROUP BY subject_id),
-    a AS (
-        SELECT $1::bigint AS collection_id, coalesce(f.subject_id, d.subject_id) AS subject_id,
+    a AS MATERIALIZED (
+        SELECT coalesce(f.subject_id, d.subject_id) AS subject_id,
                coalesce(f.events, 0) + coalesce(d.n, 0) AS n, greatest(f.last, d.last) AS last,
                coalesce(f.recheck, false) OR coalesce(d.recheck, false) AS recheck
         FROM (SELECT * FROM user_activity WHERE collection_id = $1) f FULL JOIN d ON d.subject_id = f.subject_id),
-    ev AS (SELECT subject_id AS u, n, CASE WHEN recheck THEN {LATEST_SQL} ELSE last END AS last FROM a WHERE n > 0),
+    r AS (
+        SELECT s.subject_id, max(e.updated_at) AS last FROM event_subjects s JOIN events e ON e.id = s.event_id
+        WHERE s.collection_id = $1 AND s.kind = 'u' AND e.status = 'active'
+          AND s.subject_id IN (SELECT subject_id FROM a WHERE recheck)
+        GROUP BY s.subject_id),
+    ev AS (
+        SELECT a.subject_id AS u, a.n, CASE WHEN a.recheck THEN r.last ELSE a.last END AS last
+        FROM a LEFT JOIN r ON r.subject_id = a.subject_id WHERE a.n > 0),
     cv AS (
         SELECT meta_json::jsonb ->> 'user_id' AS u, count(*) AS n, max(last_write_at) AS last
         FROM conversations WHERE collection_id = $1 AND meta_json::jsonb ->> 'user_id' IS NOT NULL GROUP BY 1),
@@ -130,8 +140,7 @@ static USERS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     SELECT users.u, coalesce(ev.n, 0)::int8, coalesce(cv.n, 0)::int8, nullif(greatest(coalesce(ev.last, 0), coalesce(cv.last, 0)), 0)::int8 AS active
     FROM users LEFT JOIN ev ON ev.u = users.u LEFT JOIN cv ON cv.u = users.u
     WHERE $2::text IS NULL OR users.u ILIKE $2::text ESCAPE '\\'
-    ORDER BY active DESC NULLS LAST, users.u COLLATE \"C\" LIMIT $3")
-});
+    ORDER BY active DESC NULLS LAST, users.u COLLATE \"C\" LIMIT $3";
 
 #[async_trait]
 impl StatsStore for PgStore {
@@ -144,7 +153,7 @@ impl StatsStore for PgStore {
         let mut conn = self.client().await?;
         let tx = begin_read(&mut conn).await?;
         let pattern = contains.as_deref().map(like_contains);
-        let rows = query_all(&tx, &USERS_SQL, &[&cid, &pattern, &i64::from(limit)]).await?;
+        let rows = query_all(&tx, USERS_SQL, &[&cid, &pattern, &i64::from(limit)]).await?;
         Ok(rows
             .iter()
             .map(|r| UserSummary {
