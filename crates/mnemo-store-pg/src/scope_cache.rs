@@ -79,7 +79,7 @@ impl Scopes {
         };
         let unknown: Vec<String> =
             rows.iter().filter(|r| r.terms.is_none() && held(r).is_none()).map(|r| r.id.clone()).collect();
-        let hit = unknown.is_empty() && rows.iter().all(|r| r.terms.is_none());
+        let hit = kept.is_some() && unknown.is_empty() && rows.iter().all(|r| r.terms.is_none());
         self.kept.count(hit);
         if let Some(k) = &kept
             && hit

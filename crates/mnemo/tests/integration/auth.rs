@@ -76,16 +76,15 @@ async fn metrics_report_requests_jobs_and_store_and_need_a_key_when_keys_exist()
     s.write("m", msgs(&[("user", "I live in Rome")]), json!({"message_count": 1}), "u").await;
     eventually(10, "extraction", || async { (s.jobs().await[0]["state"] == "done").then_some(()) }).await;
     let _ = s.post("no/such/endpoint", json!({})).await;
-    // The same user's scope twice: the embedded store keeps it for the second search.
+    // The same user's scope twice: the store keeps it for the second search (PostgreSQL: its
+    // terms, on this replica).
     for _ in 0..2 {
         s.ok("event/search", json!({"collection_name": "c", "query": "Rome", "filter": {"user_id": "u"}})).await;
     }
     let text = http_client().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
-    if postgres_url().is_none() {
-        let hits = |l: &str| l.starts_with("mnemo_scope_cache_lookups{outcome=\"hit\"}") && !l.ends_with(" 0");
-        assert!(text.lines().any(hits), "the second search found the scope kept:\n{text}");
-        assert!(text.contains("mnemo_scope_cache_bytes "), "{text}");
-    }
+    let hits = |l: &str| l.starts_with("mnemo_scope_cache_lookups{outcome=\"hit\"}") && !l.ends_with(" 0");
+    assert!(text.lines().any(hits), "the second search found the scope kept:\n{text}");
+    assert!(text.contains("mnemo_scope_cache_bytes "), "{text}");
     for line in [
         "mnemo_http_requests_total{route=\"/api/memory/session/streaming_write\",status=\"200\"} 1",
         "mnemo_jobs{state=\"done\"} 1",
