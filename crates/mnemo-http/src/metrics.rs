@@ -108,8 +108,8 @@ impl Default for Metrics {
         let (scope_cache, scope_cache_bytes) = (Family::default(), Gauge::default());
         registry.register(
             "scope_cache_lookups",
-            "Scoped searches since start by outcome (hit: the user's events, terms and vector copies kept from an \
-             earlier search, nothing of theirs changed since; miss: read from the store)",
+            "Scoped searches since start by outcome (hit: the user's events' terms — and on SQLite their vector \
+             copies — kept from an earlier search, nothing of theirs changed since; miss: read from the store)",
             scope_cache.clone(),
         );
         registry.register("scope_cache_bytes", "Memory the kept search scopes hold now", scope_cache_bytes.clone());
