@@ -156,9 +156,6 @@ pub async fn build_service(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Se
     // A store setting the engine ignores, or a retrieval setting out of range, stops the start
     // before the model's 2 s of loading.
     cfg.store.check_engine()?;
-    if cfg.store.scope_cache_mib > 65_536 {
-        bail!("store.scope_cache_mib: must be 0..=65536, got {}", cfg.store.scope_cache_mib);
-    }
     retrieval_config(cfg)?;
     check_mcp(&cfg.mcp)?;
     let t = std::time::Instant::now();
@@ -183,9 +180,6 @@ pub async fn build_service_with(
 /// Opens the configured store (`store.engine`).
 pub async fn open_store(cfg: &Config) -> Result<Arc<dyn Store>> {
     cfg.store.check_engine()?;
-    if cfg.store.scope_cache_mib > 65_536 {
-        bail!("store.scope_cache_mib: must be 0..=65536, got {}", cfg.store.scope_cache_mib);
-    }
     Ok(match cfg.store.engine.as_str() {
         "sqlite" => {
             let durability = match cfg.store.durability.as_str() {

@@ -344,7 +344,11 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// A PostgreSQL setting given while the engine is SQLite (the default) would otherwise be
     /// ignored in silence — the server would run on a local file the operator never asked for.
+    /// Also the settings both engines read: `scope_cache_mib`'s range.
     pub fn check_engine(&self) -> Result<()> {
+        if self.scope_cache_mib > 65_536 {
+            bail!("store.scope_cache_mib: must be 0..=65536, got {}", self.scope_cache_mib);
+        }
         if self.engine != "sqlite" {
             return Ok(());
         }
@@ -630,6 +634,9 @@ mod tests {
         assert!(store.check_engine().unwrap_err().to_string().starts_with("store.shards:"));
         store.engine = "postgres".into();
         store.check_engine().unwrap();
+        store.scope_cache_mib = 65_537;
+        let e = store.check_engine().unwrap_err().to_string();
+        assert_eq!(e, "store.scope_cache_mib: must be 0..=65536, got 65537", "either engine");
         StoreConfig::default().check_engine().unwrap();
     }
 
