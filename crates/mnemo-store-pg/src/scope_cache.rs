@@ -49,30 +49,43 @@ pub(crate) struct Row {
     pub terms: Option<Option<String>>,
 }
 
+/// Where a filter's scope is kept, and what was kept there when its search began.
+pub(crate) struct Lookup {
+    key: String,
+    entry: Option<Arc<KeptTerms>>,
+}
+
+impl Lookup {
+    /// The greatest version kept (−1: nothing, so a scope statement sends every row's terms).
+    pub(crate) fn greatest(&self) -> i64 {
+        self.entry.as_ref().map_or(-1, |k| k.greatest)
+    }
+}
+
 impl Scopes {
-    /// Where a filter's scope is kept, and the greatest version kept there (−1: nothing, so a
-    /// scope statement sends every row's terms).
-    pub(crate) fn known(&self, cid: CollectionId, f: &EventFilter) -> (String, i64) {
+    /// A filter's place in the cache and its entry, looked up once per search (`None`: off).
+    pub(crate) fn lookup(&self, cid: CollectionId, f: &EventFilter) -> Option<Lookup> {
+        if self.kept.is_off() {
+            return None;
+        }
         let key = format!("{cid}\u{1f}{f:?}");
-        let greatest = match self.kept.is_off() {
-            true => -1,
-            false => self.kept.get(&key).map_or(-1, |(_, k)| k.greatest),
-        };
-        (key, greatest)
+        let entry = self.kept.get(&key).map(|(_, k)| k);
+        Some(Lookup { key, entry })
     }
 
-    /// The scope's terms from a statement's `rows` (in its order): a row the entry under `key`
-    /// holds at that version is copied from it, one sent is tokenised, any other is read by id
-    /// (`users`' rows). Kept for the next search; counted a hit when no row's text was read.
+    /// The scope's terms from a statement's `rows` (in its order), asked with `at`'s greatest
+    /// version: a row `at`'s entry holds at that version is copied from it, one sent is
+    /// tokenised, any other is read by id (`users`' rows). Kept for the next search; counted a
+    /// hit when no row's text was read.
     pub(crate) async fn terms(
         &self,
         c: &impl GenericClient,
         cid: CollectionId,
         users: &[String],
-        key: String,
+        at: Lookup,
         rows: Vec<Row>,
     ) -> Result<Arc<ScopeTerms>, StoreError> {
-        let kept = if self.kept.is_off() { None } else { self.kept.get(&key).map(|(_, k)| k) };
+        let Lookup { key, entry: kept } = at;
         let held = |r: &Row| -> Option<u32> {
             let k = kept.as_ref()?;
             k.rows.get(&r.id).and_then(|&(v, doc)| (v == r.version).then_some(doc))
@@ -134,7 +147,7 @@ impl Scopes {
             versions.insert(r.id, (version, doc));
         }
         let terms = Arc::new(terms);
-        if whole && !self.kept.is_off() {
+        if whole {
             let greatest = versions.values().map(|&(v, _)| v).max().unwrap_or(-1);
             self.kept.put(key, (), Arc::new(KeptTerms { terms: terms.clone(), rows: versions, greatest }));
         }

@@ -19,7 +19,7 @@
 use crate::PgStore;
 use crate::candidates::{Early, load_candidates};
 use crate::exact::{Doc, vector_part};
-use crate::scope_cache::{Row, Scopes};
+use crate::scope_cache::{Lookup, Row, Scopes};
 use crate::sql::{Args, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use crate::vector_index::VectorIndex;
 use async_trait::async_trait;
@@ -347,23 +347,22 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
     let exact_scope = s.scopes.exact;
     let want_ip = q.vector_hits.is_none() && qv.is_some() && read != Read::Terms;
     let want_terms = !q.terms.is_empty() && read != Read::Vectors;
-    // Where the scope's terms are kept, and the greatest row version kept (through the index).
-    let mut kept: Option<(String, i64)> = None;
+    // Where the scope's terms are kept and what is kept there (through the index, cache on).
+    let mut kept: Option<Lookup> = None;
     let (scope_sql, terms, ip, norm, mut a) = if user_docs_serve(f, qv) {
         // Scored inside the scope: only the scores are materialised, never the f16 copies.
         let (scope_where, mut a) = user_docs_where(cid, f);
         let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
-        let terms = if !want_terms {
-            "NULL::text".to_string()
-        } else {
-            // A parameter, not a literal: one prepared statement whatever the versions.
-            let (key, greatest) = s.scopes.known(cid, f);
-            kept = Some((key, greatest));
-            let greatest = a.push(greatest);
-            format!(
-                "CASE WHEN coalesce(s.d_version, 0) <= {greatest}::bigint THEN NULL WHEN s.d_state & 1 = 1 THEN s.d_terms
-                 ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END"
-            )
+        let stored = "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END";
+        kept = s.scopes.lookup(cid, f).filter(|_| want_terms);
+        let terms = match &kept {
+            _ if !want_terms => "NULL::text".to_string(),
+            // Only rows above the greatest version kept send theirs. A parameter, not a
+            // literal: one prepared statement whatever the versions.
+            Some(l) => {
+                format!("CASE WHEN coalesce(s.d_version, 0) > {}::bigint THEN {stored} END", a.push(l.greatest()))
+            }
+            None => stored.to_string(),
         };
         let (ip, norm) = match (qv, dim) {
             (Some(qv), Some(dim)) if want_ip => {
@@ -434,9 +433,9 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
         match r.get::<_, i32>(0) {
             0 => {
                 match &kept {
-                    Some((_, greatest)) => {
+                    Some(l) => {
                         let version: i64 = r.get(5);
-                        let sent = (version > *greatest).then(|| r.get(2));
+                        let sent = (version > l.greatest()).then(|| r.get(2));
                         versioned.push(Row { id: r.get(1), version, terms: sent });
                     }
                     None if want_terms => terms.push(r.get(1), r.get(2)),
@@ -455,7 +454,7 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
         }
     }
     out.terms = match kept {
-        Some((key, _)) => s.scopes.terms(c, cid, &f.user_id, key, versioned).await?,
+        Some(l) => s.scopes.terms(c, cid, &f.user_id, l, versioned).await?,
         None => Arc::new(terms),
     };
     Ok(Some(out))
