@@ -9,9 +9,11 @@ use mnemo_core::store::StoreResult;
 use mnemo_core::store::prelude::*;
 
 /// Folds the appended activity changes into `user_activity` and reads again the latest change
-/// of the users whose latest may have left (in the caller's transaction, under its lock).
+/// of the users whose latest may have left (in the caller's transaction, under its lock). Only
+/// rows marked `recheck` are visited after the fold (its partial index): a count falls only
+/// with a change that marks it, so a user counted down to none is among them.
 pub(crate) async fn fold_activity(tx: &Tx<'_>) -> StoreResult<()> {
-    crate::sql::execute(
+    let folded = crate::sql::execute(
         tx,
         "WITH d AS (DELETE FROM user_activity_delta RETURNING collection_id, subject_id, events, last, recheck)
          INSERT INTO user_activity(collection_id, subject_id, events, last, recheck)
@@ -22,6 +24,10 @@ pub(crate) async fn fold_activity(tx: &Tx<'_>) -> StoreResult<()> {
         &[],
     )
     .await?;
+    if folded == 0 {
+        return Ok(());
+    }
+    crate::sql::execute(tx, "DELETE FROM user_activity WHERE recheck AND events = 0", &[]).await?;
     crate::sql::execute(
         tx,
         "UPDATE user_activity a SET recheck = false, last = (
@@ -31,7 +37,6 @@ pub(crate) async fn fold_activity(tx: &Tx<'_>) -> StoreResult<()> {
         &[],
     )
     .await?;
-    crate::sql::execute(tx, "DELETE FROM user_activity WHERE events = 0", &[]).await?;
     Ok(())
 }
 

@@ -78,6 +78,7 @@ pub(super) const V12_USER_ACTIVITY: &str = r#"
         recheck BOOLEAN NOT NULL
     );
     CREATE INDEX user_activity_delta_collection ON user_activity_delta(collection_id);
+    CREATE INDEX user_activity_recheck ON user_activity(collection_id) WHERE recheck;
     INSERT INTO user_activity(collection_id, subject_id, events, last)
     SELECT s.collection_id, s.subject_id, count(*), max(e.updated_at)
     FROM event_subjects s JOIN events e ON e.id = s.event_id
