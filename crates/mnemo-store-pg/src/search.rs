@@ -295,7 +295,7 @@ impl Scope {
     /// Whether an event's inner product can only come from the server: no copies kept, or a
     /// vector too large for its row.
     fn needs_server(&self) -> bool {
-        self.vectors.as_ref().is_none_or(|v| v.contains(&RowVector::Server))
+        self.vectors.as_ref().is_none_or(|v| v.iter().any(|x| *x == RowVector::Server))
     }
 
     /// The inner products of the events whose copies are kept, computed here (each within

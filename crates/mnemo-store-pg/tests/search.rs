@@ -188,7 +188,7 @@ async fn with_the_vectors_kept_here_a_search_answers_from_the_snapshot_that_read
     }
     // The next search sees both changes, and scores as a store without copies does.
     let after = store.search_candidates(c.id, f.clone(), known.clone()).await.unwrap();
-    let plain = open(url, schema, 5_000, 0).await;
+    let plain = open(&url, schema, 5_000, 0).await;
     let fresh = plain.search_candidates(c.id, f, known).await.unwrap();
     assert_eq!(ids(&after), ids(&fresh));
     assert!(!ids(&after).contains(&events[1].id) && after.len() == 4, "{:?}", ids(&after));
