@@ -1,18 +1,15 @@
-//! A small scope kept between searches on this replica: a user's events' terms tokenised
-//! (`ScopeTerms`, ~1 KB of text an event that a search otherwise ships from the server and
-//! tokenises again, every time — the larger part of its work before the vector) and their
-//! vectors' f16 copies, which this replica then scores itself: the server neither computes a
-//! kept scope's inner products nor, with the query still embedding, waits for a second statement.
+//! A small scope's terms kept between searches on this replica: a user's events' terms
+//! tokenised (`ScopeTerms`), ~1 KB of text an event that a search otherwise ships from the
+//! server and tokenises again, every time — the larger part of its work before the vector.
 //!
 //! Valid by construction, row by row: each user-document row carries a version (schema v11:
-//! the next value of one sequence at every write of its copy — terms, filter columns or vector),
-//! and a search's scope statement returns every row's version with the terms and copy of only
-//! those rows whose version is above the greatest this replica kept. A row kept under the
-//! version the snapshot shows is the same row; any other row is read (sent, or asked for by id).
-//! Versions are handed out in one order and committed in another, so a row at or below the
-//! greatest may still be new to the entry: it is asked for, never assumed. What a snapshot shows
-//! is all a search uses, so replicas need no signal from each other, and a write pays one
-//! sequence value.
+//! the next value of one sequence at every write of its copy), and a search's scope statement
+//! returns every row's version with the terms of only those rows whose version is above the
+//! greatest this replica kept. A row kept under the version the snapshot shows is the same row;
+//! any other row's terms are read (sent, or asked for by id). Versions are handed out in one
+//! order and committed in another, so a row at or below the greatest may still be new to the
+//! entry: it is asked for, never assumed. What a snapshot shows is all a search uses, so replicas
+//! need no signal from each other, and a write pays one sequence value.
 
 use crate::sql::query_all;
 use deadpool_postgres::GenericClient;
@@ -20,99 +17,42 @@ use mnemo_core::StoreError;
 use mnemo_core::kept::{Kept, Weighed};
 use mnemo_core::model::{CollectionId, EventFilter};
 use mnemo_core::text::ScopeTerms;
-use pgvector::HalfVector;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// How this replica searches small scopes: up to `exact` events exactly, their terms and
-/// vector copies kept.
+/// How this replica searches small scopes: up to `exact` events exactly, their terms kept.
 pub(crate) struct Scopes {
     pub exact: usize,
-    pub kept: Kept<(), KeptScope>,
+    pub kept: Kept<(), KeptTerms>,
 }
 
-/// An event's vector as its user-document row holds it.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum RowVector {
-    /// Its f16 copy, and the stored vector's norm (computed in f32): scored here, within
-    /// `exact::halfvec_bound` of the f32 score.
-    Half(Arc<[half::f16]>, f64),
-    /// The event has no vector.
-    Absent,
-    /// The vector did not fit in the row: only the server scores it (from its f32 row).
-    Server,
-}
-
-impl RowVector {
-    /// From a row's `d_state` (bit 2: the vector is in the row, or there is none), `d_vec` and
-    /// `d_norm`.
-    pub(crate) fn of(state: i32, copy: Option<HalfVector>, norm: Option<f64>) -> Self {
-        match (state & 2 == 2, copy, norm) {
-            (true, Some(v), Some(n)) => RowVector::Half(v.to_vec().into(), n),
-            (true, None, _) => RowVector::Absent,
-            _ => RowVector::Server,
-        }
-    }
-
-    /// The negated inner product with `q` (pgvector's `<#>`), as the server would give it for
-    /// the f16 copy, and the stored vector's norm for the error bound; `None` for another
-    /// dimension's vector or none.
-    pub(crate) fn score(&self, q: &[f32]) -> Option<(f64, f64)> {
-        let RowVector::Half(h, norm) = self else { return None };
-        if h.len() != q.len() {
-            return None;
-        }
-        // Summed in f64 from the f32 query: nearer the f32 score than pgvector's f16 × f16 in f32,
-        // so its bound holds.
-        let ip: f64 = h.iter().zip(q).map(|(a, b)| f64::from(a.to_f32()) * f64::from(*b)).sum();
-        Some((-ip, *norm))
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            RowVector::Half(h, _) => 2 * h.len() + 32,
-            _ => 16,
-        }
-    }
-}
-
-/// A scope as a search read it: its terms and vector copies (both in the statement's row
-/// order), with each event's row version and place.
-pub(crate) struct KeptScope {
+/// A scope's terms as a search read them, with each event's row version and place.
+pub(crate) struct KeptTerms {
     terms: Arc<ScopeTerms>,
-    vectors: Arc<[RowVector]>,
-    /// Event id → (its row's version, its document's number in `terms` and `vectors`).
+    /// Event id → (its row's version, its document's number in `terms`).
     rows: HashMap<String, (i64, u32)>,
-    /// The greatest version among `rows`: a scope statement sends the rows above it.
+    /// The greatest version among `rows`: a scope statement sends the terms of rows above it.
     greatest: i64,
 }
 
-impl Weighed for KeptScope {
+impl Weighed for KeptTerms {
     fn bytes(&self) -> usize {
-        self.terms.heap_bytes()
-            + self.vectors.iter().map(RowVector::bytes).sum::<usize>()
-            + self.rows.keys().map(|id| id.len() + 48).sum::<usize>()
+        self.terms.heap_bytes() + self.rows.keys().map(|id| id.len() + 48).sum::<usize>()
     }
 }
 
-/// One row of a scope statement: the event, its row's version, and — when they were sent — its
-/// terms (`None`: it has none) and vector.
+/// One row of a scope statement: the event, its row's version, and its terms when they were sent
+/// (`Some(None)`: sent, and it has none).
 pub(crate) struct Row {
     pub id: String,
     pub version: i64,
-    pub sent: Option<(Option<String>, RowVector)>,
-}
-
-/// A scope's terms and vector copies, in the statement's row order.
-pub(crate) struct ScopeRows {
-    pub terms: Arc<ScopeTerms>,
-    pub vectors: Arc<[RowVector]>,
+    pub terms: Option<Option<String>>,
 }
 
 /// Where a filter's scope is kept, and what was kept there when its search began.
 pub(crate) struct Lookup {
     key: String,
-    entry: Option<Arc<KeptScope>>,
+    entry: Option<Arc<KeptTerms>>,
 }
 
 impl Lookup {
@@ -133,80 +73,72 @@ impl Scopes {
         Some(Lookup { key, entry })
     }
 
-    /// The scope's terms and vector copies from a statement's `rows` (in its order), asked with
-    /// `at`'s greatest version: a row `at`'s entry holds at that version is copied from it, one
-    /// sent is tokenised, any other is read by id (`users`' rows). Kept for the next search;
-    /// counted a hit when no row was read.
-    pub(crate) async fn rows(
+    /// The scope's terms from a statement's `rows` (in its order), asked with `at`'s greatest
+    /// version: a row `at`'s entry holds at that version is copied from it, one sent is
+    /// tokenised, any other is read by id (`users`' rows). Kept for the next search; counted a
+    /// hit when no row's text was read.
+    pub(crate) async fn terms(
         &self,
         c: &impl GenericClient,
         cid: CollectionId,
         users: &[String],
         at: Lookup,
         rows: Vec<Row>,
-    ) -> Result<ScopeRows, StoreError> {
+    ) -> Result<Arc<ScopeTerms>, StoreError> {
         let Lookup { key, entry: kept } = at;
         let held = |r: &Row| -> Option<u32> {
             let k = kept.as_ref()?;
             k.rows.get(&r.id).and_then(|&(v, doc)| (v == r.version).then_some(doc))
         };
         let unknown: Vec<String> =
-            rows.iter().filter(|r| r.sent.is_none() && held(r).is_none()).map(|r| r.id.clone()).collect();
-        let hit = kept.is_some() && unknown.is_empty() && rows.iter().all(|r| r.sent.is_none());
+            rows.iter().filter(|r| r.terms.is_none() && held(r).is_none()).map(|r| r.id.clone()).collect();
+        let hit = kept.is_some() && unknown.is_empty() && rows.iter().all(|r| r.terms.is_none());
         self.kept.count(hit);
         if let Some(k) = &kept
             && hit
             && rows.len() == k.terms.len()
-            && rows.iter().enumerate().all(|(i, r)| held(r) == Some(i as u32))
         {
-            return Ok(ScopeRows { terms: k.terms.clone(), vectors: k.vectors.clone() });
+            return Ok(k.terms.clone());
         }
-        let mut read: HashMap<String, (i64, Option<String>, RowVector)> = HashMap::new();
+        let mut read: HashMap<String, (i64, Option<String>)> = HashMap::new();
         if !unknown.is_empty() {
             // Read now, a newer snapshot: a row changed since carries its new version.
             for r in query_all(
                 c,
                 "SELECT DISTINCT ON (s.event_id) s.event_id, coalesce(s.d_version, 0),
-                        CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END,
-                        s.d_state::int, s.d_vec, s.d_norm::float8
+                        CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END
                  FROM event_subjects s
                  WHERE s.collection_id = $1 AND s.kind = 'u' AND s.subject_id = ANY($2) AND s.event_id = ANY($3)",
                 &[&cid, &users, &unknown],
             )
             .await?
             {
-                read.insert(r.get(0), (r.get(1), r.get(2), RowVector::of(r.get(3), r.get(4), r.get(5))));
+                read.insert(r.get(0), (r.get(1), r.get(2)));
             }
         }
         let mut terms = ScopeTerms::default();
-        let mut vectors = Vec::with_capacity(rows.len());
         let mut versions = HashMap::with_capacity(rows.len());
         let mut whole = true;
         for r in rows {
             let doc = terms.len() as u32;
             let from = held(&r);
-            let version = match (r.sent, from) {
-                (Some((sent, vector)), _) => {
+            let version = match (r.terms, from) {
+                (Some(sent), _) => {
                     terms.push(r.id.clone(), sent.as_deref());
-                    vectors.push(vector);
                     r.version
                 }
                 (None, Some(from)) => {
-                    let k = kept.as_ref().expect("held");
-                    terms.push_copied(&k.terms, from as usize);
-                    vectors.push(k.vectors[from as usize].clone());
+                    terms.push_copied(&kept.as_ref().expect("held").terms, from as usize);
                     r.version
                 }
                 (None, None) => match read.remove(&r.id) {
-                    Some((version, t, vector)) => {
+                    Some((version, t)) => {
                         terms.push(r.id.clone(), t.as_deref());
-                        vectors.push(vector);
                         version
                     }
-                    // Gone since the scope was read: no terms, no vector, and nothing to keep.
+                    // Gone since the scope was read: no terms, and nothing to keep.
                     None => {
                         terms.push(r.id.clone(), None);
-                        vectors.push(RowVector::Absent);
                         whole = false;
                         continue;
                     }
@@ -214,39 +146,11 @@ impl Scopes {
             };
             versions.insert(r.id, (version, doc));
         }
-        let (terms, vectors): (Arc<ScopeTerms>, Arc<[RowVector]>) = (Arc::new(terms), vectors.into());
+        let terms = Arc::new(terms);
         if whole {
             let greatest = versions.values().map(|&(v, _)| v).max().unwrap_or(-1);
-            let entry = KeptScope { terms: terms.clone(), vectors: vectors.clone(), rows: versions, greatest };
-            self.kept.put(key, (), Arc::new(entry));
+            self.kept.put(key, (), Arc::new(KeptTerms { terms: terms.clone(), rows: versions, greatest }));
         }
-        Ok(ScopeRows { terms, vectors })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RowVector;
-    use crate::exact::halfvec_bound;
-    use pgvector::HalfVector;
-
-    #[test]
-    fn a_copy_scores_within_the_bound_of_the_f32_score() {
-        let dim = 768;
-        let v: Vec<f32> = (0..dim).map(|i| ((i * 37 % 101) as f32 - 50.0) / 97.0).collect();
-        let q: Vec<f32> = (0..dim).map(|i| ((i * 53 % 89) as f32 - 44.0) / 61.0).collect();
-        let norm = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-        let row = RowVector::of(4 | 2, Some(HalfVector::from_f32_slice(&v)), Some(norm));
-        let (ip, n) = row.score(&q).expect("a copy of the query's dimension");
-        let exact: f64 = v.iter().zip(&q).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
-        let q_norm = q.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-        assert_eq!(n, norm);
-        assert!((ip + exact).abs() <= halfvec_bound(q_norm, norm, dim), "{ip} against −{exact}");
-        assert!((ip + exact).abs() > 0.0, "an f16 copy, not the f32 vector");
-        // Another dimension's copy, no vector, a vector only the server holds: no score here.
-        assert_eq!(row.score(&q[..16]), None);
-        assert_eq!(RowVector::of(4 | 2, None, None), RowVector::Absent);
-        assert_eq!(RowVector::of(4 | 1, None, None), RowVector::Server);
-        assert_eq!(RowVector::Absent.score(&q), None);
+        Ok(terms)
     }
 }
