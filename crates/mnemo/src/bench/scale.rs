@@ -346,6 +346,15 @@ pub async fn run(
                 service.get_context(again).await?;
                 ctx_again.push(ms(t));
             }
+            // How often the searches above found their scope kept (`store.scope_cache_mib`).
+            if let Some(k) = db.stats().await?.scope_cache {
+                println!(
+                    "  kept scopes after the reads: {} hits, {} misses, {:.1} MB kept",
+                    k.hits,
+                    k.misses,
+                    k.bytes as f64 / 1e6
+                );
+            }
             // Then get_context in a live conversation, each right after its writes: every write
             // makes each read connection start over (SQLite drops its page cache and memory map
             // when the file changed), so these come last and the measures above stay reads alone.
