@@ -24,19 +24,29 @@ fn filter(user: &str) -> EventFilter {
     EventFilter { user_id: vec![user.into()], active_only: true, ..Default::default() }
 }
 
-fn query() -> CandidateQuery {
+fn query(k: usize) -> CandidateQuery {
     CandidateQuery {
         vector: Some(vector(3)),
         terms: vec!["coffee".into(), "zebra".into()],
-        k: 100,
+        k,
         vector_hits: None,
         corpus: None,
     }
 }
 
+/// u's candidates, every event of the scope (`k` 100).
 async fn found(s: &PgStore, cid: CollectionId, user: &str) -> Found {
+    found_k(s, cid, user, 100).await
+}
+
+/// The two nearest: which two depends on every event's score, not only on the terms kept.
+async fn nearest(s: &PgStore, cid: CollectionId, user: &str) -> Found {
+    found_k(s, cid, user, 2).await
+}
+
+async fn found_k(s: &PgStore, cid: CollectionId, user: &str, k: usize) -> Found {
     let mut r: Found = s
-        .search_candidates(cid, filter(user), query())
+        .search_candidates(cid, filter(user), query(k))
         .await
         .unwrap()
         .into_iter()
@@ -81,11 +91,14 @@ async fn kept_terms_answer_as_a_search_without_them_whatever_changed() {
     let first = found(&kept, cid, "u0").await;
     assert_eq!((first.len(), &first), (4, &found(&plain, cid, "u0").await));
     assert_eq!(counts(&kept).await, (0, 1), "the first search reads the terms");
+    assert_eq!(nearest(&kept, cid, "u0").await, nearest(&plain, cid, "u0").await);
+    assert_eq!(counts(&kept).await, (1, 1), "a search for fewer events has the terms kept too");
+    assert_eq!(nearest(&kept, cid, "u0").await.len(), 2);
     assert_eq!(found(&kept, cid, "u0").await, first);
-    assert_eq!(counts(&kept).await, (1, 1), "the second has them");
+    assert_eq!(counts(&kept).await, (3, 1), "the second has them");
     add(&writer, cid, "u1", "more coffee", 10).await;
     assert_eq!(found(&kept, cid, "u0").await, first);
-    assert_eq!(counts(&kept).await, (2, 1), "another user's event leaves u0's rows as they were");
+    assert_eq!(counts(&kept).await, (4, 1), "another user's event leaves u0's rows as they were");
 
     // Each change of u0's, written by another store (another replica): answered as it is now,
     // with the changed rows' terms read (`read`), or none when rows only left the scope.
@@ -95,6 +108,7 @@ async fn kept_terms_answer_as_a_search_without_them_whatever_changed() {
         assert_eq!(now, fresh, "{what}: as without the cache");
         misses += u64::from(read);
         assert_eq!(counts(&kept).await.1, misses, "{what}: terms read again: {read}");
+        assert_eq!(nearest(&kept, cid, "u0").await, nearest(&plain, cid, "u0").await, "{what}: the nearest two");
         now
     };
     let patch = |text: &str| EventPatch {
@@ -132,6 +146,12 @@ async fn kept_terms_answer_as_a_search_without_them_whatever_changed() {
     let r = same("the earlier version, committed after", true).await;
     let after = r.iter().find(|r| r.0 == ids[2]).unwrap().2;
     assert!(after > before, "the new terms count: {before:?} → {after:?}");
+
+    // A new vector (re-indexing): the row is new (its version moves), and it is now the nearest.
+    writer.set_event_vector(cid, &ids[2], vector(3), None).await.unwrap();
+    same("a new vector", true).await;
+    let near = nearest(&kept, cid, "u0").await;
+    assert!(near.iter().any(|r| r.0 == ids[2] && r.1 > Some(0.99)), "{near:?}");
 
     writer.forget_user(cid, "u0").await.unwrap();
     assert!(same("forgotten", false).await.is_empty());
