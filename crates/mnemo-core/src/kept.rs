@@ -79,6 +79,11 @@ impl<S: Clone, V: Weighed> Kept<S, V> {
         e.evict(self.capacity);
     }
 
+    /// Bytes that can be kept beyond what is, without evicting anything.
+    pub fn room(&self) -> usize {
+        self.capacity.saturating_sub(self.entries.lock().expect("kept scopes").bytes)
+    }
+
     /// Searches served from a kept entry and those that read their own, since start; bytes held.
     pub fn counts(&self) -> (u64, u64, usize) {
         let bytes = self.entries.lock().expect("kept scopes").bytes;

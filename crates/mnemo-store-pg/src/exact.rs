@@ -6,7 +6,7 @@
 use crate::sql::query_all;
 use deadpool_postgres::GenericClient;
 use mnemo_core::StoreError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// An event of a small scope: the negated inner product of its vector with the query, exact —
 /// or, when `approx_norm` is set, of the vectors' f16 copies (then the stored vector's norm, for
@@ -21,7 +21,9 @@ pub(crate) struct Doc {
 /// full-text hit, exact. Half-precision scores (the user-document index) only decide which
 /// events cannot matter: an event whose f16 score plus its error bound stays below the k-th
 /// lower bound is out; the exact f32 score of every other approximate event is read (one round
-/// trip, by primary key), so the result is what scoring every event in f32 gives.
+/// trip, by primary key), so the result is what scoring every event in f32 gives. An event whose
+/// f32 vector is gone by then was deleted since the scope was read: it is named (to be no
+/// candidate at all) and has no score.
 pub(crate) async fn vector_part(
     c: &impl GenericClient,
     docs: &[Doc],
@@ -29,7 +31,7 @@ pub(crate) async fn vector_part(
     qv: &pgvector::Vector,
     dim: i32,
     k: usize,
-) -> Result<HashMap<String, f32>, StoreError> {
+) -> Result<(HashMap<String, f32>, HashSet<String>), StoreError> {
     let q_norm = qv.as_slice().iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
     // (event, score = -inner product as pgvector's `<#>` gives it, error bound of the score)
     let scored: Vec<(&String, f64, f64)> = docs
@@ -74,6 +76,8 @@ pub(crate) async fn vector_part(
     for r in &rows {
         exact.insert(r.get(0), r.get(1));
     }
+    let gone: HashSet<String> =
+        refetch.iter().filter(|id| !exact.contains_key(id.as_str())).map(|id| id.to_string()).collect();
     // pgvector's `<#>` is the negated inner product: nearest first, ties by id, as
     // `ORDER BY vec <#> q, event_id` orders them.
     let mut near: Vec<(&str, f64)> =
@@ -87,7 +91,7 @@ pub(crate) async fn vector_part(
             cosine.entry(id.clone()).or_insert((-ip) as f32);
         }
     }
-    Ok(cosine)
+    Ok((cosine, gone))
 }
 
 /// How far pgvector's inner product of the f16 copies (`halfvec <#> halfvec`) can be from the

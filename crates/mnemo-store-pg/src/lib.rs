@@ -66,8 +66,8 @@ pub struct PgOptions {
     pub read_url: Option<String>,
     /// `maintenance_work_mem` (MiB, at least) for the index builds after a bulk load.
     pub index_build_mib: u32,
-    /// Memory for small scopes' terms kept between searches on this replica (MiB; 0: none;
-    /// `scope_cache`).
+    /// Memory for small scopes' terms and vector copies kept between searches on this replica
+    /// (MiB; 0: none; `scope_cache`).
     pub scope_cache_mib: usize,
 }
 

@@ -9,7 +9,10 @@
 //!   place are read by primary key (`exact::halfvec_bound`), and a last statement loads the
 //!   candidates' rows. While the query is still being embedded, that statement is split: the
 //!   terms and statistics are read meanwhile, with the BM25 hits' rows (`candidates::Early`),
-//!   and the inner products once the vector is there;
+//!   and the inner products once the vector is there — by the server in a second statement, or,
+//!   for a scope this replica keeps (`scope_cache`: its terms and the f16 copies of its
+//!   vectors, of which a statement sends only the rows whose version is not kept), here, from
+//!   the copies the first statement's snapshot holds;
 //! - a larger scope uses the HNSW index of the collection's dimension with
 //!   `hnsw.iterative_scan` (a filtered HNSW scan otherwise returns too few rows, even none) —
 //!   for a real model's vectors the index of their signs ([`VectorIndex::Bits`]), whose nearest
@@ -19,7 +22,7 @@
 use crate::PgStore;
 use crate::candidates::{Early, load_candidates};
 use crate::exact::{Doc, vector_part};
-use crate::scope_cache::{Lookup, Row, Scopes};
+use crate::scope_cache::{Lookup, Row, RowVector, Scopes, score_here};
 use crate::sql::{Args, Tx, backend, begin_read, event_filter_sql, query_all, query_one};
 use crate::vector_index::VectorIndex;
 use async_trait::async_trait;
@@ -219,7 +222,15 @@ async fn candidates_kept(
     search.qv = vector.known().await.map(|v| pgvector::Vector::from(v.clone()));
     search.dim = search.qv.as_ref().map(|v| v.as_slice().len() as i32);
     // A small scope: what it read, its BM25 hits, their rows if read early.
+    let here = q.vector_hits.is_none();
     let small = match early {
+        // Every vector copy kept here: scored here, from the snapshot that read the terms.
+        Some(Some((mut scope, bm25, rows))) if here && !scope.needs_server() => {
+            if let (Some(qv), Some(vectors)) = (&search.qv, &scope.vectors) {
+                score_here(&mut scope.docs, vectors, qv.as_slice());
+            }
+            Some((scope, bm25, rows))
+        }
         Some(Some((mut scope, mut bm25, rows))) if search.qv.is_some() => {
             // The same scope's scores, read now: another snapshot, so an event deleted meanwhile
             // leaves the BM25 hits too, and one written meanwhile has its vector score alone.
@@ -231,12 +242,15 @@ async fn candidates_kept(
             })
         }
         Some(early) => early,
-        None => small_scope(&*conn, &search, Read::All).await?.map(|scope| {
+        None => small_scope(&*conn, &search, Read::All).await?.map(|mut scope| {
+            if let (Some(qv), Some(vectors), true) = (&search.qv, &scope.vectors, here) {
+                score_here(&mut scope.docs, vectors, qv.as_slice());
+            }
             let bm25 = scope.bm25(q);
             (scope, bm25, Early::default())
         }),
     };
-    let Some((scope, bm25, rows)) = small else {
+    let Some((scope, mut bm25, rows)) = small else {
         let tx = begin_read(conn).await?;
         return Ok((large_scope(&tx, &search).await?, None));
     };
@@ -244,7 +258,9 @@ async fn candidates_kept(
     let cosine = match (&q.vector_hits, qv, dim) {
         (Some(hits), _, _) => hits.iter().cloned().collect(),
         (None, Some(qv), Some(dim)) if !scope.docs.is_empty() => {
-            vector_part(&*conn, &scope.docs, &bm25, qv, dim, q.k).await?
+            let (cosine, gone) = vector_part(&*conn, &scope.docs, &bm25, qv, dim, q.k).await?;
+            bm25.retain(|id, _| !gone.contains(id));
+            cosine
         }
         _ => HashMap::new(),
     };
@@ -268,15 +284,23 @@ struct Search<'a> {
     scopes: &'a Scopes,
 }
 
-/// A small scope's events, their terms (tokenised once, for both searches) and BM25 statistics.
+/// A small scope's events, their terms (tokenised once, for both searches) and BM25 statistics;
+/// with the scope kept on this replica, the events' vector copies too (in `docs`' order).
 struct Scope {
     docs: Vec<Doc>,
     terms: Arc<ScopeTerms>,
+    vectors: Option<Arc<[RowVector]>>,
     stats: CorpusStats,
     df: HashMap<String, u64>,
 }
 
 impl Scope {
+    /// Whether an event's inner product can only come from the server: no copies kept, or a
+    /// vector too large for its row.
+    fn needs_server(&self) -> bool {
+        self.vectors.as_ref().is_none_or(|v| v.contains(&RowVector::Server))
+    }
+
     /// The `q.k` best BM25 scores of the scope's events (none without query terms).
     fn bm25(&self, q: &CandidateQuery) -> HashMap<String, f64> {
         match q.terms.is_empty() {
@@ -349,12 +373,16 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
     let want_terms = !q.terms.is_empty() && read != Read::Vectors;
     // Where the scope's terms are kept and what is kept there (through the index, cache on).
     let mut kept: Option<Lookup> = None;
+    // Above which version rows send their vector copies (`Lookup::copies_above`), if at all.
+    let mut copies: Option<i64> = None;
     let (scope_sql, terms, ip, norm, mut a) = if user_docs_serve(f, qv) {
-        // Scored inside the scope: only the scores are materialised, never the f16 copies.
+        // Scored inside the scope: only the scores are materialised, or the copies of rows this
+        // replica keeps copies of (`copies`).
         let (scope_where, mut a) = user_docs_where(cid, f);
         let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
         let stored = "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END";
         kept = s.scopes.lookup(cid, f).filter(|_| want_terms);
+        copies = kept.as_ref().and_then(|l| l.copies_above(s.scopes.room()));
         let terms = match &kept {
             _ if !want_terms => "NULL::text".to_string(),
             // Only rows above the greatest version kept send theirs. A parameter, not a
@@ -365,6 +393,16 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
             None => stored.to_string(),
         };
         let (ip, norm) = match (qv, dim) {
+            // The rows' copies kept or sent: scored here, only a vector too large for its row there.
+            (Some(qv), Some(dim)) if want_ip && copies.is_some() => {
+                let (v, d) = (a.push(qv.clone()), a.push(dim));
+                (
+                    format!(
+                        "CASE WHEN s.d_state & 2 <> 2 THEN (SELECT v.vec <#> {v} FROM event_vectors v WHERE v.event_id = s.event_id AND v.dim = {d}) END"
+                    ),
+                    "NULL::float8".into(),
+                )
+            }
             (Some(qv), Some(dim)) if want_ip => {
                 let (v, d) = (a.push(qv.clone()), a.push(dim));
                 (
@@ -377,9 +415,14 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
             }
             _ => ("NULL::float8".into(), "NULL::float8".into()),
         };
+        let copy = match copies {
+            Some(above) => format!("CASE WHEN coalesce(s.d_version, 0) > {}::bigint THEN s.d_vec END", a.push(above)),
+            None => "NULL::halfvec".into(),
+        };
         let scope_sql = format!(
             "SELECT {distinct} s.event_id AS id, {terms} AS terms, {ip} AS ip, {norm} AS norm,
-                    coalesce(s.d_version, 0) AS version
+                    coalesce(s.d_version, 0) AS version, {copy} AS copy, s.d_norm::float8 AS copy_norm,
+                    s.d_state::int AS state
              FROM event_subjects s WHERE {scope_where}"
         );
         (scope_sql, "s.terms".to_string(), "s.ip".to_string(), "s.norm".to_string(), a)
@@ -392,7 +435,10 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
             }
             _ => "NULL::float8".into(),
         };
-        (format!("SELECT id, terms FROM events WHERE {where_sql}"), "s.terms".into(), ip, "NULL::float8".into(), a)
+        let sql = format!(
+            "SELECT id, terms, NULL::halfvec AS copy, NULL::float8 AS copy_norm, NULL::int AS state FROM events WHERE {where_sql}"
+        );
+        (sql, "s.terms".into(), ip, "NULL::float8".into(), a)
     };
     let cap = a.push((exact_scope + 1) as i64);
     let exact = a.push(exact_scope as i64);
@@ -405,10 +451,10 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
     } else {
         let t = a.push(tokens.to_vec());
         format!(
-            "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint FROM (
+            "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, COALESCE(SUM(docs), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, NULL, NULL, NULL FROM (
                  SELECT docs, tokens FROM collection_stats WHERE collection_id = $1
                  UNION ALL SELECT docs, tokens FROM collection_stats_delta WHERE collection_id = $1) st
-             UNION ALL SELECT 2, term, NULL, NULL, NULL, SUM(df)::bigint, NULL FROM (
+             UNION ALL SELECT 2, term, NULL, NULL, NULL, SUM(df)::bigint, NULL, NULL, NULL, NULL FROM (
                  SELECT term, df FROM term_stats WHERE collection_id = $1 AND term = ANY({t})
                  UNION ALL SELECT term, df FROM term_stats_delta WHERE collection_id = $1 AND term = ANY({t})) d
              GROUP BY term"
@@ -417,14 +463,15 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
     let sql = format!(
         "WITH scope AS MATERIALIZED ({scope_sql} LIMIT {cap}),
               small AS (SELECT count(*) <= {exact} AS yes FROM scope)
-         SELECT 0, s.id, {terms}, {ip}, {norm}, {version}, NULL::bigint FROM scope s WHERE (SELECT yes FROM small)
-         UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM small)
+         SELECT 0, s.id, {terms}, {ip}, {norm}, {version}, NULL::bigint, s.copy, s.copy_norm, s.state FROM scope s WHERE (SELECT yes FROM small)
+         UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM small)
          {stats}"
     );
     let rows = query_all(c, &sql, &a.refs()).await?;
     let mut out = Scope {
         docs: Vec::new(),
         terms: Arc::default(),
+        vectors: None,
         stats: CorpusStats { docs: 0, tokens: 0 },
         df: HashMap::new(),
     };
@@ -435,8 +482,11 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
                 match &kept {
                     Some(l) => {
                         let version: i64 = r.get(5);
-                        let sent = (version > l.greatest()).then(|| r.get(2));
-                        versioned.push(Row { id: r.get(1), version, terms: sent });
+                        let terms = (version > l.greatest()).then(|| r.get(2));
+                        let vector = copies
+                            .filter(|&above| version > above)
+                            .map(|_| RowVector::of(r.get(9), r.get(7), r.get(8)));
+                        versioned.push(Row { id: r.get(1), version, terms, vector });
                     }
                     None if want_terms => terms.push(r.get(1), r.get(2)),
                     None => {}
@@ -453,10 +503,13 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
             _ => return Ok(None), // more than `exact_scope` events
         }
     }
-    out.terms = match kept {
-        Some(l) => s.scopes.terms(c, cid, &f.user_id, l, versioned).await?,
-        None => Arc::new(terms),
-    };
+    match kept {
+        Some(l) => {
+            let rows = s.scopes.rows(c, cid, &f.user_id, l, copies.is_some(), versioned).await?;
+            (out.terms, out.vectors) = (rows.terms, rows.vectors);
+        }
+        None => out.terms = Arc::new(terms),
+    }
     Ok(Some(out))
 }
 

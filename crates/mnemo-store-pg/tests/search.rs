@@ -1,6 +1,8 @@
 //! A small scope's search on PostgreSQL while its query is still being embedded: the scope's
-//! terms are read meanwhile, its vector scores once the vector arrives (two statements, two
-//! snapshots). What changes between them must not surface as a wrong answer.
+//! terms are read meanwhile, and its vector scores once the vector arrives — from the server in
+//! a second statement (two snapshots) when the replica keeps no copies of the vectors, here
+//! from the copies the first statement sent (one snapshot) when it does. What changes between
+//! the two must not surface as a wrong answer.
 
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
@@ -35,13 +37,19 @@ fn ids(found: &[Candidate]) -> Vec<String> {
     ids
 }
 
-/// A store on `schema` whose connections name themselves after it (`application_name`).
-async fn open(url: &str, schema: &str, exact_scope: usize) -> PgStore {
+/// A store on `schema` whose connections name themselves after it (`application_name`), keeping
+/// scopes (and so their vector copies) with `kept` MiB.
+async fn open(url: &str, schema: &str, exact_scope: usize, kept: usize) -> PgStore {
     let sep = if url.contains('?') { '&' } else { '?' };
     let named = format!("{url}{sep}application_name={schema}");
-    PgStore::connect(PgOptions { pool: 3, schema: Some(schema.into()), exact_scope, ..PgOptions::new(&named) })
-        .await
-        .unwrap()
+    let o = PgOptions {
+        pool: 3,
+        schema: Some(schema.into()),
+        exact_scope,
+        scope_cache_mib: kept,
+        ..PgOptions::new(&named)
+    };
+    PgStore::connect(o).await.unwrap()
 }
 
 /// Until one of `schema`'s connections has read a small scope, then its BM25 hits' rows and turns
@@ -70,11 +78,16 @@ async fn after_the_terms_read(url: &str, schema: &str) {
     panic!("the search never read its scope while the vector was pending");
 }
 
-/// A store on a fresh `schema` whose exact scan stops at `exact_scope` events, with user u's four
-/// events (two about piano in Kyoto), or `None` without a database.
-async fn setup(what: &str, schema: &str, exact_scope: usize) -> Option<(String, PgStore, Collection, Vec<Event>)> {
+/// A store on a fresh `schema` whose exact scan stops at `exact_scope` events, keeping scopes with
+/// `kept` MiB, with user u's four events (two about piano in Kyoto), or `None` without a database.
+async fn setup(
+    what: &str,
+    schema: &str,
+    exact_scope: usize,
+    kept: usize,
+) -> Option<(String, PgStore, Collection, Vec<Event>)> {
     let (url, _) = common::fresh_store(what, schema).await?;
-    let store = open(&url, schema, exact_scope).await;
+    let store = open(&url, schema, exact_scope, kept).await;
     let c = common::collection(&store, "c", DIM as u32).await;
     let texts = ["kyoto piano lessons", "piano in kyoto", "a hike in kyoto", "coffee at noon"];
     let events = store.insert_events((0..4).map(|i| event(c.id, i, texts[i])).collect()).await.unwrap();
@@ -91,7 +104,9 @@ fn user_query() -> (EventFilter, CandidateQuery) {
 #[tokio::test]
 async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_then() {
     let schema = "search_while_embedding";
-    let Some((url, store, c, events)) = setup("a search while its query embeds", schema, 5_000).await else { return };
+    let Some((url, store, c, events)) = setup("a search while its query embeds", schema, 5_000, 0).await else {
+        return;
+    };
     let (f, q) = user_query();
     // While the query "embeds": the best vector hit and full-text hit goes, a new piano event comes.
     let (gone, store_ref, cid, url) = (events[1].id.clone(), &store, c.id, &url);
@@ -123,7 +138,7 @@ async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_t
 #[tokio::test]
 async fn a_scope_that_outgrows_the_exact_scan_while_the_query_embeds_is_searched_as_a_large_one() {
     let schema = "search_outgrown";
-    let Some((url, store, c, _)) = setup("a scope outgrown while its query embeds", schema, 4).await else { return };
+    let Some((url, store, c, _)) = setup("a scope outgrown while its query embeds", schema, 4, 0).await else { return };
     let (f, q) = user_query();
     let (store_ref, cid, url) = (&store, c.id, &url);
     let embedding: PendingVector<'_> = Box::pin(async move {
@@ -136,6 +151,50 @@ async fn a_scope_that_outgrows_the_exact_scan_while_the_query_embeds_is_searched
     let again = store.search_candidates(c.id, f, CandidateQuery { vector: Some(vector(2)), ..q }).await.unwrap();
     assert_eq!(ids(&again), ids(&hops.first));
     for (a, b) in again.iter().zip(&hops.first) {
+        assert_eq!((a.cosine, a.bm25), (b.cosine, b.bm25), "{}", a.event.id);
+    }
+}
+
+#[tokio::test]
+async fn with_the_vectors_kept_here_a_search_answers_from_the_snapshot_that_read_its_scope() {
+    let schema = "search_kept_copies";
+    let Some((url, store, c, events)) = setup("a kept scope while its query embeds", schema, 5_000, 64).await else {
+        return;
+    };
+    let (f, q) = user_query();
+    let known = CandidateQuery { vector: Some(vector(1)), ..q.clone() };
+    // The scope kept by a first search (its terms) and a second (its vector copies); what it
+    // answers before the changes.
+    store.search_candidates(c.id, f.clone(), known.clone()).await.unwrap();
+    let before = store.search_candidates(c.id, f.clone(), known.clone()).await.unwrap();
+    assert_eq!(before.len(), 4);
+    let misses = store.stats().await.unwrap().scope_cache.unwrap().misses;
+    let (gone, store_ref, cid, url) = (events[1].id.clone(), &store, c.id, &url);
+    let embedding: PendingVector<'_> = Box::pin(async move {
+        after_the_terms_read(url, schema).await;
+        assert!(store_ref.delete_event(cid, &gone).await.unwrap());
+        store_ref.insert_event(event(cid, 5, "piano piano piano")).await.unwrap();
+        Some(vector(1))
+    });
+    let hops = store.search_candidates_then(c.id, f.clone(), q.clone(), embedding, no_second()).await.unwrap();
+    let kept = store.stats().await.unwrap().scope_cache.unwrap();
+    assert_eq!(kept.misses, misses, "the kept scope served the search");
+    // No second statement: the scores come from the copies the scope statement's snapshot
+    // holds, so the search answers as the scope was then — but for the deleted event, whose f32
+    // vector, read to place it exactly, was gone: no candidate. The new one is not yet seen.
+    let then: Vec<&Candidate> = before.iter().filter(|b| b.event.id != events[1].id).collect();
+    let then_ids: Vec<String> = then.iter().map(|b| b.event.id.clone()).collect();
+    assert_eq!(ids(&hops.first), then_ids, "as before the changes, without the deleted event");
+    for (a, b) in hops.first.iter().zip(&then) {
+        assert_eq!((a.cosine, a.bm25), (b.cosine, b.bm25), "{}: scored here as the server scored it", a.event.id);
+    }
+    // The next search sees both changes, and scores as a store without copies does.
+    let after = store.search_candidates(c.id, f.clone(), known.clone()).await.unwrap();
+    let plain = open(url, schema, 5_000, 0).await;
+    let fresh = plain.search_candidates(c.id, f, known).await.unwrap();
+    assert_eq!(ids(&after), ids(&fresh));
+    assert!(!ids(&after).contains(&events[1].id) && after.len() == 4, "{:?}", ids(&after));
+    for (a, b) in after.iter().zip(&fresh) {
         assert_eq!((a.cosine, a.bm25), (b.cosine, b.bm25), "{}", a.event.id);
     }
 }

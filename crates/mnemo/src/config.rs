@@ -295,8 +295,9 @@ pub struct StoreConfig {
     /// reads its user's events' terms (and, on sqlite, vector copies) before its query vector
     /// exists; kept, the same user's next search (every `get_context` of a conversation) reads
     /// neither while nothing of the user's changed. ~2.5 MB for a user of 1,000 events on
-    /// sqlite; postgres keeps the terms alone, per replica (~0.8 MB), and reads the terms of
-    /// the rows whose version changed.
+    /// sqlite; postgres keeps the same per replica (~2.2 MB; the copies from a user's second
+    /// search on, while there is room), reads the rows whose version changed, and scores a
+    /// kept scope's vectors on the replica.
     pub scope_cache_mib: usize,
     /// postgres: `postgres://user:password@host:port/database`.
     pub url: Option<String>,
