@@ -23,13 +23,18 @@ pub struct Kept<S, V> {
 struct Entries<S, V> {
     lru: LruCache<String, (S, Arc<V>, usize)>,
     bytes: usize,
+    /// When an entry last had to go to make room.
+    evicted: Option<std::time::Instant>,
 }
+
+/// How long after an eviction the cache counts as full (`Kept::room`).
+const PRESSED: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl<S: Clone, V: Weighed> Kept<S, V> {
     /// At most `mib` MiB (0: off — nothing is kept).
     pub fn new(mib: usize) -> Self {
         Self {
-            entries: Mutex::new(Entries { lru: LruCache::new_unbounded(), bytes: 0 }),
+            entries: Mutex::new(Entries { lru: LruCache::new_unbounded(), bytes: 0, evicted: None }),
             capacity: mib << 20,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -79,9 +84,15 @@ impl<S: Clone, V: Weighed> Kept<S, V> {
         e.evict(self.capacity);
     }
 
-    /// Bytes that can be kept beyond what is, without evicting anything.
+    /// Bytes that can be kept beyond what is without evicting anything — none while entries have
+    /// had to go in the last minute (the cache holds fewer than its users: what it could take
+    /// now it will need for them).
     pub fn room(&self) -> usize {
-        self.capacity.saturating_sub(self.entries.lock().expect("kept scopes").bytes)
+        let e = self.entries.lock().expect("kept scopes");
+        match e.evicted {
+            Some(t) if t.elapsed() < PRESSED => 0,
+            _ => self.capacity.saturating_sub(e.bytes),
+        }
     }
 
     /// Searches served from a kept entry and those that read their own, since start; bytes held.
@@ -96,6 +107,7 @@ impl<S, V> Entries<S, V> {
         while self.bytes > capacity {
             let Some((_, (_, _, b))) = self.lru.remove_lru() else { break };
             self.bytes -= b;
+            self.evicted = Some(std::time::Instant::now());
         }
     }
 }
@@ -124,6 +136,10 @@ mod tests {
         assert_eq!(kept.counts().2, mib / 2 + mib / 4);
         kept.put("huge".into(), 4, Arc::new(Blob(2 * mib)));
         assert!(kept.get("huge").is_none(), "larger than the whole cache: not kept");
+        assert_eq!(kept.room(), 0, "b was evicted just now: no room counted");
+        let fresh: Kept<u8, Blob> = Kept::new(1);
+        fresh.put("a".into(), 1, Arc::new(Blob(mib / 4)));
+        assert_eq!(fresh.room(), mib - mib / 4, "nothing evicted: what is left");
         let off: Kept<u8, Blob> = Kept::new(0);
         off.put("a".into(), 1, Arc::new(Blob(1)));
         assert!(off.is_off() && off.get("a").is_none());
