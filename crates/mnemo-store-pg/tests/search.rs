@@ -6,7 +6,7 @@
 
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
-use mnemo_core::store::{NextTerms, PendingVector};
+use mnemo_core::store::{NextTerms, PendingVector, TwoHops};
 use mnemo_store_pg::{PgOptions, PgStore};
 mod common;
 
@@ -101,6 +101,27 @@ fn user_query() -> (EventFilter, CandidateQuery) {
     (f, CandidateQuery { vector: None, terms, k: 10, vector_hits: None, corpus: None })
 }
 
+/// u's search for "kyoto piano" with its vector pending: while the query "embeds" (after the
+/// terms were read), the best vector and full-text hit (`events[1]`) goes and a new piano event
+/// comes.
+async fn searched_while_changed(
+    url: &str,
+    schema: &str,
+    store: &PgStore,
+    cid: CollectionId,
+    events: &[Event],
+) -> TwoHops {
+    let (f, q) = user_query();
+    let gone = events[1].id.clone();
+    let embedding: PendingVector<'_> = Box::pin(async move {
+        after_the_terms_read(url, schema).await;
+        assert!(store.delete_event(cid, &gone).await.unwrap());
+        store.insert_event(event(cid, 5, "piano piano piano")).await.unwrap();
+        Some(vector(1))
+    });
+    store.search_candidates_then(cid, f, q, embedding, no_second()).await.unwrap()
+}
+
 #[tokio::test]
 async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_then() {
     let schema = "search_while_embedding";
@@ -108,15 +129,7 @@ async fn an_event_deleted_or_added_while_the_query_embeds_is_answered_as_it_is_t
         return;
     };
     let (f, q) = user_query();
-    // While the query "embeds": the best vector hit and full-text hit goes, a new piano event comes.
-    let (gone, store_ref, cid, url) = (events[1].id.clone(), &store, c.id, &url);
-    let embedding: PendingVector<'_> = Box::pin(async move {
-        after_the_terms_read(url, schema).await;
-        assert!(store_ref.delete_event(cid, &gone).await.unwrap());
-        store_ref.insert_event(event(cid, 5, "piano piano piano")).await.unwrap();
-        Some(vector(1))
-    });
-    let hops = store.search_candidates_then(c.id, f.clone(), q.clone(), embedding, no_second()).await.unwrap();
+    let hops = searched_while_changed(&url, schema, &store, c.id, &events).await;
     let found = ids(&hops.first);
     assert!(!found.contains(&events[1].id), "a deleted event is no candidate: {found:?}");
     assert_eq!(found.len(), 4, "three of the first four and the new one: {found:?}");
@@ -169,14 +182,7 @@ async fn with_the_vectors_kept_here_a_search_answers_from_the_snapshot_that_read
     let before = store.search_candidates(c.id, f.clone(), known.clone()).await.unwrap();
     assert_eq!(before.len(), 4);
     let misses = store.stats().await.unwrap().scope_cache.unwrap().misses;
-    let (gone, store_ref, cid, url) = (events[1].id.clone(), &store, c.id, &url);
-    let embedding: PendingVector<'_> = Box::pin(async move {
-        after_the_terms_read(url, schema).await;
-        assert!(store_ref.delete_event(cid, &gone).await.unwrap());
-        store_ref.insert_event(event(cid, 5, "piano piano piano")).await.unwrap();
-        Some(vector(1))
-    });
-    let hops = store.search_candidates_then(c.id, f.clone(), q.clone(), embedding, no_second()).await.unwrap();
+    let hops = searched_while_changed(&url, schema, &store, c.id, &events).await;
     let kept = store.stats().await.unwrap().scope_cache.unwrap();
     assert_eq!(kept.misses, misses, "the kept scope served the search");
     // No second statement: the scores come from the copies the scope statement's snapshot
@@ -190,7 +196,7 @@ async fn with_the_vectors_kept_here_a_search_answers_from_the_snapshot_that_read
     }
     // The next search sees both changes, and scores as a store without copies does.
     let after = store.search_candidates(c.id, f.clone(), known.clone()).await.unwrap();
-    let plain = open(url, schema, 5_000, 0).await;
+    let plain = open(&url, schema, 5_000, 0).await;
     let fresh = plain.search_candidates(c.id, f, known).await.unwrap();
     assert_eq!(ids(&after), ids(&fresh));
     assert!(!ids(&after).contains(&events[1].id) && after.len() == 4, "{:?}", ids(&after));
