@@ -186,7 +186,7 @@ impl Scopes {
     /// The scope's terms, and its vector copies when `copies` (the statement asked for them),
     /// from a statement's `rows` (in its order), asked with `at`'s greatest version: a row `at`'s
     /// entry holds at that version is copied from it, one sent is tokenised, any other is read by
-    /// id (`users`' rows). Kept for the next search; counted a hit when no row was read.
+    /// id (`users`' rows). Kept for the next search; counted a hit when no row's terms were read.
     pub(crate) async fn rows(
         &self,
         c: &impl GenericClient,
@@ -203,10 +203,13 @@ impl Scopes {
         };
         let unknown: Vec<String> =
             rows.iter().filter(|r| r.terms.is_none() && held(r).is_none()).map(|r| r.id.clone()).collect();
-        let hit = kept.is_some() && unknown.is_empty() && rows.iter().all(|r| r.terms.is_none() && r.vector.is_none());
+        // A hit: the entry served every row's terms (copies sent to a scope kept without them
+        // are an addition, not a miss).
+        let hit = kept.is_some() && unknown.is_empty() && rows.iter().all(|r| r.terms.is_none());
         self.kept.count(hit);
         if let Some(k) = &kept
             && hit
+            && rows.iter().all(|r| r.vector.is_none())
             && k.vectors.is_some() == copies
             && rows.len() == k.terms.len()
             && rows.iter().enumerate().all(|(i, r)| held(r) == Some(i as u32))
