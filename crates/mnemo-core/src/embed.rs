@@ -57,6 +57,28 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// `(Σ q·h, Σ |q·h|)` in eight lanes the compiler keeps in vector registers (a sum in one
+/// accumulator cannot be vectorised: each addition waits for the last). The order of the
+/// additions differs from a sequential sum; an error bound over the products (the stores' f16 copies) holds for any order.
+pub fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
+    const L: usize = 8;
+    let (mut s, mut m) = ([0f32; L], [0f32; L]);
+    let (qc, hc) = (q.chunks_exact(L), h.chunks_exact(L));
+    let (qr, hr) = (qc.remainder(), hc.remainder());
+    for (a, b) in qc.zip(hc) {
+        for i in 0..L {
+            let p = a[i] * b[i];
+            s[i] += p;
+            m[i] += p.abs();
+        }
+    }
+    for (a, b) in qr.iter().zip(hr) {
+        s[0] += a * b;
+        m[0] += (a * b).abs();
+    }
+    (s.iter().sum(), m.iter().sum())
+}
+
 pub fn normalize(v: &mut [f32]) {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     if n > 0.0 {

@@ -72,15 +72,8 @@ impl RowVector {
         h.convert_to_f32_slice(widened);
         // Summed in f32 in eight lanes from the f32 query (pgvector sums f16 × f16 in f32 in
         // one): within `exact::halfvec_bound` as the server's score is.
-        let mut lanes = [0f32; 8];
-        let (qs, ws) = (q.chunks_exact(8), widened.chunks_exact(8));
-        let tail: f32 = qs.remainder().iter().zip(ws.remainder()).map(|(a, b)| a * b).sum();
-        for (a, b) in qs.zip(ws) {
-            for i in 0..8 {
-                lanes[i] += a[i] * b[i];
-            }
-        }
-        Some((-f64::from(lanes.iter().sum::<f32>() + tail), *norm))
+        let (ip, _) = mnemo_core::embed::dot_and_magnitude(q, widened);
+        Some((-f64::from(ip), *norm))
     }
 
     fn bytes(&self) -> usize {
@@ -156,13 +149,13 @@ impl Lookup {
     }
 
     /// Above which version the scope statement sends rows' vector copies, if at all: not for a
-    /// scope's first search (none kept), every row's for one kept without them while `room`
+    /// scope's first search (none kept), every row's for one kept without them while `room()`
     /// bytes hold them, those above the greatest kept for one kept with them.
-    pub(crate) fn copies_above(&self, room: usize) -> Option<i64> {
+    pub(crate) fn copies_above(&self, room: impl FnOnce() -> usize) -> Option<i64> {
         let k = self.entry.as_ref()?;
         match &k.vectors {
             Some(_) => Some(k.greatest),
-            None => (room >= k.rows.len() * COPY_BYTES).then_some(-1),
+            None => (room() >= k.rows.len() * COPY_BYTES).then_some(-1),
         }
     }
 }
@@ -296,11 +289,11 @@ mod tests {
             greatest: 9,
         };
         let at = |e: Option<KeptScope>| Lookup { key: "k".into(), entry: e.map(Arc::new) };
-        assert_eq!(at(None).copies_above(usize::MAX), None, "a first search: the server scores");
-        assert_eq!(at(Some(entry(None))).copies_above(10 * COPY_BYTES), Some(-1), "a second: every row's");
-        assert_eq!(at(Some(entry(None))).copies_above(10 * COPY_BYTES - 1), None, "no room: none");
+        assert_eq!(at(None).copies_above(|| usize::MAX), None, "a first search: the server scores");
+        assert_eq!(at(Some(entry(None))).copies_above(|| 10 * COPY_BYTES), Some(-1), "a second: every row's");
+        assert_eq!(at(Some(entry(None))).copies_above(|| 10 * COPY_BYTES - 1), None, "no room: none");
         let copies: Arc<[RowVector]> = vec![RowVector::Absent; 10].into();
-        assert_eq!(at(Some(entry(Some(copies)))).copies_above(0), Some(9), "kept with copies: rows above");
+        assert_eq!(at(Some(entry(Some(copies)))).copies_above(|| 0), Some(9), "kept with copies: rows above");
     }
     use crate::exact::halfvec_bound;
     use pgvector::HalfVector;

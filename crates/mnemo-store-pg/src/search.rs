@@ -382,7 +382,7 @@ async fn small_scope(c: &Object, s: &Search<'_>, read: Read) -> Result<Option<Sc
         let distinct = if f.user_id.len() > 1 { "DISTINCT ON (s.event_id)" } else { "" };
         let stored = "CASE WHEN s.d_state & 1 = 1 THEN s.d_terms ELSE (SELECT e.terms FROM events e WHERE e.id = s.event_id) END";
         kept = s.scopes.lookup(cid, f).filter(|_| want_terms);
-        copies = kept.as_ref().and_then(|l| l.copies_above(s.scopes.room()));
+        copies = kept.as_ref().and_then(|l| l.copies_above(|| s.scopes.room()));
         let terms = match &kept {
             _ if !want_terms => "NULL::text".to_string(),
             // Only rows above the greatest version kept send theirs. A parameter, not a

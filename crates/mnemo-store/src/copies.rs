@@ -7,6 +7,7 @@
 //! k-th best lower bound cannot be in the top k. The search then reads the exact score of the
 //! few named — the answer is exactly what scoring every f32 vector gives.
 
+use mnemo_core::embed::dot_and_magnitude;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
@@ -107,28 +108,6 @@ impl Ord for Score {
     fn cmp(&self, other: &Self) -> Ordering {
         self.0.total_cmp(&other.0)
     }
-}
-
-/// `(Σ q·h, Σ |q·h|)` in eight lanes the compiler keeps in vector registers (a sum in one
-/// accumulator cannot be vectorised: each addition waits for the last). The order of the
-/// additions differs from a sequential sum; the error bound of [`CopyRanker`] holds for any order.
-fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
-    const L: usize = 8;
-    let (mut s, mut m) = ([0f32; L], [0f32; L]);
-    let (qc, hc) = (q.chunks_exact(L), h.chunks_exact(L));
-    let (qr, hr) = (qc.remainder(), hc.remainder());
-    for (a, b) in qc.zip(hc) {
-        for i in 0..L {
-            let p = a[i] * b[i];
-            s[i] += p;
-            m[i] += p.abs();
-        }
-    }
-    for (a, b) in qr.iter().zip(hr) {
-        s[0] += a * b;
-        m[0] += (a * b).abs();
-    }
-    (s.iter().sum(), m.iter().sum())
 }
 
 #[cfg(test)]
