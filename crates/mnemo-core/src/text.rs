@@ -149,53 +149,45 @@ impl Bm25Query {
     }
 
     /// [`Self::top_k`] over a scope tokenised once ([`ScopeTerms`]): the same scores and order,
-    /// each document token counted by a table look-up instead of compared with every query term.
+    /// reading only the documents that hold a query token (the scope's postings) instead of
+    /// every token of the scope.
     pub fn top_k_in(&self, scope: &ScopeTerms, k: usize) -> std::collections::HashMap<String, f64> {
-        // Each phrase in the scope's token ids (`None`: a token no document of the scope has).
-        let phrases: Vec<Option<Vec<u32>>> = self
-            .phrases
-            .iter()
-            .map(|(p, _)| p.iter().map(|t| scope.vocab.get(&token_key(t.as_bytes())).copied()).collect())
-            .collect();
-        // One-token phrases are counted through `slot` (token id → its counter; counter 0 counts
-        // every other token and is never read); a phrase asked twice shares its counter.
-        let mut slot = vec![0u32; scope.vocab.len()];
-        let mut counters = 1usize;
-        let counter: Vec<Option<usize>> = phrases
-            .iter()
-            .map(|p| match p.as_deref() {
-                Some(&[t]) => {
-                    let s = &mut slot[t as usize];
-                    if *s == 0 {
-                        *s = counters as u32;
-                        counters += 1;
+        let postings = scope.postings();
+        // Each document's score so far, and the documents that have one. Phrases are added in
+        // their order, as `sum` adds them: the same score to the bit.
+        let mut score = vec![0f64; scope.docs.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        let len = |d: u32| scope.docs[d as usize].1.as_ref().map_or(0, |r| (r.end - r.start) as usize);
+        for (phrase, idf) in &self.phrases {
+            // The phrase in the scope's token ids (`None`: a token no document of the scope has).
+            let Some(ids) =
+                phrase.iter().map(|t| scope.vocab.get(&token_key(t.as_bytes())).copied()).collect::<Option<Vec<u32>>>()
+            else {
+                continue;
+            };
+            let mut add = |d: u32, f: u32| {
+                if f > 0 {
+                    let s = &mut score[d as usize];
+                    if *s == 0.0 {
+                        touched.push(d);
                     }
-                    Some(*s as usize)
+                    *s += self.term(*idf, f, len(d));
                 }
-                _ => None,
-            })
-            .collect();
-        let mut counts = vec![0u32; counters];
-        let mut scored: Vec<(f64, &str)> = Vec::new();
-        for (id, tokens) in &scope.docs {
-            let Some(tokens) = tokens else { continue };
-            let doc = &scope.tokens[tokens.start as usize..tokens.end as usize];
-            counts.fill(0);
-            for &t in doc {
-                counts[slot[t as usize] as usize] += 1;
-            }
-            let score = self.sum(
-                doc.len(),
-                phrases.iter().zip(&counter).map(|(p, c)| match (p, c) {
-                    (_, Some(c)) => counts[*c],
-                    (Some(p), None) => doc.windows(p.len()).filter(|w| *w == p.as_slice()).count() as u32,
-                    (None, None) => 0,
-                }),
-            );
-            if score > 0.0 {
-                scored.push((score, id));
+            };
+            match ids.as_slice() {
+                [t] => postings.of(*t).for_each(|(d, f)| add(d, f)),
+                // A phrase of several tokens is counted in the documents that hold its first.
+                [first, ..] => {
+                    for (d, _) in postings.of(*first) {
+                        let doc = scope.doc_tokens(d as usize);
+                        add(d, doc.windows(ids.len()).filter(|w| *w == ids.as_slice()).count() as u32);
+                    }
+                }
+                [] => {}
             }
         }
+        let mut scored: Vec<(f64, &str)> =
+            touched.into_iter().map(|d| (score[d as usize], scope.id(d as usize))).collect();
         let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1));
         if scored.len() > k && k > 0 {
             scored.select_nth_unstable_by(k - 1, order);
@@ -208,15 +200,20 @@ impl Bm25Query {
     /// BM25 of a document of `len` tokens in which the query's phrases occur `freq` times each
     /// (in the order of `phrases`).
     fn sum(&self, len: usize, freq: impl Iterator<Item = u32>) -> f64 {
-        let len_norm = 1.0 - B + B * len as f64 / self.avgdl;
         let mut score = 0.0;
         for (f, (_, idf)) in freq.zip(&self.phrases) {
             if f > 0 {
-                let f = f as f64;
-                score += idf * (f * (K1 + 1.0)) / (f + K1 * len_norm);
+                score += self.term(*idf, f, len);
             }
         }
         score
+    }
+
+    /// What a phrase of `idf` found `f` times adds to the score of a document of `len` tokens.
+    fn term(&self, idf: f64, f: u32, len: usize) -> f64 {
+        let len_norm = 1.0 - B + B * len as f64 / self.avgdl;
+        let f = f as f64;
+        idf * (f * (K1 + 1.0)) / (f + K1 * len_norm)
     }
 
     pub fn new(query: &[String], stats: CorpusStats, df: impl Fn(&str) -> u64) -> Self {
@@ -297,6 +294,26 @@ pub struct ScopeTerms {
     tokens: Vec<u32>,
     /// Each document's id and its tokens' range in `tokens` (`None`: no terms stored).
     docs: Vec<(String, Option<std::ops::Range<u32>>)>,
+    /// Each token's documents, made when the scope is first scored (a kept scope is scored by
+    /// every search of its user).
+    postings: std::sync::OnceLock<Postings>,
+}
+
+/// A scope's inverted index: each token's documents, a document once for each time the token
+/// occurs in it (4 bytes an occurrence, as the tokens themselves).
+struct Postings {
+    /// Token `t`'s entries are `entries[starts[t]..starts[t + 1]]`.
+    starts: Vec<u32>,
+    /// Document numbers, ascending.
+    entries: Vec<u32>,
+}
+
+impl Postings {
+    /// The documents holding `token`, each with how often it occurs there.
+    fn of(&self, token: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let at = self.starts[token as usize] as usize..self.starts[token as usize + 1] as usize;
+        self.entries[at].chunk_by(|a, b| a == b).map(|run| (run[0], run.len() as u32))
+    }
 }
 
 /// The key [`ScopeTerms`] knows a token by.
@@ -314,6 +331,7 @@ impl ScopeTerms {
     /// [`Self::push`] with the terms as the store holds them (UTF-8, not checked first: a piece
     /// that is not plain ASCII is checked on its own, and one that is not UTF-8 read lossily).
     pub fn push_bytes(&mut self, id: String, terms: Option<&[u8]>) {
+        self.postings.take();
         let range = terms.map(|terms| {
             let start = self.tokens.len() as u32;
             for piece in terms.split(|b| *b == b' ') {
@@ -355,6 +373,7 @@ impl ScopeTerms {
     /// Adds `from`'s document number `doc` as it is there (its tokens not read from text again:
     /// a kept scope's unchanged documents carried into its next reading).
     pub fn push_copied(&mut self, from: &ScopeTerms, doc: usize) {
+        self.postings.take();
         let (id, range) = &from.docs[doc];
         let range = range.clone().map(|r| {
             let start = self.tokens.len() as u32;
@@ -371,11 +390,46 @@ impl ScopeTerms {
         &self.docs[doc].0
     }
 
+    /// Document `doc`'s tokens.
+    fn doc_tokens(&self, doc: usize) -> &[u32] {
+        self.docs[doc].1.as_ref().map_or(&[], |r| &self.tokens[r.start as usize..r.end as usize])
+    }
+
+    /// The postings, made on first use: two passes over the tokens (count, then place in
+    /// document order).
+    fn postings(&self) -> &Postings {
+        self.postings.get_or_init(|| {
+            let n = self.vocab.len();
+            let mut starts = vec![0u32; n + 1];
+            for d in 0..self.docs.len() {
+                for &t in self.doc_tokens(d) {
+                    starts[t as usize + 1] += 1;
+                }
+            }
+            for t in 0..n {
+                starts[t + 1] += starts[t];
+            }
+            let mut entries = vec![0u32; starts[n] as usize];
+            let mut next: Vec<u32> = starts[..n].to_vec();
+            for d in 0..self.docs.len() {
+                for &t in self.doc_tokens(d) {
+                    entries[next[t as usize] as usize] = d as u32;
+                    next[t as usize] += 1;
+                }
+            }
+            Postings { starts, entries }
+        })
+    }
+
     /// About how much memory it holds (a scope cache's measure).
     pub fn heap_bytes(&self) -> usize {
         self.vocab.capacity() * 16
             + self.keys.capacity() * 8
             + self.tokens.capacity() * 4
+            // The postings, made now if they are not yet: a scope is weighed to be kept, and a
+            // kept scope is scored by its user's next search.
+            + self.postings().entries.capacity() * 4
+            + self.postings().starts.capacity() * 4
             + self.docs.iter().map(|(id, _)| id.len() + 40).sum::<usize>()
     }
 
@@ -526,6 +580,12 @@ mod tests {
             let q = Bm25Query::new(&query, stats, |t| t.len() as u64);
             assert_eq!(q.top_k_in(&copied, 10), q.top_k(strings.clone(), 10), "{query:?}");
         }
+        // A document added after the scope was scored is scored too (its postings made again).
+        copied.push("late".into(), Some("kyoto 61 user"));
+        let q = Bm25Query::new(&["kyoto".into(), "61 user".into()], stats, |t| t.len() as u64);
+        let strings = strings.chain([("late".to_string(), Some("kyoto 61 user"))]);
+        assert_eq!(q.top_k_in(&copied, 10), q.top_k(strings, 10));
+        assert!(q.top_k_in(&copied, 10).contains_key("late"));
         // Bytes that are not UTF-8 (no store writes them) cost their piece, not the document.
         let mut odd = ScopeTerms::default();
         odd.push_bytes("bad".into(), Some(b"caf\xff\xfe coffee kyoto"));
