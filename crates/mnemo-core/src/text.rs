@@ -175,14 +175,12 @@ impl Bm25Query {
                 }
             };
             match ids.as_slice() {
-                [t] => postings.of(*t).for_each(|(d, f)| add(d, f)),
+                [t] => postings.each(*t, add),
                 // A phrase of several tokens is counted in the documents that hold its first.
-                [first, ..] => {
-                    for (d, _) in postings.of(*first) {
-                        let doc = scope.doc_tokens(d as usize);
-                        add(d, doc.windows(ids.len()).filter(|w| *w == ids.as_slice()).count() as u32);
-                    }
-                }
+                [first, ..] => postings.each(*first, |d, _| {
+                    let doc = scope.doc_tokens(d as usize);
+                    add(d, doc.windows(ids.len()).filter(|w| *w == ids.as_slice()).count() as u32);
+                }),
                 [] => {}
             }
         }
@@ -300,19 +298,36 @@ pub struct ScopeTerms {
 }
 
 /// A scope's inverted index: each token's documents, a document once for each time the token
-/// occurs in it (4 bytes an occurrence, as the tokens themselves).
+/// occurs in it — 2 bytes an occurrence in a scope of at most 65,536 documents (the stores keep
+/// scopes of at most 5,000), half what its tokens take.
 struct Postings {
     /// Token `t`'s entries are `entries[starts[t]..starts[t + 1]]`.
     starts: Vec<u32>,
-    /// Document numbers, ascending.
-    entries: Vec<u32>,
+    entries: Entries,
+}
+
+/// Document numbers, ascending within a token's entries.
+enum Entries {
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
 }
 
 impl Postings {
-    /// The documents holding `token`, each with how often it occurs there.
-    fn of(&self, token: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+    /// `f(document, occurrences)` for each document holding `token`, in document order.
+    fn each(&self, token: u32, mut f: impl FnMut(u32, u32)) {
         let at = self.starts[token as usize] as usize..self.starts[token as usize + 1] as usize;
-        self.entries[at].chunk_by(|a, b| a == b).map(|run| (run[0], run.len() as u32))
+        match &self.entries {
+            Entries::Narrow(e) => e[at].chunk_by(|a, b| a == b).for_each(|run| f(run[0].into(), run.len() as u32)),
+            Entries::Wide(e) => e[at].chunk_by(|a, b| a == b).for_each(|run| f(run[0], run.len() as u32)),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.starts.capacity() * 4
+            + match &self.entries {
+                Entries::Narrow(e) => e.capacity() * 2,
+                Entries::Wide(e) => e.capacity() * 4,
+            }
     }
 }
 
@@ -409,14 +424,22 @@ impl ScopeTerms {
             for t in 0..n {
                 starts[t + 1] += starts[t];
             }
-            let mut entries = vec![0u32; starts[n] as usize];
-            let mut next: Vec<u32> = starts[..n].to_vec();
-            for d in 0..self.docs.len() {
-                for &t in self.doc_tokens(d) {
-                    entries[next[t as usize] as usize] = d as u32;
-                    next[t as usize] += 1;
+            // Each document's number placed after its token's earlier documents.
+            fn place<T: Copy + Default>(scope: &ScopeTerms, starts: &[u32], doc: impl Fn(usize) -> T) -> Vec<T> {
+                let mut entries = vec![T::default(); starts[starts.len() - 1] as usize];
+                let mut next: Vec<u32> = starts[..starts.len() - 1].to_vec();
+                for d in 0..scope.docs.len() {
+                    for &t in scope.doc_tokens(d) {
+                        entries[next[t as usize] as usize] = doc(d);
+                        next[t as usize] += 1;
+                    }
                 }
+                entries
             }
+            let entries = match u16::try_from(self.docs.len().saturating_sub(1)) {
+                Ok(_) => Entries::Narrow(place(self, &starts, |d| d as u16)),
+                Err(_) => Entries::Wide(place(self, &starts, |d| d as u32)),
+            };
             Postings { starts, entries }
         })
     }
@@ -428,8 +451,7 @@ impl ScopeTerms {
             + self.tokens.capacity() * 4
             // The postings, made now if they are not yet: a scope is weighed to be kept, and a
             // kept scope is scored by its user's next search.
-            + self.postings().entries.capacity() * 4
-            + self.postings().starts.capacity() * 4
+            + self.postings().heap_bytes()
             + self.docs.iter().map(|(id, _)| id.len() + 40).sum::<usize>()
     }
 
@@ -591,6 +613,30 @@ mod tests {
         odd.push_bytes("bad".into(), Some(b"caf\xff\xfe coffee kyoto"));
         let q = Bm25Query::new(&["coffee".into()], stats, |_| 1);
         assert_eq!(q.top_k_in(&odd, 1), q.top_k([("bad", Some("caf coffee kyoto"))], 1));
+    }
+
+    #[test]
+    fn a_scope_of_more_documents_than_two_bytes_number_ranks_as_its_strings() {
+        let docs: Vec<(String, Option<String>)> = (0..70_000)
+            .map(|i| {
+                (
+                    format!("e{i:05}"),
+                    Some(if i % 9_999 == 0 { format!("kyoto {i} kyoto") } else { format!("w{}", i % 7) }),
+                )
+            })
+            .collect();
+        let mut scope = ScopeTerms::default();
+        for (id, d) in &docs {
+            scope.push(id.clone(), d.as_deref());
+        }
+        let q = Bm25Query::new(
+            &["kyoto".into(), "w3".into(), "69993 kyoto".into()],
+            CorpusStats { docs: 70_000, tokens: 80_000 },
+            |_| 9,
+        );
+        let top = q.top_k_in(&scope, 12);
+        assert_eq!(top, q.top_k(docs.iter().map(|(id, d)| (id.as_str(), d.as_deref())), 12));
+        assert!(top.contains_key("e69993"), "a document numbered past 65,535 is found: {top:?}");
     }
 
     #[test]
