@@ -294,7 +294,7 @@ pub struct StoreConfig {
     /// Memory for scopes kept between searches (MiB, 0..=65536; default 64; 0: none). A search
     /// reads its user's events' terms (and, on sqlite, vector copies) before its query vector
     /// exists; kept, the same user's next search (every `get_context` of a conversation) reads
-    /// neither while nothing of the user's changed. ~2.5 MB for a user of 1,000 events on
+    /// neither while nothing of the user's changed. ~2.6 MB for a user of 1,000 events on
     /// sqlite; postgres keeps the same per replica (~2.2 MB; the copies from a user's second
     /// search on, while there is room), reads the rows whose version changed, and scores a
     /// kept scope's vectors on the replica.
