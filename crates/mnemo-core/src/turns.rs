@@ -82,7 +82,7 @@ pub fn best(blob: &[u8], query: &[f32]) -> Option<BestTurn> {
     }
     turns
         .chunks_exact(query.len())
-        .map(|turn| turn.iter().zip(query).map(|(&b, q)| b as i8 as f32 * q).sum::<f32>() / 127.0)
+        .map(|turn| crate::embed::dot_i8(query, turn) / 127.0)
         .enumerate()
         .map(|(index, cosine)| BestTurn { index, cosine })
         .reduce(|a, b| if b.cosine > a.cosine { b } else { a })

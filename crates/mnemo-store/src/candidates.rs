@@ -6,6 +6,7 @@
 use crate::backend;
 use crate::rows::{EVENT_COLS, event_from_row};
 use mnemo_core::StoreError;
+use mnemo_core::embed::dot_le_bytes;
 use mnemo_core::model::*;
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::HashMap;
@@ -14,11 +15,6 @@ use std::collections::HashMap;
 /// index, whose leaves are spread over the whole file (ids are random), and lands in the
 /// user's clustered rows (the event's, its vector's).
 pub(crate) type RowIds = HashMap<String, i64>;
-
-/// Dot product of a query vector and a stored little-endian f32 blob, without decoding it first.
-pub(crate) fn dot_blob(q: &[f32], blob: &[u8]) -> f32 {
-    q.iter().zip(blob.chunks_exact(4)).map(|(a, b)| a * f32::from_le_bytes([b[0], b[1], b[2], b[3]])).sum()
-}
 
 /// Full-text hits read before the query vector exists (see `search::first_hop`): each event, its
 /// vector, and — for those `turns::scored` will pick by BM25 — its turns' vectors.
@@ -161,7 +157,7 @@ pub(crate) fn load_candidates(
                         read.as_deref()
                     }
                 };
-                blob.filter(|b| b.len() == qv.len() * 4).map(|b| dot_blob(qv, b))
+                blob.filter(|b| b.len() == qv.len() * 4).map(|b| dot_le_bytes(qv, b))
             }
             (None, None) => None,
         };

@@ -3,13 +3,14 @@
 //! where an ANN index would start to pay) and BM25 over the FTS5 index of jieba-segmented terms,
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
-use crate::candidates::{Early, RowIds, dot_blob, load_candidates};
+use crate::candidates::{Early, RowIds, load_candidates};
 use crate::copies::Score;
 use crate::filter::event_filter_sql;
 use crate::scope_cache::ScopeCache;
 use crate::{SqliteStore, backend};
 use async_trait::async_trait;
 use mnemo_core::StoreError;
+use mnemo_core::embed::dot_le_bytes;
 use mnemo_core::kept::Weighed;
 use mnemo_core::model::*;
 use mnemo_core::store::prelude::*;
@@ -342,7 +343,9 @@ fn scan_f32(
         if blob.len() != qv.len() * 4 {
             continue; // a vector from another model; the start-up check prevents this
         }
-        best.offer(dot_blob(qv, blob), || Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string()))?;
+        best.offer(dot_le_bytes(qv, blob), || {
+            Ok(r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string())
+        })?;
     }
     Ok(best.into_map())
 }
@@ -449,7 +452,7 @@ impl<'q> CopyRanker<'q> {
             if blob.len() != n * 4 {
                 continue;
             }
-            best.offer(dot_blob(qv, blob), || {
+            best.offer(dot_le_bytes(qv, blob), || {
                 let id = r.get_ref(0).map_err(backend)?.as_str().map_err(backend)?.to_string();
                 rowids.insert(id.clone(), rowid);
                 Ok(id)

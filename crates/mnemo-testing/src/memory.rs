@@ -8,6 +8,7 @@
 //! construction); vectors are compared by exact scan — the reference computations themselves.
 
 use async_trait::async_trait;
+use mnemo_core::embed::dot;
 use mnemo_core::extract::{ExtractedEvent, ExtractionOutput, ProfileChange};
 use mnemo_core::model::*;
 use mnemo_core::store::StoreResult;
@@ -123,10 +124,6 @@ struct ProfileRow {
 
 fn terms_of(memory_info: &Map<String, Value>) -> String {
     search_tokens(&event_search_text(memory_info)).join(" ")
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 fn day_name(day: i64) -> String {
