@@ -176,10 +176,12 @@ impl Bm25Query {
             };
             match ids.as_slice() {
                 [t] => postings.each(*t, add),
-                // A phrase of several tokens is counted in the documents that hold its first.
-                [first, ..] => postings.each(*first, |d, _| {
+                // A phrase of several tokens is counted in the documents that hold its first,
+                // at the windows that start with it (a slice compare at every window was a
+                // `memcmp` call each, ~6% of a repeated search).
+                [first, rest @ ..] => postings.each(*first, |d, _| {
                     let doc = scope.doc_tokens(d as usize);
-                    add(d, doc.windows(ids.len()).filter(|w| *w == ids.as_slice()).count() as u32);
+                    add(d, doc.windows(ids.len()).filter(|w| w[0] == *first && w[1..] == *rest).count() as u32);
                 }),
                 [] => {}
             }
