@@ -75,9 +75,12 @@ pub const LANES: usize = 8;
 
 /// `Σ q[i] · widen(h[i])` in [`LANES`] lanes the compiler keeps in vector registers: lane `i`
 /// sums the products at `i`, `i + 8`, …, the tail goes to lane 0, and the lanes are added in
-/// order. Every dot product here sums in this one order.
+/// order. Every dot product here sums in this one order. Of vectors of unequal length, the
+/// shorter one's length is summed (as a `zip` would).
 #[inline(always)]
 fn lanes<T: Copy>(q: &[f32], h: &[T], widen: impl Fn(T) -> f32) -> f32 {
+    let n = q.len().min(h.len());
+    let (q, h) = (&q[..n], &h[..n]);
     let mut s = [0f32; LANES];
     let (qc, hc) = (q.as_chunks::<LANES>(), h.as_chunks::<LANES>());
     for (a, b) in qc.0.iter().zip(hc.0) {
@@ -94,6 +97,8 @@ fn lanes<T: Copy>(q: &[f32], h: &[T], widen: impl Fn(T) -> f32) -> f32 {
 /// `(Σ q·h, Σ |q·h|)` in [`LANES`] lanes, as [`dot`] sums. An error bound over the products
 /// (the stores' f16 copies) holds for any order of the additions.
 pub fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
+    let n = q.len().min(h.len());
+    let (q, h) = (&q[..n], &h[..n]);
     let (mut s, mut m) = ([0f32; LANES], [0f32; LANES]);
     let (qc, hc) = (q.as_chunks::<LANES>(), h.as_chunks::<LANES>());
     for (a, b) in qc.0.iter().zip(hc.0) {
@@ -175,6 +180,9 @@ mod tests {
             let quantised: Vec<u8> = h.iter().map(|x| (x * 127.0).round() as i8 as u8).collect();
             let widened: Vec<f32> = quantised.iter().map(|&b| b as i8 as f32).collect();
             assert_eq!(dot_i8(&q, &quantised).to_bits(), dot(&q, &widened).to_bits(), "n = {n}");
+            // Unequal lengths pair the values at the same index, up to the shorter's length.
+            assert_eq!(dot(&vector(n + 9, 1), &h).to_bits(), dot(&q, &h).to_bits(), "n = {n}");
+            assert_eq!(dot_le_bytes(&vector(n + 9, 1), &bytes).to_bits(), dot(&q, &h).to_bits(), "n = {n}");
         }
     }
 }
