@@ -54,65 +54,65 @@ pub trait Embedder: Send + Sync + 'static {
 
 /// Cosine similarity of two unit vectors (their dot product), summed in [`LANES`] lanes.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    lanes(a, b, |h| h)
+    let [s] = lanes(a, b, |h| h, |p| [p]);
+    s
 }
 
 /// [`dot`] of `q` and a vector stored as little-endian f32 bytes: the same lanes, so the same sum
 /// to the bit as [`dot`] of the decoded vector.
 pub fn dot_le_bytes(q: &[f32], blob: &[u8]) -> f32 {
-    lanes(q, blob.as_chunks::<4>().0, f32::from_le_bytes)
+    let [s] = lanes(q, blob.as_chunks::<4>().0, f32::from_le_bytes, |p| [p]);
+    s
 }
 
 /// [`dot`] of `q` and a vector quantised to one signed byte a value (`round(x · 127)`, as
 /// `crate::turns` keeps turn vectors), not yet divided by 127.
 pub fn dot_i8(q: &[f32], bytes: &[u8]) -> f32 {
-    lanes(q, bytes, |b| b as i8 as f32)
+    let [s] = lanes(q, bytes, |b| b as i8 as f32, |p| [p]);
+    s
+}
+
+/// `(Σ q·h, Σ |q·h|)`, both summed as [`dot`] sums. An error bound over the products (the
+/// stores' f16 copies) holds for any order of the additions.
+pub fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
+    let [s, m] = lanes(q, h, |h| h, |p| [p, p.abs()]);
+    (s, m)
 }
 
 /// How many partial sums a dot product keeps. A sum in one accumulator cannot be vectorised:
 /// each addition waits for the last, ~5× slower at 768 dimensions than eight lanes.
 pub const LANES: usize = 8;
 
-/// `Σ q[i] · widen(h[i])` in [`LANES`] lanes the compiler keeps in vector registers: lane `i`
-/// sums the products at `i`, `i + 8`, …, the tail goes to lane 0, and the lanes are added in
-/// order. Every dot product here sums in this one order. Of vectors of unequal length, the
-/// shorter one's length is summed (as a `zip` would).
+/// `M` sums of `terms(q[i] · widen(h[i]))` in [`LANES`] lanes each, which the compiler keeps in
+/// vector registers: lane `i` sums the terms at `i`, `i + 8`, …, the tail goes to lane 0, and the
+/// lanes are added in order. Every dot product here sums in this one order. Of vectors of unequal
+/// length, the shorter one's length is summed (as a `zip` would).
 #[inline(always)]
-fn lanes<T: Copy>(q: &[f32], h: &[T], widen: impl Fn(T) -> f32) -> f32 {
+fn lanes<T: Copy, const M: usize>(
+    q: &[f32],
+    h: &[T],
+    widen: impl Fn(T) -> f32,
+    terms: impl Fn(f32) -> [f32; M],
+) -> [f32; M] {
     let n = q.len().min(h.len());
     let (q, h) = (&q[..n], &h[..n]);
-    let mut s = [0f32; LANES];
+    let mut s = [[0f32; LANES]; M];
     let (qc, hc) = (q.as_chunks::<LANES>(), h.as_chunks::<LANES>());
     for (a, b) in qc.0.iter().zip(hc.0) {
         for i in 0..LANES {
-            s[i] += a[i] * widen(b[i]);
+            let t = terms(a[i] * widen(b[i]));
+            for k in 0..M {
+                s[k][i] += t[k];
+            }
         }
     }
     for (a, &b) in qc.1.iter().zip(hc.1) {
-        s[0] += a * widen(b);
-    }
-    s.iter().sum()
-}
-
-/// `(Σ q·h, Σ |q·h|)` in [`LANES`] lanes, as [`dot`] sums. An error bound over the products
-/// (the stores' f16 copies) holds for any order of the additions.
-pub fn dot_and_magnitude(q: &[f32], h: &[f32]) -> (f32, f32) {
-    let n = q.len().min(h.len());
-    let (q, h) = (&q[..n], &h[..n]);
-    let (mut s, mut m) = ([0f32; LANES], [0f32; LANES]);
-    let (qc, hc) = (q.as_chunks::<LANES>(), h.as_chunks::<LANES>());
-    for (a, b) in qc.0.iter().zip(hc.0) {
-        for i in 0..LANES {
-            let p = a[i] * b[i];
-            s[i] += p;
-            m[i] += p.abs();
+        let t = terms(a * widen(b));
+        for k in 0..M {
+            s[k][0] += t[k];
         }
     }
-    for (a, b) in qc.1.iter().zip(hc.1) {
-        s[0] += a * b;
-        m[0] += (a * b).abs();
-    }
-    (s.iter().sum(), m.iter().sum())
+    s.map(|lanes| lanes.iter().sum())
 }
 
 pub fn normalize(v: &mut [f32]) {
