@@ -25,7 +25,7 @@ impl Aliases {
         if names.is_empty() || texts.is_empty() {
             return out;
         }
-        let lower: Vec<String> = texts.iter().map(|t| t.to_lowercase()).collect();
+        let lower: Vec<String> = texts.iter().map(|t| crate::text::lowercase(t)).collect();
         for name in names {
             let named: Vec<&String> = lower.iter().filter(|t| word_at(t, name).next().is_some()).collect();
             if named.is_empty() || named.len() * 2 > texts.len() {

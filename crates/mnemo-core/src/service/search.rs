@@ -494,9 +494,8 @@ fn ends_asking(e: &Event) -> bool {
 fn feedback_terms(hits: &[ScoredEvent], query: &[String], n: usize) -> Option<Vec<String>> {
     let mut df: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for h in hits.iter().take(3) {
-        let own: std::collections::HashSet<String> =
-            crate::text::search_tokens(&event_search_text(&h.event.memory_info)).into_iter().collect();
-        for t in own {
+        // The distinct terms, as search_tokens gives them (an English text without the segmenter).
+        for t in crate::text::term_set(&event_search_text(&h.event.memory_info)) {
             if t.chars().count() >= 3 && !query.contains(&t) {
                 *df.entry(t).or_default() += 1;
             }

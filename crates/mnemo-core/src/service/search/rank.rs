@@ -84,7 +84,7 @@ impl Ranker<'_> {
         let aliases = self.aliases(cands);
         let about: Vec<bool> = match aliases.is_empty() {
             true => vec![false; cands.len()],
-            false => search_texts(cands).iter().map(|t| aliases.about(&t.to_lowercase())).collect(),
+            false => search_texts(cands).iter().map(|t| aliases.about(&crate::text::lowercase(t))).collect(),
         };
         let req = self.req;
         let mut kept: Vec<(usize, Scores)> = origins
