@@ -84,6 +84,12 @@ impl<S: Clone, V: Weighed> Kept<S, V> {
         e.evict(self.capacity);
     }
 
+    /// Each entry kept, in no order (the cache is locked meanwhile: `f` must not use it).
+    pub fn each(&self, mut f: impl FnMut(&V)) {
+        let e = self.entries.lock().expect("kept scopes");
+        e.lru.iter().for_each(|(_, (_, v, _))| f(v));
+    }
+
     /// Bytes that can be kept beyond what is without evicting anything — none while entries have
     /// had to go in the last minute (the cache holds fewer than its users: what it could take
     /// now it will need for them).

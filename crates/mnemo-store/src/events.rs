@@ -394,6 +394,7 @@ impl EventStore for SqliteStore {
     }
 
     async fn record_hits(&self, cid: CollectionId, ids: Vec<String>, now: Millis) -> StoreResult<()> {
+        let counted = ids.clone();
         self.writer
             .write(move |conn| {
                 let mut stmt = conn
@@ -415,7 +416,10 @@ impl EventStore for SqliteStore {
                 }
                 Ok(())
             })
-            .await
+            .await?;
+        // Committed: the kept scopes' decoded copies of these events have the old counts.
+        self.scope_cache.hits_counted(&counted);
+        Ok(())
     }
 
     async fn events_missing_vectors(&self, cid: CollectionId, limit: u32) -> StoreResult<Vec<Event>> {

@@ -539,6 +539,31 @@ const MIGRATIONS: &[&str] = &[
                 ELSE last END;
     END;
     "#,
+    // v18: a kept scope keeps its events decoded too (`candidates::Decoded`), so every column a
+    // search returns stamps the scope when it changes — the event's memory_info, subjects, class,
+    // sources, times and supersession as well as what v16 named — but its hit count and last hit,
+    // which change on every search that returns it (those events are forgotten by the scope
+    // cache itself when their hits are counted).
+    r#"
+    DROP TRIGGER scope_event_changed;
+    CREATE TRIGGER scope_event_changed AFTER UPDATE ON events
+    WHEN OLD.rowid IS NOT NEW.rowid OR OLD.id IS NOT NEW.id OR OLD.collection_id IS NOT NEW.collection_id
+        OR (OLD.terms IS NOT NEW.terms AND OLD.terms IS NOT NULL) OR OLD.status IS NOT NEW.status OR OLD.time IS NOT NEW.time
+        OR OLD.valid_from IS NOT NEW.valid_from OR OLD.valid_to IS NOT NEW.valid_to
+        OR OLD.memory_type IS NOT NEW.memory_type OR OLD.group_id IS NOT NEW.group_id
+        OR OLD.session_id IS NOT NEW.session_id OR OLD.conversation_id IS NOT NEW.conversation_id
+        OR OLD.scope IS NOT NEW.scope OR OLD.memory_info IS NOT NEW.memory_info OR OLD.user_ids IS NOT NEW.user_ids
+        OR OLD.assistant_ids IS NOT NEW.assistant_ids OR OLD.class IS NOT NEW.class
+        OR OLD.source_message_ids IS NOT NEW.source_message_ids OR OLD.created_at IS NOT NEW.created_at
+        OR OLD.updated_at IS NOT NEW.updated_at OR OLD.expires_at IS NOT NEW.expires_at
+        OR OLD.superseded_by IS NOT NEW.superseded_by
+    BEGIN
+        UPDATE scope_clock SET n = n + 1;
+        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
+        WHERE s.event_id IN (OLD.id, NEW.id)
+        ON CONFLICT DO UPDATE SET version = excluded.version;
+    END;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -15,6 +15,7 @@ use mnemo_core::kept::{Kept, Weighed};
 use mnemo_core::model::EventFilter;
 use rusqlite::{Connection, params_from_iter};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 /// What a scope's subjects' stamps were when it was read: the greatest and how many there are.
 /// Any change renews one stamp with a value above every other (the greatest grows); a forgotten
@@ -25,13 +26,24 @@ pub(crate) struct Stamp {
     count: i64,
 }
 
-/// Scopes kept under the stamps they were read under (`mnemo_core::kept`).
-pub(crate) struct ScopeCache<V>(Kept<Stamp, V>);
+/// Scopes kept under the stamps they were read under (`mnemo_core::kept`), and the clock of
+/// counted hits their decoded events are checked against (`candidates::Decoded`).
+pub(crate) struct ScopeCache<V>(Kept<Stamp, V>, AtomicU64);
 
 impl<V: Weighed> ScopeCache<V> {
     /// At most `mib` MiB of scopes (0: off).
     pub(crate) fn new(mib: usize) -> Self {
-        Self(Kept::new(mib))
+        Self(Kept::new(mib), AtomicU64::new(0))
+    }
+
+    /// Moves on every count of hits, before the events counted are forgotten.
+    pub(crate) fn hits(&self) -> &AtomicU64 {
+        &self.1
+    }
+
+    /// Each scope kept (the cache is locked meanwhile).
+    pub(crate) fn each(&self, f: impl FnMut(&V)) {
+        self.0.each(f)
     }
 
     /// The cache key of a filter's scope and its subjects' stamp, or `None` when the filter is

@@ -3,7 +3,7 @@
 //! where an ANN index would start to pay) and BM25 over the FTS5 index of jieba-segmented terms,
 //! restricted to the same scope. Fusing the two signals into a score is core's job.
 
-use crate::candidates::{Early, RowIds, load_candidates};
+use crate::candidates::{Decoded, Early, RowIds, Rows, load_candidates};
 use crate::copies::Score;
 use crate::filter::event_filter_sql;
 use crate::scope_cache::ScopeCache;
@@ -56,17 +56,27 @@ pub fn candidates(
 
 /// A small scope as a search read it, kept for its second hop and in the [`ScopeCache`] for the
 /// next search of it: its events' terms tokenised and their rowids; their f16 copies once a
-/// search with a vector read them.
+/// search with a vector read them; the events its searches read, decoded.
 pub(crate) struct Scope {
     terms: ScopeTerms,
     rowids: RowIds,
     copies: OnceLock<Copies>,
+    decoded: Decoded,
 }
 
 impl Weighed for Scope {
     fn bytes(&self) -> usize {
         let ids: usize = self.rowids.keys().map(|k| k.len() + 48).sum();
-        self.terms.heap_bytes() + ids + self.copies.get().map_or(0, |c| c.heap_bytes())
+        self.terms.heap_bytes() + ids + self.copies.get().map_or(0, |c| c.heap_bytes()) + self.decoded.bytes()
+    }
+}
+
+impl ScopeCache<Scope> {
+    /// Hits were counted for `ids`: the kept scopes forget them decoded (their hit counts moved),
+    /// and a row read before now is not kept (the clock moves first).
+    pub(crate) fn hits_counted(&self, ids: &[String]) {
+        self.hits().fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.each(|scope| scope.decoded.forget(ids));
     }
 }
 
@@ -78,6 +88,20 @@ pub struct Kept {
 }
 
 impl Kept {
+    /// What the search knows of the scope's rows (see [`Rows`]; `epoch`: the hit clock before
+    /// the read's first statement).
+    fn rows<'a>(&'a self, cache: &'a ScopeCache<Scope>, epoch: u64) -> Rows<'a> {
+        let decoded = self.key.is_some().then_some(&self.scope.decoded);
+        Rows { rowids: &self.scope.rowids, decoded, hits: cache.hits(), epoch }
+    }
+
+    /// The entry's size again once the search has read what it adds (its decoded events).
+    fn resize(&self, cache: &ScopeCache<Scope>) {
+        if let Some(key) = &self.key {
+            cache.resize(key, &self.scope);
+        }
+    }
+
     /// The scope's f16 copies: kept with it, or read now (and kept).
     fn copies(
         &self,
@@ -88,9 +112,7 @@ impl Kept {
     ) -> Result<&Copies, StoreError> {
         if self.scope.copies.get().is_none() {
             let _ = self.scope.copies.set(Copies::read(conn, where_sql, args)?);
-            if let Some(key) = &self.key {
-                cache.resize(key, &self.scope);
-            }
+            self.resize(cache);
         }
         Ok(self.scope.copies.get().expect("set above"))
     }
@@ -103,13 +125,18 @@ impl Kept {
     pub fn search_again(
         &self,
         conn: &Connection,
+        cache: &ScopeCache<Scope>,
         cid: CollectionId,
         q: &CandidateQuery,
         found: &[Candidate],
     ) -> Result<Vec<Candidate>, StoreError> {
+        // Before the read's first statement begins its snapshot (see `Rows::epoch`).
+        let epoch = cache.hits().load(std::sync::atomic::Ordering::SeqCst);
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.scope.terms)? };
-        load_candidates(conn, cosine, bm25, q, found, Early::default(), &self.scope.rowids)
+        let found = load_candidates(conn, cosine, bm25, q, found, Early::default(), self.rows(cache, epoch))?;
+        self.resize(cache);
+        Ok(found)
     }
 }
 
@@ -145,13 +172,15 @@ pub fn first_hop(
     q: &CandidateQuery,
     vector: impl FnOnce() -> Option<Vec<f32>>,
 ) -> Result<FirstHop, StoreError> {
+    // Before the read's first statement begins its snapshot (see `Rows::epoch`).
+    let epoch = cache.hits().load(std::sync::atomic::Ordering::SeqCst);
     let (where_sql, args) = event_filter_sql(cid, f);
     let (bm25, kept) = text_part(conn, cache, cid, f, q, &where_sql, &args)?;
     // The rowids of a scope not kept: those the vector part finds.
     let mut own = RowIds::new();
     // The full-text hits are read now, while the query is embedded: only the vector's own hits
     // are left to read once it is there.
-    let early = Early::read(conn, &bm25, kept.as_ref().map_or(&own, |k| &k.scope.rowids))?;
+    let early = Early::read(conn, &bm25, rows(&kept, &own, cache, epoch))?;
     // Only a scope small enough to keep has its copies read ahead (at most SMALL_SCOPE × 1.8 KB).
     let copies = match &kept {
         Some(k) if q.vector_hits.is_none() && !crate::schema::has_legacy_vectors(conn)? => {
@@ -168,8 +197,19 @@ pub fn first_hop(
         }
         _ => vector_part(conn, &q, &where_sql, &args, &mut own)?,
     };
-    let found = load_candidates(conn, cosine, bm25, &q, &[], early, kept.as_ref().map_or(&own, |k| &k.scope.rowids))?;
+    let found = load_candidates(conn, cosine, bm25, &q, &[], early, rows(&kept, &own, cache, epoch))?;
+    if let Some(k) = &kept {
+        k.resize(cache);
+    }
     Ok(FirstHop { vector: q.vector, found, kept })
+}
+
+/// What a search knows of its scope's rows: a kept scope's, or the rowids it found itself.
+fn rows<'a>(kept: &'a Option<Kept>, own: &'a RowIds, cache: &'a ScopeCache<Scope>, epoch: u64) -> Rows<'a> {
+    match kept {
+        Some(k) => k.rows(cache, epoch),
+        None => Rows { rowids: own, decoded: None, hits: cache.hits(), epoch },
+    }
 }
 
 /// A scope's f16 vector copies, read into memory before the query vector exists: what is left
@@ -273,7 +313,9 @@ fn text_part(
     drop(rows);
     if in_scope.len() <= SMALL_SCOPE {
         let bm25 = scope_bm25(conn, cid, q, &in_scope)?;
-        let scope = Arc::new(Scope { terms: in_scope, rowids, copies: OnceLock::new() });
+        // Decoded events up to half the terms' bytes (the candidates of many searches), or 64 KiB.
+        let decoded = Decoded::new((in_scope.heap_bytes() / 2).max(64 << 10));
+        let scope = Arc::new(Scope { terms: in_scope, rowids, copies: OnceLock::new(), decoded });
         let key = stamp.map(|(key, stamp)| {
             cache.put(key.clone(), stamp, scope.clone());
             key
@@ -528,7 +570,7 @@ impl SqliteStore {
         let Some(kept) = kept else {
             return Ok(Some(self.search_candidates(cid, filter, second).await?));
         };
-        let known = found.to_vec();
-        Ok(Some(self.read(move |conn| kept.search_again(conn, cid, &second, &known)).await?))
+        let (known, cache) = (found.to_vec(), self.scope_cache.clone());
+        Ok(Some(self.read(move |conn| kept.search_again(conn, &cache, cid, &second, &known)).await?))
     }
 }

@@ -831,7 +831,7 @@ async fn a_rowid_a_search_noted_is_checked_against_the_event_it_names() {
     let (second, reused) = write(2).await;
     assert_eq!(reused, rowid, "the bucket's next rowid is the deleted one's");
     s.read(move |conn| {
-        let mut rows = crate::candidates::RowReader::new(conn)?;
+        let mut rows = crate::candidates::RowReader::new(conn, None)?;
         assert!(rows.event(&first, Some(rowid))?.is_none(), "the deleted event is not read as the new one");
         assert!(rows.vector(&first, Some(rowid))?.is_none(), "nor its vector");
         assert_eq!(rows.event(&second, Some(rowid))?.map(|e| e.id), Some(second.clone()));

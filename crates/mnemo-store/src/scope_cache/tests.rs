@@ -172,3 +172,60 @@ async fn a_deleted_collections_scopes_are_not_served_to_one_that_takes_its_id() 
     let (after, fresh, _) = search(&s, new.id, "u0").await;
     assert_eq!((after.len(), &after[0].0, &after), (1, &id, &fresh));
 }
+
+/// The events of the user's search through the store (its cache) and of the same search with
+/// no cache, by id, and the cache's (hits, misses) after it.
+async fn events(s: &SqliteStore, cid: CollectionId, user: &str) -> (Vec<Event>, Vec<Event>, (u64, u64)) {
+    let by_id = |found: Vec<Candidate>| {
+        let mut e: Vec<Event> = found.into_iter().map(|c| c.event).collect();
+        e.sort_by(|a, b| a.id.cmp(&b.id));
+        e
+    };
+    let cached = by_id(s.search_candidates(cid, filter(user), query()).await.unwrap());
+    let f = filter(user);
+    let fresh = s
+        .read(move |conn| crate::search::candidates(conn, &ScopeCache::new(0), cid, &f, &query()))
+        .await
+        .map(by_id)
+        .unwrap();
+    let (hits, misses, _) = s.scope_cache.counts();
+    (cached, fresh, (hits, misses))
+}
+
+#[tokio::test]
+async fn a_kept_scope_shows_its_events_as_they_are_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let cid = s.ensure_collection(new_coll()).await.unwrap().id;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(add(&s, cid, "u0", &format!("coffee number {i}"), i).await);
+    }
+    let (first, fresh, counts) = events(&s, cid, "u0").await;
+    assert_eq!((first.len(), &first, counts), (3, &fresh, (0, 1)));
+    let (again, _, counts) = events(&s, cid, "u0").await;
+    assert_eq!((&again, counts), (&first, (1, 1)), "answered from the kept scope and its decoded events");
+
+    // A change to what a search returns but does not search by: the terms stay as they were.
+    let raw = |sql: &'static str, id: String| {
+        s.writer.write(move |conn| conn.execute(sql, [id]).map(|_| ()).map_err(crate::backend))
+    };
+    raw("UPDATE events SET expires_at = 123 WHERE id = ?1", ids[0].clone()).await.unwrap();
+    let (now, fresh, counts) = events(&s, cid, "u0").await;
+    assert_eq!((&now, counts.1), (&fresh, 2), "expires_at: the scope is read again");
+    assert_eq!(now[0].expires_at, Some(123));
+    raw("UPDATE events SET memory_info = json_set(memory_info, '$.note', 'decaf') WHERE id = ?1", ids[1].clone())
+        .await
+        .unwrap();
+    let (now, fresh, counts) = events(&s, cid, "u0").await;
+    assert_eq!((&now, counts.1), (&fresh, 3), "memory_info");
+    assert_eq!(now[1].memory_info["note"], "decaf");
+
+    // Hits move no stamp: the scope stays, and the events counted are read again.
+    events(&s, cid, "u0").await;
+    s.record_hits(cid, vec![ids[2].clone()], 1_000).await.unwrap();
+    let (now, fresh, counts) = events(&s, cid, "u0").await;
+    assert_eq!(counts.1, 3, "a hit leaves the scope kept");
+    assert_eq!(now, fresh, "hits");
+    assert_eq!((now[2].hit_count, now[2].last_hit_at), (1, Some(1_000)));
+}
