@@ -11,6 +11,7 @@ mod candidates;
 mod collections;
 mod conversations;
 mod copies;
+mod decoded;
 mod events;
 mod filter;
 mod jobs;

@@ -229,3 +229,71 @@ async fn a_kept_scope_shows_its_events_as_they_are_now() {
     assert_eq!(now, fresh, "hits");
     assert_eq!((now[2].hit_count, now[2].last_hit_at), (1, Some(1_000)));
 }
+
+/// Each candidate's best turn through the store (its cache) and with no cache, and the cache's
+/// misses after it.
+async fn turns(s: &SqliteStore, cid: CollectionId) -> (Vec<(String, String)>, Vec<(String, String)>, u64) {
+    let best = |found: Vec<Candidate>| {
+        let mut b: Vec<(String, String)> =
+            found.into_iter().map(|c| (c.event.id, format!("{:?}", c.best_turn))).collect();
+        b.sort();
+        b
+    };
+    let cached = best(s.search_candidates(cid, filter("u0"), query()).await.unwrap());
+    let f = filter("u0");
+    let fresh = s
+        .read(move |conn| crate::search::candidates(conn, &ScopeCache::new(0), cid, &f, &query()))
+        .await
+        .map(best)
+        .unwrap();
+    (cached, fresh, s.scope_cache.counts().1)
+}
+
+#[tokio::test]
+async fn a_kept_scope_scores_turns_and_vectors_as_they_are_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+    let cid = s.ensure_collection(new_coll()).await.unwrap().id;
+    let id = add(&s, cid, "u0", "coffee with turns", 1).await;
+    add(&s, cid, "u0", "coffee without", 2).await;
+    assert!(
+        s.add_event_turns(cid, &id, 1, vec![unit(5, 64), unit(6, 64)]).await.unwrap(),
+        "the backfill's first turns"
+    );
+    let (first, fresh, misses) = turns(&s, cid).await;
+    assert_eq!((&first, misses), (&fresh, 1));
+    assert!(first.iter().any(|(_, b)| b.starts_with("Some")), "{first:?}");
+    assert_eq!(turns(&s, cid).await, (first.clone(), fresh, 1), "kept, its turns decoded");
+
+    // The turns set again (as with a new text): the scope is read again, the new turns scored.
+    let blob = mnemo_core::turns::encode(&[unit(7, 64), unit(8, 64), unit(9, 64)]).unwrap();
+    let (i, b) = (id.clone(), blob.clone());
+    s.writer
+        .write(move |conn| {
+            conn.execute("DELETE FROM event_turn_vectors WHERE event_id = ?1", [&i]).map_err(crate::backend)?;
+            conn.execute("INSERT INTO event_turn_vectors(event_id, turns) VALUES (?1, ?2)", rusqlite::params![i, b])
+                .map(|_| ())
+                .map_err(crate::backend)
+        })
+        .await
+        .unwrap();
+    let (now, fresh, misses) = turns(&s, cid).await;
+    assert_eq!((&now, misses), (&fresh, 2), "turns");
+    assert_ne!(now, first);
+
+    // Its f32 vector replaced (not its copy): read again too.
+    let i = id.clone();
+    s.writer
+        .write(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO event_vectors(rowid, event_id, collection_id, vec)
+                 SELECT rowid, event_id, collection_id, vec FROM event_vectors WHERE event_id = ?1",
+                [&i],
+            )
+            .map(|_| ())
+            .map_err(crate::backend)
+        })
+        .await
+        .unwrap();
+    assert_eq!(turns(&s, cid).await.2, 3, "a vector replaced");
+}
