@@ -4,18 +4,95 @@
 //! `turns::scored` picks.
 
 use crate::backend;
-pub(crate) use crate::decoded::{Decoded, Rows};
 use crate::rows::{EVENT_COLS, event_from_row};
 use mnemo_core::StoreError;
 use mnemo_core::embed::dot_le_bytes;
 use mnemo_core::model::*;
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Event id → rowid, for the events a search has seen: a row read by rowid skips the id's
 /// index, whose leaves are spread over the whole file (ids are random), and lands in the
 /// user's clustered rows (the event's, its vector's).
 pub(crate) type RowIds = HashMap<String, i64>;
+
+/// A kept scope's events as its searches read them, decoded: the next search of the scope takes
+/// them from here instead of reading and decoding their rows again (a candidate row read was
+/// ~a third of a repeated search). Valid while the scope is — its stamps move on any change to an
+/// event's row (schema v18) — but for hit counts, which change on every search that returns an
+/// event and move no stamp: counting hits forgets the events counted
+/// ([`crate::scope_cache::ScopeCache::hits_counted`]), and a row read in a snapshot older than a
+/// count is not kept after it ([`Rows::epoch`]).
+///
+/// At most `cap` bytes: a scope's searches read a fraction of its events, and a scope made too
+/// large to keep would lose its terms too.
+pub(crate) struct Decoded {
+    events: Mutex<HashMap<String, Event>>,
+    bytes: AtomicUsize,
+    cap: usize,
+}
+
+impl Decoded {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self { events: Mutex::default(), bytes: AtomicUsize::new(0), cap }
+    }
+
+    fn get(&self, id: &str) -> Option<Event> {
+        self.events.lock().expect("decoded events").get(id).cloned()
+    }
+
+    /// Keeps `event`, read in a snapshot begun after the hit clock read `epoch`, unless hits were
+    /// counted since.
+    fn keep(&self, event: &Event, epoch: u64, hits: &AtomicU64) {
+        let mut events = self.events.lock().expect("decoded events");
+        // Under the lock: a count's forgetting (after its clock moved) waits for this insert.
+        let bytes = event_bytes(event);
+        if hits.load(Ordering::SeqCst) != epoch
+            || events.contains_key(&event.id)
+            || self.bytes.load(Ordering::Relaxed) + bytes > self.cap
+        {
+            return;
+        }
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        events.insert(event.id.clone(), event.clone());
+    }
+
+    /// Forgets the events whose hits were counted.
+    pub(crate) fn forget(&self, ids: &[String]) {
+        let mut events = self.events.lock().expect("decoded events");
+        for id in ids {
+            if let Some(e) = events.remove(id) {
+                self.bytes.fetch_sub(event_bytes(&e), Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// About the memory an event holds: its strings and their map's overhead.
+fn event_bytes(e: &Event) -> usize {
+    let info: usize = e.memory_info.iter().map(|(k, v)| k.len() + v.as_str().map_or(32, str::len) + 64).sum();
+    let ids: usize = e.user_id.iter().chain(&e.assistant_id).map(|s| s.len() + 24).sum();
+    std::mem::size_of::<Event>() + 2 * e.id.len() + info + ids + e.source_message_ids.len() * 8 + 128
+}
+
+/// What a search knows of its scope's rows before reading them: their rowids, and a kept
+/// scope's decoded events with the hit clock they are checked against.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    pub rowids: &'a RowIds,
+    pub decoded: Option<&'a Decoded>,
+    /// Moves whenever hits are counted (`ScopeCache::hits_counted`).
+    pub hits: &'a AtomicU64,
+    /// `hits` as read before the read's snapshot began (before its first statement): a count
+    /// committed after the snapshot began, whose hits the rows read lack, moved it.
+    pub epoch: u64,
+}
 
 /// Full-text hits read before the query vector exists (see `search::first_hop`): each event, its
 /// vector, and — for those `turns::scored` will pick by BM25 — its turns' vectors.
@@ -60,8 +137,6 @@ impl Early {
 /// have moved the event since), else by id; an event a kept scope holds decoded is not read.
 pub(crate) struct RowReader<'c> {
     known: Option<Rows<'c>>,
-    /// What this reader may still add to the scope's decoded rows (`Rows::room`).
-    room: usize,
     event_by_id: rusqlite::CachedStatement<'c>,
     event_by_rowid: rusqlite::CachedStatement<'c>,
     vector_by_id: rusqlite::CachedStatement<'c>,
@@ -74,7 +149,6 @@ impl<'c> RowReader<'c> {
         let prepare = |sql: &str| conn.prepare_cached(sql).map_err(backend);
         Ok(Self {
             known,
-            room: known.map_or(0, |k| k.room),
             event_by_id: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE id=?1"))?,
             event_by_rowid: prepare(&format!("SELECT {EVENT_COLS} FROM events WHERE rowid=?1"))?,
             vector_by_id: prepare(if crate::schema::has_legacy_vectors(conn)? {
@@ -91,12 +165,12 @@ impl<'c> RowReader<'c> {
         let Some(Rows { decoded: Some(decoded), hits, epoch, .. }) = self.known else {
             return self.read_event(id, rowid);
         };
-        if let Some(e) = decoded.event(id) {
+        if let Some(e) = decoded.get(id) {
             return Ok(Some(e));
         }
         let event = self.read_event(id, rowid)?;
         if let Some(e) = &event {
-            decoded.keep_event(e, epoch, hits, &mut self.room);
+            decoded.keep(e, epoch, hits);
         }
         Ok(event)
     }
@@ -112,18 +186,6 @@ impl<'c> RowReader<'c> {
     }
 
     pub(crate) fn vector(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Vec<u8>>, StoreError> {
-        let decoded = self.known.and_then(|k| k.decoded);
-        if let Some(v) = decoded.and_then(|d| d.vector(id)) {
-            return Ok(Some(v));
-        }
-        let vector = self.read_vector(id, rowid)?;
-        if let (Some(d), Some(v)) = (decoded, &vector) {
-            d.keep_vector(id, v, &mut self.room);
-        }
-        Ok(vector)
-    }
-
-    fn read_vector(&mut self, id: &str, rowid: Option<i64>) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(rowid) = rowid {
             let mut rows = self.vector_by_rowid.query([rowid]).map_err(backend)?;
             if let Some(r) = rows.next().map_err(backend)?
@@ -136,15 +198,7 @@ impl<'c> RowReader<'c> {
     }
 
     fn turns(&mut self, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let decoded = self.known.and_then(|k| k.decoded);
-        if let Some(t) = decoded.and_then(|d| d.turns(id)) {
-            return Ok(Some(t));
-        }
-        let turns: Option<Vec<u8>> = self.turns.query_row([id], |r| r.get(0)).optional().map_err(backend)?;
-        if let (Some(d), Some(t)) = (decoded, &turns) {
-            d.keep_turns(id, t, &mut self.room);
-        }
-        Ok(turns)
+        self.turns.query_row([id], |r| r.get(0)).optional().map_err(backend)
     }
 }
 
@@ -220,4 +274,26 @@ pub(crate) fn load_candidates(
         out.push(Candidate { event, cosine: cos, bm25: b, best_turn });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_read_before_hits_were_counted_is_not_kept_after() {
+        let (decoded, hits) = (Decoded::new(1 << 20), AtomicU64::new(0));
+        let e = Event { id: "e1".into(), hit_count: 0, ..Default::default() };
+        let epoch = hits.load(Ordering::SeqCst);
+        hits.fetch_add(1, Ordering::SeqCst); // hits counted while the row was being read
+        decoded.keep(&e, epoch, &hits);
+        assert!(decoded.get("e1").is_none(), "read under an older clock");
+        decoded.keep(&e, hits.load(Ordering::SeqCst), &hits);
+        assert_eq!(decoded.get("e1"), Some(e.clone()));
+        decoded.forget(&["e1".into()]);
+        assert_eq!((decoded.get("e1"), decoded.bytes()), (None, 0));
+        let small = Decoded::new(event_bytes(&e) - 1);
+        small.keep(&e, 1, &hits);
+        assert!(small.get("e1").is_none(), "beyond its cap");
+    }
 }

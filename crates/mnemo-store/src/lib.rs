@@ -11,7 +11,6 @@ mod candidates;
 mod collections;
 mod conversations;
 mod copies;
-mod decoded;
 mod events;
 mod filter;
 mod jobs;

@@ -539,12 +539,11 @@ const MIGRATIONS: &[&str] = &[
                 ELSE last END;
     END;
     "#,
-    // v18: a kept scope keeps the rows its searches read too (`decoded`), so every column a
+    // v18: a kept scope keeps its events decoded too (`candidates::Decoded`), so every column a
     // search returns stamps the scope when it changes — the event's memory_info, subjects, class,
     // sources, times and supersession as well as what v16 named — but its hit count and last hit,
     // which change on every search that returns it (those events are forgotten by the scope
-    // cache itself when their hits are counted); and so do an event's turn vectors going (they
-    // are set again with its text) and its f32 vector replaced (with or without its copy).
+    // cache itself when their hits are counted).
     r#"
     DROP TRIGGER scope_event_changed;
     CREATE TRIGGER scope_event_changed AFTER UPDATE ON events
@@ -562,21 +561,6 @@ const MIGRATIONS: &[&str] = &[
         UPDATE scope_clock SET n = n + 1;
         INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
         WHERE s.event_id IN (OLD.id, NEW.id)
-        ON CONFLICT DO UPDATE SET version = excluded.version;
-    END;
-    CREATE TRIGGER scope_turns_removed AFTER DELETE ON event_turn_vectors
-    BEGIN
-        UPDATE scope_clock SET n = n + 1;
-        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
-        WHERE s.event_id = OLD.event_id
-        ON CONFLICT DO UPDATE SET version = excluded.version;
-    END;
-    CREATE TRIGGER scope_vector_replaced BEFORE INSERT ON event_vectors
-    WHEN EXISTS (SELECT 1 FROM event_vectors WHERE event_id = NEW.event_id OR rowid = NEW.rowid)
-    BEGIN
-        UPDATE scope_clock SET n = n + 1;
-        INSERT INTO scope_versions SELECT s.collection_id, s.kind, s.subject_id, c.n FROM event_subjects s, scope_clock c
-        WHERE s.event_id = NEW.event_id
         ON CONFLICT DO UPDATE SET version = excluded.version;
     END;
     "#,

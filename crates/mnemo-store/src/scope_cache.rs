@@ -41,11 +41,6 @@ impl<V: Weighed> ScopeCache<V> {
         &self.1
     }
 
-    /// Bytes the cache can take without evicting (none while it has had to evict lately).
-    pub(crate) fn room(&self) -> usize {
-        self.0.room()
-    }
-
     /// Each scope kept (the cache is locked meanwhile).
     pub(crate) fn each(&self, f: impl FnMut(&V)) {
         self.0.each(f)

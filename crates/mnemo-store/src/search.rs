@@ -92,7 +92,7 @@ impl Kept {
     /// the read's first statement).
     fn rows<'a>(&'a self, cache: &'a ScopeCache<Scope>, epoch: u64) -> Rows<'a> {
         let decoded = self.key.is_some().then_some(&self.scope.decoded);
-        Rows { rowids: &self.scope.rowids, decoded, hits: cache.hits(), epoch, room: cache.room() }
+        Rows { rowids: &self.scope.rowids, decoded, hits: cache.hits(), epoch }
     }
 
     /// The entry's size again once the search has read what it adds (its decoded events).
@@ -208,7 +208,7 @@ pub fn first_hop(
 fn rows<'a>(kept: &'a Option<Kept>, own: &'a RowIds, cache: &'a ScopeCache<Scope>, epoch: u64) -> Rows<'a> {
     match kept {
         Some(k) => k.rows(cache, epoch),
-        None => Rows { rowids: own, decoded: None, hits: cache.hits(), epoch, room: 0 },
+        None => Rows { rowids: own, decoded: None, hits: cache.hits(), epoch },
     }
 }
 
@@ -313,8 +313,8 @@ fn text_part(
     drop(rows);
     if in_scope.len() <= SMALL_SCOPE {
         let bm25 = scope_bm25(conn, cid, q, &in_scope)?;
-        // The rows its searches read, up to the terms' bytes (the candidates of many searches), or 64 KiB.
-        let decoded = Decoded::new(in_scope.heap_bytes().max(64 << 10));
+        // Decoded events up to half the terms' bytes (the candidates of many searches), or 64 KiB.
+        let decoded = Decoded::new((in_scope.heap_bytes() / 2).max(64 << 10));
         let scope = Arc::new(Scope { terms: in_scope, rowids, copies: OnceLock::new(), decoded });
         let key = stamp.map(|(key, stamp)| {
             cache.put(key.clone(), stamp, scope.clone());
