@@ -33,12 +33,23 @@ fn rows(found: Vec<Candidate>) -> Vec<Row> {
 /// The user's search through the store (its cache), the same search with no cache, and the
 /// cache's (hits, misses) after it.
 async fn search(s: &SqliteStore, cid: CollectionId, user: &str) -> (Vec<Row>, Vec<Row>, (u64, u64)) {
-    let cached = rows(s.search_candidates(cid, filter(user), query()).await.unwrap());
+    both(s, cid, user, rows).await
+}
+
+/// The user's candidates through the store (its cache) and with no cache, each as `view` shows
+/// them, and the cache's (hits, misses) after.
+async fn both<T>(
+    s: &SqliteStore,
+    cid: CollectionId,
+    user: &str,
+    view: impl Fn(Vec<Candidate>) -> T,
+) -> (T, T, (u64, u64)) {
+    let cached = view(s.search_candidates(cid, filter(user), query()).await.unwrap());
     let f = filter(user);
     let fresh = s
         .read(move |conn| crate::search::candidates(conn, &ScopeCache::new(0), cid, &f, &query()))
         .await
-        .map(rows)
+        .map(&view)
         .unwrap();
     let (hits, misses, _) = s.scope_cache.counts();
     (cached, fresh, (hits, misses))
@@ -181,15 +192,7 @@ async fn events(s: &SqliteStore, cid: CollectionId, user: &str) -> (Vec<Event>, 
         e.sort_by(|a, b| a.id.cmp(&b.id));
         e
     };
-    let cached = by_id(s.search_candidates(cid, filter(user), query()).await.unwrap());
-    let f = filter(user);
-    let fresh = s
-        .read(move |conn| crate::search::candidates(conn, &ScopeCache::new(0), cid, &f, &query()))
-        .await
-        .map(by_id)
-        .unwrap();
-    let (hits, misses, _) = s.scope_cache.counts();
-    (cached, fresh, (hits, misses))
+    both(s, cid, user, by_id).await
 }
 
 #[tokio::test]
