@@ -95,7 +95,15 @@ impl Kept {
         Rows { rowids: &self.scope.rowids, decoded, hits: cache.hits(), epoch }
     }
 
-    /// The entry's size again once the search has read what it adds (its decoded events).
+    /// The entry's size again, if the search decoded events into it (`before`: their bytes when
+    /// it began) — not a pass over the scope and a lock of the cache on every search.
+    fn resize_if_grown(&self, cache: &ScopeCache<Scope>, before: usize) {
+        if self.scope.decoded.bytes() != before {
+            self.resize(cache);
+        }
+    }
+
+    /// The entry's size again, once it holds more than when it was kept.
     fn resize(&self, cache: &ScopeCache<Scope>) {
         if let Some(key) = &self.key {
             cache.resize(key, &self.scope);
@@ -132,10 +140,11 @@ impl Kept {
     ) -> Result<Vec<Candidate>, StoreError> {
         // Before the read's first statement begins its snapshot (see `Rows::epoch`).
         let epoch = cache.hits().load(std::sync::atomic::Ordering::SeqCst);
+        let decoded = self.scope.decoded.bytes();
         let cosine: HashMap<String, f32> = q.vector_hits.iter().flatten().cloned().collect();
         let bm25 = if q.terms.is_empty() { HashMap::new() } else { scope_bm25(conn, cid, q, &self.scope.terms)? };
         let found = load_candidates(conn, cosine, bm25, q, found, Early::default(), self.rows(cache, epoch))?;
-        self.resize(cache);
+        self.resize_if_grown(cache, decoded);
         Ok(found)
     }
 }
@@ -176,6 +185,7 @@ pub fn first_hop(
     let epoch = cache.hits().load(std::sync::atomic::Ordering::SeqCst);
     let (where_sql, args) = event_filter_sql(cid, f);
     let (bm25, kept) = text_part(conn, cache, cid, f, q, &where_sql, &args)?;
+    let decoded = kept.as_ref().map_or(0, |k| k.scope.decoded.bytes());
     // The rowids of a scope not kept: those the vector part finds.
     let mut own = RowIds::new();
     // The full-text hits are read now, while the query is embedded: only the vector's own hits
@@ -199,7 +209,7 @@ pub fn first_hop(
     };
     let found = load_candidates(conn, cosine, bm25, &q, &[], early, rows(&kept, &own, cache, epoch))?;
     if let Some(k) = &kept {
-        k.resize(cache);
+        k.resize_if_grown(cache, decoded);
     }
     Ok(FirstHop { vector: q.vector, found, kept })
 }
